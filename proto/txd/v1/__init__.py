@@ -1,0 +1,47 @@
+"""The txd API, generated from the .proto files beside this one (scripts/gen_protos.py).
+
+The messages are re-exported here so a component file can write
+`from txd.v1 import AppDef, Role, Resource`. The gRPC stubs (runner_pb2_grpc) need grpcio and are
+imported explicitly by the client and the daemon.
+"""
+
+from txd.v1.app_pb2 import (
+    AppDef,
+    AppState,
+    AppStatus,
+    BindMount,
+    DeviceMount,
+    Mount,
+    ReplicaStatus,
+    Resource,
+    RetryPolicy,
+    Role,
+    RoleStatus,
+    VolumeMount,
+)
+from txd.v1.runner_pb2 import Stream
+from txd.v1.scheduler_pb2 import Capabilities, CfgValue, OptType, RunOpt, SchedulerInfo
+
+TERMINAL_STATES = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})
+
+__all__ = [
+    "TERMINAL_STATES",
+    "AppDef",
+    "AppState",
+    "AppStatus",
+    "BindMount",
+    "Capabilities",
+    "CfgValue",
+    "DeviceMount",
+    "Mount",
+    "OptType",
+    "ReplicaStatus",
+    "Resource",
+    "RetryPolicy",
+    "Role",
+    "RoleStatus",
+    "RunOpt",
+    "SchedulerInfo",
+    "Stream",
+    "VolumeMount",
+]

@@ -1,0 +1,247 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from txd.v1 import app_pb2 as _app_pb2
+from txd.v1 import scheduler_pb2 as _scheduler_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMBINED: _ClassVar[Stream]
+    STDOUT: _ClassVar[Stream]
+    STDERR: _ClassVar[Stream]
+COMBINED: Stream
+STDOUT: Stream
+STDERR: Stream
+
+class RunRequest(_message.Message):
+    __slots__ = ("app", "scheduler", "cfg", "cwd", "env", "request_id")
+    class CfgEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _scheduler_pb2.CfgValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_scheduler_pb2.CfgValue, _Mapping]] = ...) -> None: ...
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    APP_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    CFG_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    app: _app_pb2.AppDef
+    scheduler: str
+    cfg: _containers.MessageMap[str, _scheduler_pb2.CfgValue]
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    request_id: str
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class RunResponse(_message.Message):
+    __slots__ = ("app_handle", "app_id")
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    APP_ID_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    app_id: str
+    def __init__(self, app_handle: _Optional[str] = ..., app_id: _Optional[str] = ...) -> None: ...
+
+class DryRunRequest(_message.Message):
+    __slots__ = ("app", "scheduler", "cfg", "cwd", "env")
+    class CfgEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _scheduler_pb2.CfgValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_scheduler_pb2.CfgValue, _Mapping]] = ...) -> None: ...
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    APP_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    CFG_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    app: _app_pb2.AppDef
+    scheduler: str
+    cfg: _containers.MessageMap[str, _scheduler_pb2.CfgValue]
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class DryRunResponse(_message.Message):
+    __slots__ = ("app", "scheduler", "request")
+    APP_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    app: _app_pb2.AppDef
+    scheduler: str
+    request: str
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., request: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ("app_handle",)
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _app_pb2.AppStatus
+    def __init__(self, status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ...) -> None: ...
+
+class WaitRequest(_message.Message):
+    __slots__ = ("app_handle",)
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+
+class WaitResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _app_pb2.AppStatus
+    def __init__(self, status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("app_handle",)
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _app_pb2.AppStatus
+    def __init__(self, status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("app_handle",)
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+
+class DescribeResponse(_message.Message):
+    __slots__ = ("app", "status", "cfg")
+    class CfgEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: _scheduler_pb2.CfgValue
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[_scheduler_pb2.CfgValue, _Mapping]] = ...) -> None: ...
+    APP_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CFG_FIELD_NUMBER: _ClassVar[int]
+    app: _app_pb2.AppDef
+    status: _app_pb2.AppStatus
+    cfg: _containers.MessageMap[str, _scheduler_pb2.CfgValue]
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("scheduler",)
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    scheduler: str
+    def __init__(self, scheduler: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("apps",)
+    APPS_FIELD_NUMBER: _ClassVar[int]
+    apps: _containers.RepeatedCompositeFieldContainer[_app_pb2.AppStatus]
+    def __init__(self, apps: _Optional[_Iterable[_Union[_app_pb2.AppStatus, _Mapping]]] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("app_handle",)
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _app_pb2.AppStatus
+    def __init__(self, status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("app_handle",)
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LogsRequest(_message.Message):
+    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams")
+    APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    app_handle: str
+    role: str
+    replica: int
+    regex: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    follow: bool
+    streams: Stream
+    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[Stream, str]] = ...) -> None: ...
+
+class LogsResponse(_message.Message):
+    __slots__ = ("data", "role", "replica")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    role: str
+    replica: int
+    def __init__(self, data: _Optional[bytes] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ...) -> None: ...
+
+class SchedulersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SchedulersResponse(_message.Message):
+    __slots__ = ("schedulers", "default_scheduler")
+    SCHEDULERS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    schedulers: _containers.RepeatedCompositeFieldContainer[_scheduler_pb2.SchedulerInfo]
+    default_scheduler: str
+    def __init__(self, schedulers: _Optional[_Iterable[_Union[_scheduler_pb2.SchedulerInfo, _Mapping]]] = ..., default_scheduler: _Optional[str] = ...) -> None: ...
+
+class RunOptsRequest(_message.Message):
+    __slots__ = ("scheduler",)
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    scheduler: str
+    def __init__(self, scheduler: _Optional[str] = ...) -> None: ...
+
+class RunOptsResponse(_message.Message):
+    __slots__ = ("scheduler", "opts")
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    OPTS_FIELD_NUMBER: _ClassVar[int]
+    scheduler: str
+    opts: _containers.RepeatedCompositeFieldContainer[_scheduler_pb2.RunOpt]
+    def __init__(self, scheduler: _Optional[str] = ..., opts: _Optional[_Iterable[_Union[_scheduler_pb2.RunOpt, _Mapping]]] = ...) -> None: ...
