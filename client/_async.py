@@ -1,0 +1,160 @@
+"""AsyncClient: every Runner RPC as an awaitable (or an async iterator for the streams)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from txd import defaults
+from txd.cfgvalue import CfgVal, to_cfg_value
+from txd.v1 import runner_pb2 as pb
+from txd.v1.app_pb2 import AppDef, AppStatus
+from txd.v1.runner_pb2_grpc import RunnerStub
+from txd.v1.scheduler_pb2 import RunOpt
+
+from txd.client._errors import TxdError, from_rpc_error
+
+DEFAULT_TIMEOUT = 30.0
+_STREAMS = {"combined": pb.COMBINED, "stdout": pb.STDOUT, "stderr": pb.STDERR}
+
+
+def _timestamp(when: dt.datetime | None) -> Timestamp | None:
+    if when is None:
+        return None
+    ts = Timestamp()
+    ts.FromDatetime(when if when.tzinfo else when.astimezone())
+    return ts
+
+
+class AsyncClient:
+    """A connection to txd. Use as `async with AsyncClient() as c: ...`.
+
+    `socket` defaults to $TXD_SOCKET or the per-user default. `timeout` bounds every unary call
+    except wait(); streams and wait() run until they end unless given a timeout of their own.
+    """
+
+    def __init__(self, socket: str | Path | None = None, *,
+                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
+        self.socket_path = defaults.socket_path(str(socket) if socket else None)
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: RunnerStub | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = self._stub = None
+
+    @property
+    def stub(self) -> RunnerStub:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(f"unix:{self.socket_path}")
+            self._stub = RunnerStub(self._channel)
+        return self._stub
+
+    async def _call(self, method: str, request: Any, timeout: float | None = -1.0) -> Any:
+        try:
+            return await getattr(self.stub, method)(
+                request, timeout=self.timeout if timeout == -1.0 else timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    async def _stream(self, method: str, request: Any,
+                      timeout: float | None = None) -> AsyncIterator[Any]:
+        call = getattr(self.stub, method)(request, timeout=timeout)
+        try:
+            async for item in call:
+                yield item
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()  # the consumer stopped early: end the stream on the daemon too
+
+    # -- jobs ------------------------------------------------------------------------------
+
+    async def run(self, app: AppDef, scheduler: str = "", cfg: Mapping[str, CfgVal] | None = None,
+                  *, cwd: str | None = None, env: Mapping[str, str] | None = None,
+                  request_id: str = "") -> str:
+        """Submits app; returns its handle. cwd/env default to this process's (local_cwd runs
+        the job from there). A request_id makes retries safe: the same id never runs twice."""
+        import os
+
+        req = pb.RunRequest(app=app, scheduler=scheduler, cfg=_cfg(cfg),
+                            cwd=cwd or os.getcwd(), env=dict(os.environ if env is None else env),
+                            request_id=request_id)
+        return (await self._call("Run", req)).app_handle
+
+    async def dryrun(self, app: AppDef, scheduler: str = "",
+                     cfg: Mapping[str, CfgVal] | None = None, *, cwd: str | None = None,
+                     env: Mapping[str, str] | None = None) -> pb.DryRunResponse:
+        import os
+
+        req = pb.DryRunRequest(app=app, scheduler=scheduler, cfg=_cfg(cfg),
+                               cwd=cwd or os.getcwd(),
+                               env=dict(os.environ if env is None else env))
+        return await self._call("DryRun", req)
+
+    async def status(self, handle: str) -> AppStatus:
+        return (await self._call("Status", pb.StatusRequest(app_handle=handle))).status
+
+    async def wait(self, handle: str, timeout: float | None = None) -> AppStatus:
+        """The terminal status, pushed by the daemon when the job ends."""
+        req = pb.WaitRequest(app_handle=handle)
+        return (await self._call("Wait", req, timeout=timeout)).status
+
+    async def watch(self, handle: str) -> AsyncIterator[AppStatus]:
+        """The current status, then each change, ending with the terminal one."""
+        async for msg in self._stream("Watch", pb.WatchRequest(app_handle=handle)):
+            yield msg.status
+
+    async def describe(self, handle: str) -> pb.DescribeResponse:
+        return await self._call("Describe", pb.DescribeRequest(app_handle=handle))
+
+    async def list(self, scheduler: str = "") -> list[AppStatus]:
+        return list((await self._call("List", pb.ListRequest(scheduler=scheduler))).apps)
+
+    async def cancel(self, handle: str) -> AppStatus:
+        return (await self._call("Cancel", pb.CancelRequest(app_handle=handle))).status
+
+    async def delete(self, handle: str) -> None:
+        await self._call("Delete", pb.DeleteRequest(app_handle=handle))
+
+    async def logs(self, handle: str, role: str = "", replica: int | None = None, *,
+                   regex: str = "", since: dt.datetime | None = None,
+                   until: dt.datetime | None = None, follow: bool = False,
+                   streams: str = "combined") -> AsyncIterator[pb.LogsResponse]:
+        """Chunks of raw log bytes, each tagged with its role and replica."""
+        if streams not in _STREAMS:
+            raise ValueError(f"streams must be one of {', '.join(_STREAMS)}, not {streams!r}")
+        req = pb.LogsRequest(app_handle=handle, role=role, replica=replica, regex=regex,
+                             since=_timestamp(since), until=_timestamp(until), follow=follow,
+                             streams=_STREAMS[streams])
+        async for chunk in self._stream("Logs", req):
+            yield chunk
+
+    # -- schedulers ------------------------------------------------------------------------
+
+    async def schedulers(self) -> pb.SchedulersResponse:
+        return await self._call("Schedulers", pb.SchedulersRequest())
+
+    async def runopts(self, scheduler: str = "") -> list[RunOpt]:
+        return list((await self._call("RunOpts", pb.RunOptsRequest(scheduler=scheduler))).opts)
+
+
+def _cfg(cfg: Mapping[str, CfgVal] | None) -> dict[str, Any]:
+    return {k: to_cfg_value(v) for k, v in (cfg or {}).items()}
+
+
+__all__ = ["AsyncClient", "TxdError"]

@@ -1,0 +1,131 @@
+"""How txctl prints things: text for people, JSON (states by name) for programs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus
+from txd.v1.scheduler_pb2 import OptType, RunOpt, SchedulerInfo
+
+
+def to_dict(msg: Message) -> dict[str, Any]:
+    return MessageToDict(msg, preserving_proto_field_name=True,
+                         always_print_fields_with_no_presence=True)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+def state_name(state: int) -> str:
+    return AppState.Name(state)
+
+
+def _when(ts: Any) -> str:
+    if not ts.seconds:
+        return "-"
+    return ts.ToDatetime(dt.UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def status_text(status: AppStatus) -> str:
+    lines = [
+        f"{status.app_handle}",
+        f"  state:    {state_name(status.state)}",
+        f"  name:     {status.name}",
+        f"  created:  {_when(status.created)}",
+        f"  updated:  {_when(status.updated)}",
+    ]
+    if status.num_restarts:
+        lines.append(f"  restarts: {status.num_restarts}")
+    if status.msg:
+        lines.append(f"  msg:      {status.msg}")
+    if status.ui_url:
+        lines.append(f"  url:      {status.ui_url}")
+    if status.roles:
+        lines.append("  replicas:")
+        for role in status.roles:
+            for r in sorted(role.replicas, key=lambda r: r.id):
+                extra = f" exit={r.exit_code}" if r.HasField("exit_code") else ""
+                host = f" on {r.hostname}" if r.hostname else ""
+                lines.append(f"    {role.role}/{r.id}: {state_name(r.state)}{extra}{host}")
+    if status.structured_error_msg:
+        lines.append(f"  error:    {status.structured_error_msg.strip()}")
+    return "\n".join(lines)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(fmt.format(*row).rstrip() for row in [list(headers), *rows])
+
+
+def list_text(apps: Sequence[AppStatus]) -> str:
+    rows = [[a.app_handle, a.name, state_name(a.state), _when(a.created)] for a in apps]
+    return table(["HANDLE", "NAME", "STATE", "CREATED"], rows)
+
+
+def app_text(app: AppDef) -> str:
+    lines = [f"app: {app.name}"]
+    for role in app.roles:
+        lines.append(f"  role {role.name}: {role.num_replicas} replica(s)")
+        lines.append(f"    entrypoint: {role.entrypoint}")
+        if role.args:
+            lines.append(f"    args: {json.dumps(list(role.args))}")
+        if role.image:
+            lines.append(f"    image: {role.image}")
+        res = role.resource
+        if res.cpu or res.gpu or res.mem_mb or res.named:
+            named = f" ({res.named})" if res.named else ""
+            lines.append(f"    resource: cpu={res.cpu} gpu={res.gpu} mem_mb={res.mem_mb}{named}")
+        if role.env:
+            lines.append(f"    env: {json.dumps(dict(sorted(role.env.items())))}")
+        if role.max_retries:
+            lines.append(f"    max_retries: {role.max_retries}")
+    return "\n".join(lines)
+
+
+_TYPE_NAMES = {OptType.STR: "str", OptType.INT: "int", OptType.FLOAT: "float",
+               OptType.BOOL: "bool", OptType.LIST: "list[str]", OptType.DICT: "dict[str, str]"}
+
+
+def _default(opt: RunOpt) -> str:
+    kind = opt.default.WhichOneof("kind")
+    if kind is None:
+        return ""
+    value = getattr(opt.default, kind)
+    if kind == "list":
+        return ",".join(value.items)
+    if kind == "dict":
+        return ",".join(f"{k}:{v}" for k, v in value.items.items())
+    return str(value).lower() if kind == "bool" else str(value)
+
+
+def runopts_text(scheduler: str, opts: Sequence[RunOpt]) -> str:
+    lines = [f"{scheduler}:"]
+    if not opts:
+        lines.append("    (no options)")
+    for opt in opts:
+        default = _default(opt)
+        req = "required" if opt.required else f"default: {default or 'unset'}"
+        lines.append(f"    {opt.name} ({_TYPE_NAMES[opt.type]}, {req})")
+        if opt.help:
+            lines.append(f"        {opt.help}")
+    return "\n".join(lines)
+
+
+def schedulers_text(infos: Sequence[SchedulerInfo], default: str) -> str:
+    rows = []
+    for info in infos:
+        if info.load_error:
+            rows.append([info.name, "unusable", info.load_error])
+            continue
+        caps = [f.name for f, v in info.capabilities.ListFields() if v]
+        mark = " (default)" if info.name == default else ""
+        rows.append([info.name + mark, ",".join(caps), info.description])
+    return table(["NAME", "CAPABILITIES", "DESCRIPTION"], rows)

@@ -1,0 +1,5 @@
+import sys
+
+from txd.daemon.main import main
+
+sys.exit(main())

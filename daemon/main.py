@@ -1,0 +1,54 @@
+"""`txd`: the daemon's command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import warnings
+
+from txd import defaults
+
+
+def _use_pidfd_child_watcher() -> None:
+    """Python 3.11 watches children with a thread per process; a pidfd watcher lets the event
+    loop see exits directly (3.12 does this by default)."""
+    if sys.version_info >= (3, 12):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with contextlib.suppress(AttributeError, OSError):
+            asyncio.get_event_loop_policy().set_child_watcher(asyncio.PidfdChildWatcher())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="txd", description="the txd job launcher daemon")
+    parser.add_argument("--socket", help=f"Unix socket to serve on (env {defaults.SOCKET_ENV}; "
+                        f"default {defaults.socket_path()})")
+    parser.add_argument("--state-dir", help=f"registry and logs (default {defaults.state_dir()})")
+    parser.add_argument("--session", default=defaults.SESSION,
+                        help="session name in app handles (default %(default)s)")
+    parser.add_argument("--grace", type=float, default=5.0,
+                        help="seconds given to replicas and calls at shutdown "
+                        "(default %(default)s)")
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s txd %(levelname)s %(name)s: %(message)s")
+    from txd.daemon.server import AlreadyRunning, serve
+
+    _use_pidfd_child_watcher()
+    try:
+        asyncio.run(serve(defaults.socket_path(args.socket), defaults.state_dir(args.state_dir),
+                          args.session, args.grace, args.ready_fd))
+    except AlreadyRunning as e:
+        print(f"txd: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Serving: the gRPC server on a Unix socket, and the daemon's lifecycle from start to exit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+from txd.daemon.core import Core
+from txd.daemon.servicer import RunnerServicer
+from txd.v1 import runner_pb2, runner_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE = runner_pb2.DESCRIPTOR.services_by_name["Runner"].full_name
+
+
+class AlreadyRunning(Exception):
+    """Another daemon answers on the socket."""
+
+
+def _claim_socket(path: Path) -> None:
+    """Creates the socket's folder (mode 0700) and removes a stale socket file, refusing to
+    take over a socket another live daemon listens on."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        return
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink()  # nobody listens: a leftover from a crash
+            return
+    raise AlreadyRunning(f"a txd daemon is already listening on {path}")
+
+
+async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
+    _claim_socket(socket_path)
+    server = grpc.aio.server()
+    runner_pb2_grpc.add_RunnerServicer_to_server(RunnerServicer(core), server)
+    health = HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME], server)
+    server.add_insecure_port(f"unix:{socket_path}")
+    await server.start()
+    os.chmod(socket_path, 0o600)
+    for name in ("", SERVICE):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, health
+
+
+async def serve(
+    socket_path: Path, state_dir: Path, session: str, grace: float, ready_fd: int | None = None
+) -> None:
+    """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
+    stopped and recorded, in-flight calls given `grace` seconds, schedulers closed."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    core = Core(state_dir, session)
+    await core.start()
+    server, health = await create_server(core, socket_path)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
+    if ready_fd is not None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    await stop.wait()
+    log.info("shutting down")
+    await health.enter_graceful_shutdown()
+    core.closing = True
+    try:
+        await core.shutdown()
+    finally:
+        await server.stop(grace)
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+    log.info("stopped")

@@ -1,0 +1,122 @@
+"""The gRPC face of the daemon: one thin method per RPC, errors mapped at one boundary."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from txd.daemon.core import Core, cfg_values
+from txd.schedulers import errors
+from txd.v1 import runner_pb2 as pb
+from txd.v1 import runner_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+_CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
+    errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.Unsupported: grpc.StatusCode.UNIMPLEMENTED,
+    errors.BackendUnavailable: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def _code(e: Exception) -> tuple[grpc.StatusCode, str]:
+    for cls, code in _CODES.items():
+        if isinstance(e, cls):
+            return code, str(e)
+    log.exception("internal error")
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+
+
+def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turns TxdError (and anything unexpected) into a gRPC status, for unary and streams."""
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                async for item in fn(self, request, context):
+                    yield item
+            except Exception as e:
+                await context.abort(*_code(e))
+
+        return stream
+
+    @functools.wraps(fn)
+    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await fn(self, request, context)
+        except Exception as e:
+            await context.abort(*_code(e))
+
+    return unary
+
+
+class RunnerServicer(runner_pb2_grpc.RunnerServicer):
+    def __init__(self, core: Core) -> None:
+        self.core = core
+
+    @_mapped
+    async def Run(self, request: pb.RunRequest, context: Any) -> pb.RunResponse:
+        handle, app_id = await self.core.run(request)
+        return pb.RunResponse(app_handle=handle, app_id=app_id)
+
+    @_mapped
+    async def DryRun(self, request: pb.DryRunRequest, context: Any) -> pb.DryRunResponse:
+        run = pb.RunRequest(app=request.app, scheduler=request.scheduler, cfg=request.cfg,
+                            cwd=request.cwd, env=request.env)
+        app, scheduler, text = await self.core.dryrun(run)
+        return pb.DryRunResponse(app=app, scheduler=scheduler, request=text)
+
+    @_mapped
+    async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
+        return pb.StatusResponse(status=self.core.status(request.app_handle))
+
+    @_mapped
+    async def Wait(self, request: pb.WaitRequest, context: Any) -> pb.WaitResponse:
+        return pb.WaitResponse(status=await self.core.wait(request.app_handle))
+
+    @_mapped
+    async def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[pb.WatchResponse]:
+        async for status in self.core.watch(request.app_handle):
+            yield pb.WatchResponse(status=status)
+
+    @_mapped
+    async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
+        rec = self.core.lookup(request.app_handle)
+        return pb.DescribeResponse(app=rec.app, status=rec.status, cfg=cfg_values(rec.cfg))
+
+    @_mapped
+    async def List(self, request: pb.ListRequest, context: Any) -> pb.ListResponse:
+        return pb.ListResponse(apps=self.core.list(request.scheduler))
+
+    @_mapped
+    async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
+        return pb.CancelResponse(status=await self.core.cancel(request.app_handle))
+
+    @_mapped
+    async def Delete(self, request: pb.DeleteRequest, context: Any) -> pb.DeleteResponse:
+        await self.core.delete(request.app_handle)
+        return pb.DeleteResponse()
+
+    @_mapped
+    async def Logs(self, request: pb.LogsRequest, context: Any) -> AsyncIterator[pb.LogsResponse]:
+        async for chunk in self.core.logs(request):
+            yield chunk
+
+    @_mapped
+    async def Schedulers(self, request: pb.SchedulersRequest, context: Any) -> pb.SchedulersResponse:
+        from txd.schedulers.registry import DEFAULT_SCHEDULER
+
+        return pb.SchedulersResponse(schedulers=self.core.scheduler_infos(),
+                                     default_scheduler=DEFAULT_SCHEDULER)
+
+    @_mapped
+    async def RunOpts(self, request: pb.RunOptsRequest, context: Any) -> pb.RunOptsResponse:
+        opts = self.core.run_opts(request.scheduler)
+        return pb.RunOptsResponse(scheduler=request.scheduler, opts=opts)

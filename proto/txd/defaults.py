@@ -1,0 +1,35 @@
+"""Values the daemon and its clients share: where the daemon listens and keeps its state.
+
+Both `txd` and `txctl` accept `--socket PATH`, and read TXD_SOCKET when it is not given.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+SOCKET_ENV = "TXD_SOCKET"
+SESSION = "txd"
+
+
+def runtime_dir() -> Path:
+    """$XDG_RUNTIME_DIR/txd, or a per-user folder under the system temp dir."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if base:
+        return Path(base) / "txd"
+    return Path(tempfile.gettempdir()) / f"txd-{os.getuid()}"
+
+
+def socket_path(explicit: str | None = None) -> Path:
+    """--socket, else $TXD_SOCKET, else <runtime_dir>/txd.sock."""
+    chosen = explicit or os.environ.get(SOCKET_ENV)
+    return Path(chosen) if chosen else runtime_dir() / "txd.sock"
+
+
+def state_dir(explicit: str | None = None) -> Path:
+    """--state-dir, else $XDG_STATE_HOME/txd, else ~/.local/state/txd."""
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "txd"

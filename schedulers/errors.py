@@ -1,0 +1,37 @@
+"""The closed set of errors a scheduler or the daemon core raises.
+
+Each class maps to one gRPC status code at the daemon's edge (txd.daemon.servicer); anything
+else is an internal error. Messages are for people: say what is wrong and, where possible, what
+to do instead.
+"""
+
+from __future__ import annotations
+
+
+class TxdError(Exception):
+    """Base class. `str(err)` is the message sent to the client."""
+
+
+class InvalidArgument(TxdError):
+    """A request field is invalid. `field` is its path, e.g. `app.roles[0].num_replicas`."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class NotFound(TxdError):
+    """An unknown app handle, scheduler, role or replica."""
+
+
+class FailedPrecondition(TxdError):
+    """The request is valid but cannot be carried out in the current state."""
+
+
+class Unsupported(TxdError):
+    """The scheduler does not implement this operation."""
+
+
+class BackendUnavailable(TxdError):
+    """The backend (or the daemon itself, while shutting down) cannot be reached."""

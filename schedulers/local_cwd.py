@@ -1,0 +1,510 @@
+"""local_cwd: every replica is a process group on this host, started in the caller's directory.
+
+The daemon supervises the processes itself: it reads their stdout/stderr through pipes into
+indexed log files (schedulers.logfiles) and learns of every exit from the event loop at once,
+so state changes are pushed, never polled. Replicas cannot outlive the daemon: on shutdown they
+are stopped (SIGTERM to the group, SIGKILL after a grace period), and after a crash the next
+daemon finds the ones still alive by pid and start time, and stops them.
+
+Ignored, as in TorchX: image (the caller's cwd is the image root), resources, retries, mounts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import pprint
+import shutil
+import signal
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from txd.schedulers.api import (
+    DryRunInfo,
+    LogQuery,
+    Macros,
+    Scheduler,
+    SubmitContext,
+    make_unique,
+    num_replicas,
+)
+from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.schedulers.logfiles import LogSource, LogWriter, read_log
+from txd.schedulers.options import opt
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, RoleStatus
+from txd.v1.scheduler_pb2 import Capabilities
+
+log = logging.getLogger(__name__)
+
+RANK0_ENV = "TORCHX_RANK0_HOST"
+# After the last replica exits, its pipes may still be held by leftover children: they get
+# SIGTERM, then SIGKILL after this many seconds, and the pipes are closed after as long again.
+DRAIN_GRACE = 2.0
+
+
+@dataclass
+class LocalOpts:
+    log_dir: str | None = opt(
+        None, "directory for the replicas' log files (default: under the daemon's state dir)"
+    )
+    prepend_cwd: bool = opt(
+        False, "put the working directory first on the replicas' PATH (default: last)"
+    )
+    auto_set_cuda_visible_devices: bool = opt(
+        False,
+        "give each GPU-requesting replica its own CUDA_VISIBLE_DEVICES; does nothing when the "
+        "host has fewer GPUs than requested",
+    )
+
+
+@dataclass
+class ReplicaSpec:
+    role: str
+    replica_id: int
+    args: list[str]
+    env: dict[str, str]
+    cwd: str
+    log_dir: str
+
+
+@dataclass
+class PopenRequest:
+    app_id: str
+    app_dir: str
+    replicas: list[ReplicaSpec]
+
+
+def _exit_code(returncode: int) -> int:
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process start time (clock ticks since boot) from /proc, to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Field 22; the command name (field 2) may contain spaces, so count from its closing paren.
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+class _Replica(asyncio.SubprocessProtocol):
+    """One running replica: feeds its pipes into its LogWriter and tells its app when it ends."""
+
+    def __init__(self, app: _App, spec: ReplicaSpec) -> None:
+        self.app = app
+        self.spec = spec
+        self.writer = LogWriter(Path(spec.log_dir))
+        self.transport: asyncio.SubprocessTransport | None = None
+        self.pid = 0
+        self.returncode: int | None = None
+        self._open_pipes = 2
+        self.drained = asyncio.Event()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.pid = transport.get_pid()  # type: ignore[attr-defined]
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.writer.write(fd, data)  # fd 1 / 2 are Stream.STDOUT / STDERR
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open_pipes -= 1
+        if self._open_pipes == 0:
+            self.writer.close()
+            self.drained.set()
+
+    def process_exited(self) -> None:
+        assert self.transport is not None
+        self.returncode = self.transport.get_returncode()
+        self.app.replica_exited()
+
+    def status(self) -> ReplicaStatus:
+        msg = ReplicaStatus(id=self.spec.replica_id, role=self.spec.role, hostname="localhost")
+        if self.returncode is None:
+            msg.state = AppState.RUNNING
+        else:
+            msg.exit_code = _exit_code(self.returncode)
+            msg.state = AppState.SUCCEEDED if self.returncode == 0 else AppState.FAILED
+        return msg
+
+
+class _App:
+    """The live state of one local app. Terminal only when every replica has exited AND every
+    byte of output was written, so a client told "done" can read complete logs."""
+
+    def __init__(self, sched: LocalScheduler, req: PopenRequest) -> None:
+        self.sched = sched
+        self.req = req
+        self.replicas: list[_Replica] = []
+        self.cancelled = False
+        self.cancel_msg = ""
+        self.terminal_state: int | None = None
+        self.finisher: asyncio.Task[None] | None = None
+
+    def replica_exited(self) -> None:
+        if all(r.returncode is not None for r in self.replicas) and self.finisher is None:
+            self.finisher = asyncio.get_running_loop().create_task(self._finish())
+        self.sched.notify(self.req.app_id)
+
+    async def _finish(self) -> None:
+        await self.stop(grace=DRAIN_GRACE)
+        self.terminal_state = self._computed_state()
+        self._write_state_file()
+        self.sched.notify(self.req.app_id)
+
+    async def stop(self, grace: float) -> None:
+        """SIGTERM to every replica's group, SIGKILL after `grace`, then wait for the pipes."""
+        for r in self.replicas:
+            _killpg(r.pid, signal.SIGTERM)
+        if await self._drained_within(grace):
+            return
+        for r in self.replicas:
+            _killpg(r.pid, signal.SIGKILL)
+        if not await self._drained_within(grace):
+            # A process that left the group (setsid) still holds a pipe: stop reading from it.
+            for r in self.replicas:
+                if r.transport is not None:
+                    r.transport.close()
+                r.writer.close()
+                r.drained.set()
+
+    async def _drained_within(self, seconds: float) -> bool:
+        waits = [r.drained.wait() for r in self.replicas]
+        try:
+            async with asyncio.timeout(seconds):
+                await asyncio.gather(*waits)
+            return True
+        except TimeoutError:
+            return False
+
+    def _computed_state(self) -> int:
+        if self.cancelled:
+            return AppState.CANCELLED
+        if any(r.returncode not in (0, None) for r in self.replicas):
+            return AppState.FAILED
+        return AppState.SUCCEEDED
+
+    def status(self) -> AppStatus:
+        state = AppState.RUNNING if self.terminal_state is None else self.terminal_state
+        out = AppStatus(state=state, app_id=self.req.app_id, ui_url=f"file://{self.req.app_dir}")
+        if state == AppState.CANCELLED:
+            out.msg = self.cancel_msg
+        elif state == AppState.FAILED:
+            failed = [r for r in self.replicas if r.returncode]
+            out.msg = ", ".join(
+                f"{r.spec.role}/{r.spec.replica_id} exited with {_exit_code(r.returncode or 0)}"
+                for r in failed
+            )
+            out.structured_error_msg = _first_error_file(self.req)
+        by_role: dict[str, RoleStatus] = {}
+        for r in self.replicas:
+            role = by_role.setdefault(r.spec.role, RoleStatus(role=r.spec.role))
+            role.replicas.append(r.status())
+        out.roles.extend(by_role.values())
+        return out
+
+    def _write_state_file(self) -> None:
+        """replicas.json: pids and start times, for crash recovery; final state once known."""
+        data = {
+            "app_id": self.req.app_id,
+            "final_state": AppState.Name(self.terminal_state) if self.terminal_state else None,
+            "replicas": [
+                {"role": r.spec.role, "replica_id": r.spec.replica_id, "pid": r.pid,
+                 "start_ticks": _start_ticks(r.pid) if self.terminal_state is None else None,
+                 "exit_code": None if r.returncode is None else _exit_code(r.returncode)}
+                for r in self.replicas
+            ],
+        }
+        path = Path(self.req.app_dir) / "replicas.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(path)
+
+
+def _first_error_file(req: PopenRequest) -> str:
+    """TorchElastic's error.json of the earliest failing replica, if any replica wrote one."""
+    files = [Path(s.log_dir) / "error.json" for s in req.replicas]
+    existing = sorted((f for f in files if f.exists()), key=lambda f: f.stat().st_mtime)
+    return existing[0].read_text() if existing else ""
+
+
+class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
+    name = "local_cwd"
+    description = "processes on this host, started in the caller's working directory"
+    capabilities = Capabilities(
+        logs=True, log_follow=True, log_since_until=True, log_streams=True, cancel=True,
+        delete=True, list=True, describe=True, distributed=True, push_status=True,
+    )
+    Opts = LocalOpts
+
+    def __init__(self, session_name: str, *, state_dir: str | os.PathLike[str]) -> None:
+        super().__init__(session_name)
+        self.log_base = Path(state_dir) / "logs"
+        self._apps: dict[str, _App] = {}
+        # Jobs known only from a previous daemon run: their log dirs, for logs and delete.
+        self._dormant: dict[str, PopenRequest] = {}
+
+    # -- submission -------------------------------------------------------------------------
+
+    async def _submit_dryrun(
+        self, app: AppDef, opts: LocalOpts, ctx: SubmitContext
+    ) -> DryRunInfo[PopenRequest]:
+        app_id = make_unique(app.name)
+        base = Path(opts.log_dir).expanduser() if opts.log_dir else self.log_base
+        if not base.is_absolute():
+            base = Path(ctx.cwd) / base
+        app_dir = base / self.session_name / app_id
+        cuda = await self._cuda_devices(app) if opts.auto_set_cuda_visible_devices else {}
+        replicas = []
+        for i, role in enumerate(app.roles):
+            for k in range(num_replicas(role)):
+                macros = Macros(img_root=ctx.cwd, app_id=app_id, replica_id=str(k),
+                                rank0_env=RANK0_ENV)
+                r = macros.apply(role)
+                log_dir = app_dir / role.name / str(k)
+                env = dict(ctx.env)
+                env.update(r.env)
+                env[RANK0_ENV] = "localhost"
+                env.setdefault("PYTHONUNBUFFERED", "x")
+                env.setdefault("TORCHELASTIC_ERROR_FILE", str(log_dir / "error.json"))
+                env["PATH"] = _join_path(r.env.get("PATH", ""), ctx.env.get("PATH", ""),
+                                         ctx.cwd, prepend_cwd=opts.prepend_cwd)
+                if (role.name, k) in cuda:
+                    env["CUDA_VISIBLE_DEVICES"] = cuda[(role.name, k)]
+                if shutil.which(r.entrypoint, path=env["PATH"]) is None and not (
+                    "/" in r.entrypoint and os.access(Path(ctx.cwd, r.entrypoint), os.X_OK)
+                ):
+                    raise InvalidArgument(
+                        f"app.roles[{i}].entrypoint",
+                        f"{r.entrypoint!r} is not an executable found on the caller's PATH "
+                        f"or relative to {ctx.cwd}",
+                    )
+                replicas.append(ReplicaSpec(role=role.name, replica_id=k,
+                                            args=[r.entrypoint, *r.args], env=env, cwd=ctx.cwd,
+                                            log_dir=str(log_dir)))
+        req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
+        text = pprint.pformat(
+            {"app_id": app_id, "app_dir": str(app_dir),
+             "replicas": [{**asdict(s), "env": {k: v for k, v in s.env.items()
+                                                if k not in ctx.env or ctx.env[k] != v}}
+                          for s in replicas]},
+            width=100, sort_dicts=False,
+        )
+        native = {"app_dir": str(app_dir),
+                  "replicas": [{"role": s.role, "replica_id": s.replica_id, "log_dir": s.log_dir}
+                               for s in replicas]}
+        return DryRunInfo(app=app, request=req, text=text, opts=opts, native=native)
+
+    async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
+        """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
+        wanted = [(role.name, k, role.resource.gpu) for role in app.roles
+                  if role.resource.gpu > 0 for k in range(num_replicas(role))]
+        total = sum(n for _, _, n in wanted)
+        if total == 0 or total > await _gpu_count():
+            return {}
+        out, next_dev = {}, 0
+        for role_name, k, n in wanted:
+            out[(role_name, k)] = ",".join(str(d) for d in range(next_dev, next_dev + n))
+            next_dev += n
+        return out
+
+    async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> str:
+        req = dryrun.request
+        app = _App(self, req)
+        self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
+        loop = asyncio.get_running_loop()
+        for spec in req.replicas:
+            replica = _Replica(app, spec)
+            try:
+                await loop.subprocess_exec(
+                    lambda r=replica: r, *spec.args, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                    cwd=spec.cwd, env=spec.env, start_new_session=True,
+                )
+            except OSError as e:
+                replica.writer.close()
+                await self._abort(app)
+                raise InvalidArgument(
+                    "app", f"could not start replica {spec.role}/{spec.replica_id}: {e}"
+                ) from e
+            app.replicas.append(replica)
+        app._write_state_file()
+        return req.app_id
+
+    async def _abort(self, app: _App) -> None:
+        """Undoes a half-done schedule: stops what started and forgets the app."""
+        app.cancelled = True
+        await app.stop(grace=DRAIN_GRACE)
+        for r in app.replicas:
+            if r.transport is not None:
+                r.transport.close()
+        del self._apps[app.req.app_id]
+        shutil.rmtree(app.req.app_dir, ignore_errors=True)
+
+    # -- observation ------------------------------------------------------------------------
+
+    async def describe(self, app_id: str) -> AppStatus | None:
+        app = self._apps.get(app_id)
+        return app.status() if app else None
+
+    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery):  # type: ignore[override]
+        app = self._apps.get(app_id)
+        if app is not None:
+            for r in app.replicas:
+                if r.spec.role == role and r.spec.replica_id == k:
+                    src = LogSource(Path(r.spec.log_dir), r.writer.pulse,
+                                    lambda r=r: r.writer.closed and app.terminal_state is not None)
+                    return read_log(src, query)
+            raise NotFound(f"{app_id} has no replica {role}/{k}")
+        dormant = self._dormant.get(app_id)
+        if dormant is None:
+            raise NotFound(f"{self.name} has no logs for {app_id}")
+        for s in dormant.replicas:
+            if s.role == role and s.replica_id == k:
+                return read_log(LogSource(Path(s.log_dir), None, lambda: True), query)
+        raise NotFound(f"{app_id} has no replica {role}/{k}")
+
+    # -- control ----------------------------------------------------------------------------
+
+    async def _cancel_existing(self, app_id: str) -> None:
+        app = self._apps[app_id]
+        if app.terminal_state is None and not app.cancelled:
+            app.cancelled = True
+            app.cancel_msg = "cancelled by request"
+            await self._stop_in_background(app)
+
+    async def _stop_in_background(self, app: _App) -> None:
+        # Cancel returns at once; the exits are pushed as they happen.
+        app.finisher = app.finisher or asyncio.get_running_loop().create_task(app._finish())
+
+    async def delete(self, app_id: str) -> None:
+        app = self._apps.get(app_id)
+        if app is not None:
+            await self.cancel(app_id)
+            if app.finisher is not None:
+                await app.finisher
+            del self._apps[app_id]
+            req: PopenRequest | None = app.req
+        else:
+            req = self._dormant.pop(app_id, None)
+        if req is not None:
+            shutil.rmtree(req.app_dir, ignore_errors=True)
+
+    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
+        req = PopenRequest(
+            app_id=app_id, app_dir=native["app_dir"],
+            replicas=[ReplicaSpec(role=r["role"], replica_id=r["replica_id"], args=[], env={},
+                                  cwd="", log_dir=r["log_dir"]) for r in native["replicas"]],
+        )
+        self._dormant[app_id] = req
+        if status.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
+            return status
+        return await _settle_after_crash(req, status)
+
+    async def shutdown(self) -> None:
+        live = [a for a in self._apps.values() if a.terminal_state is None]
+        for app in live:
+            if not app.cancelled:
+                app.cancelled = True
+                app.cancel_msg = "cancelled by txd shutdown"
+        await asyncio.gather(*(self._stop_in_background(a) for a in live))
+        await asyncio.gather(*(a.finisher for a in live if a.finisher))
+
+    async def close(self) -> None:
+        for app in self._apps.values():
+            for r in app.replicas:
+                if r.transport is not None:
+                    r.transport.close()
+
+
+async def _settle_after_crash(req: PopenRequest, status: AppStatus) -> AppStatus:
+    """A job the previous daemon left running: stop the replicas still alive, record why."""
+    try:
+        recorded = json.loads((Path(req.app_dir) / "replicas.json").read_text())["replicas"]
+    except (OSError, ValueError, KeyError):
+        recorded = []
+    alive = [r["pid"] for r in recorded
+             if r.get("start_ticks") is not None and _start_ticks(r["pid"]) == r["start_ticks"]]
+    await _stop_strangers(alive)
+    out = AppStatus()
+    out.CopyFrom(status)
+    if alive:
+        out.state = AppState.CANCELLED
+        out.msg = (f"txd restarted after a crash; stopped {len(alive)} replica(s) "
+                   f"still running from before")
+    else:
+        out.state = AppState.FAILED
+        out.msg = "txd stopped unexpectedly while the job ran; its outcome is unknown"
+    for role in out.roles:
+        for replica in role.replicas:
+            if replica.state not in (AppState.SUCCEEDED, AppState.FAILED):
+                replica.state = out.state
+    return out
+
+
+async def _stop_strangers(pids: list[int]) -> None:
+    """SIGTERM, then SIGKILL after the grace period, to process groups that are not our
+    children; their exits are awaited through pidfds, which the loop watches (no polling)."""
+    loop = asyncio.get_running_loop()
+    waits = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        gone = loop.create_future()
+        loop.add_reader(fd, lambda f=gone: f.done() or f.set_result(None))
+        waits.append((fd, gone))
+        _killpg(pid, signal.SIGTERM)
+    try:
+        for sig in (signal.SIGKILL, None):
+            try:
+                async with asyncio.timeout(DRAIN_GRACE):
+                    await asyncio.gather(*(g for _, g in waits))
+                return
+            except TimeoutError:
+                if sig is not None:
+                    for pid in pids:
+                        _killpg(pid, sig)
+    finally:
+        for fd, _ in waits:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+
+def _join_path(role_path: str, caller_path: str, cwd: str, *, prepend_cwd: bool) -> str:
+    parts = [p for p in (role_path + ":" + caller_path).split(":") if p]
+    parts = [cwd, *parts] if prepend_cwd else [*parts, cwd]
+    return ":".join(dict.fromkeys(parts))
+
+
+async def _gpu_count() -> int:
+    """GPUs on this host, from `nvidia-smi -L` (0 when it is missing or fails)."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    with contextlib.suppress(OSError):
+        proc = await asyncio.create_subprocess_exec(
+            "nvidia-smi", "-L", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        )
+        out, _ = await proc.communicate()
+        if proc.returncode == 0:
+            return sum(1 for line in out.decode().splitlines() if line.startswith("GPU "))
+    return 0
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
+    return LocalScheduler(session_name, state_dir=kwargs["state_dir"])

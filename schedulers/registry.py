@@ -1,0 +1,52 @@
+"""Which schedulers exist: the built-in modules, imported only when first used, plus third-party
+ones registered under the entry-point group `txd.schedulers`.
+
+A factory has TorchX's signature, `create_scheduler(session_name, **kwargs) -> Scheduler`; the
+daemon passes `state_dir` (a directory the scheduler may keep files in) among the kwargs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any
+
+from txd.schedulers.api import Scheduler
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "txd.schedulers"
+DEFAULT_SCHEDULER = "local_cwd"
+
+# name -> module defining create_scheduler; the first is the default.
+BUILTIN: dict[str, str] = {
+    "local_cwd": "txd.schedulers.local_cwd",
+}
+
+Factory = Callable[..., Scheduler[Any, Any]]
+
+
+@dataclass
+class Entry:
+    """A scheduler that can be built, or the reason it cannot (`error`)."""
+
+    name: str
+    load: Callable[[], Factory]
+    error: str = ""
+
+
+def discover() -> dict[str, Entry]:
+    """Built-in schedulers, then entry points (which may not shadow a built-in name)."""
+    found = {
+        name: Entry(name, lambda m=module: importlib.import_module(m).create_scheduler)
+        for name, module in BUILTIN.items()
+    }
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in found:
+            log.warning("entry point %s=%s ignored: %s is built in", ep.name, ep.value, ep.name)
+            continue
+        found[ep.name] = Entry(ep.name, ep.load)
+    return found
