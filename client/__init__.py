@@ -9,28 +9,42 @@
         print(c.wait(handle).state)
 
 Imports grpc, protobuf and txd.v1 only: never the daemon, the schedulers or a backend library.
+The names below load on first use, so `txctl --help` (which lives in this package) starts
+without importing gRPC.
 """
 
-from txd.client._async import AsyncClient
-from txd.client._errors import (
-    DeadlineExceededError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-    NotFoundError,
-    TxdError,
-    UnavailableError,
-    UnimplementedError,
-)
-from txd.client._sync import Client
+from __future__ import annotations
 
-__all__ = [
-    "AsyncClient",
-    "Client",
-    "DeadlineExceededError",
-    "FailedPreconditionError",
-    "InvalidArgumentError",
-    "NotFoundError",
-    "TxdError",
-    "UnavailableError",
-    "UnimplementedError",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from txd.client._async import AsyncClient
+    from txd.client._errors import (
+        DeadlineExceededError,
+        FailedPreconditionError,
+        InvalidArgumentError,
+        NotFoundError,
+        TxdError,
+        UnavailableError,
+        UnimplementedError,
+    )
+    from txd.client._sync import Client
+
+_WHERE = {
+    "AsyncClient": "_async",
+    "Client": "_sync",
+    **dict.fromkeys(
+        ["DeadlineExceededError", "FailedPreconditionError", "InvalidArgumentError",
+         "NotFoundError", "TxdError", "UnavailableError", "UnimplementedError"],
+        "_errors",
+    ),
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'txd.client' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"txd.client.{_WHERE[name]}"), name)

@@ -12,12 +12,11 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
+from txd.client._errors import TxdError, from_rpc_error
 from txd.v1 import runner_pb2 as pb
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2_grpc import RunnerStub
 from txd.v1.scheduler_pb2 import RunOpt
-
-from txd.client._errors import TxdError, from_rpc_error
 
 DEFAULT_TIMEOUT = 30.0
 _STREAMS = {"combined": pb.COMBINED, "stdout": pb.STDOUT, "stderr": pb.STDERR}

@@ -1,0 +1,353 @@
+"""`txctl`: the command line client of txd.
+
+Only argparse and the standard library load at start; each command imports what it needs, so
+`txctl --help` imports no gRPC at all and `txctl status` imports gRPC, protobuf and txd.v1 only.
+
+Exit codes: 0 success; 1 the job did not succeed (`run --wait/--log`, `wait`); 2 a bad request
+(unknown handle, invalid app or option, bad arguments); 3 the daemon cannot be reached;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import sys
+from typing import Any
+
+EXIT_JOB_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE = 1, 2, 3
+
+
+class CliError(Exception):
+    """One line for stderr, and the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="txctl", description="Run and manage jobs through the txd daemon.",
+        epilog="Exit codes: 0 ok, 1 job did not succeed, 2 bad request, 3 daemon unreachable.",
+    )
+    p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds allowed for each call (default %(default)s)")
+    p.add_argument("--no-autostart", action="store_true",
+                   help="fail instead of starting a daemon when none answers "
+                        "(env TXD_NO_AUTOSTART=1)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def cmd(name: str, help: str, json: bool = True) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        if json:
+            sp.add_argument("--json", action="store_true", help="print JSON")
+        return sp
+
+    run = cmd("run", "run a component (a builtin like utils.echo, or path/file.py:function)")
+    run.add_argument("-s", "--scheduler", help="scheduler (default: local_cwd, or [cli:run])")
+    run.add_argument("-c", "--cfg", action="append", default=[], metavar="KEY=VALUE,...",
+                     help="scheduler options (see `txctl runopts`); may repeat")
+    run.add_argument("--dryrun", action="store_true", help="show what would be submitted")
+    run.add_argument("--wait", action="store_true", help="wait for the job to end")
+    run.add_argument("--log", action="store_true", help="stream the job's logs until it ends")
+    run.add_argument("--request-id", default="", help="idempotency key: never run twice")
+    run.add_argument("component", nargs="?", help="component name, then its arguments")
+    run.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    for name, help in (("status", "show a job's status"),
+                       ("describe", "show a job's AppDef, options and status")):
+        cmd(name, help).add_argument("handle")
+    wait = cmd("wait", "wait until a job ends; exit 0 only if it succeeded")
+    wait.add_argument("handle")
+    wait.add_argument("--wait-timeout", type=float, help="give up after this many seconds")
+    for name, help in (("cancel", "cancel a job (returns at once)"),
+                       ("delete", "cancel a job if live, then forget it and its logs")):
+        cmd(name, help, json=False).add_argument("handle")
+
+    logs = cmd("logs", "print a job's logs", json=False)
+    logs.add_argument("handle")
+    logs.add_argument("target", nargs="?", default="", metavar="ROLE[/K]",
+                      help="one role, or one replica K of it (default: every replica)")
+    logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
+    logs.add_argument("--regex", default="", help="only lines matching this regex")
+    logs.add_argument("--since", help="only lines written since: ISO time, epoch, or 10s/5m/2h/1d")
+    logs.add_argument("--until", help="only lines written before (same forms as --since)")
+    logs.add_argument("--streams", choices=["combined", "stdout", "stderr"], default="combined")
+
+    lst = cmd("list", "list the jobs txd launched, newest first")
+    lst.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
+    cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
+    cmd("schedulers", "list the schedulers and what they can do")
+    cmd("builtins", "list the builtin components")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_dispatch(args))
+    except CliError as e:
+        print(f"txctl: error: {e}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error. Keep Python from complaining at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "builtins":
+        from txd.client import components
+
+        names = components.builtins()
+        _out({"builtins": names} if args.json else "\n".join(names), args.json)
+        return 0
+    if args.command == "run" and args.dryrun is False and args.component is None:
+        pass  # resolved below from [cli:run] component
+    from txd.client._async import AsyncClient
+    from txd.client._errors import TxdError, UnavailableError
+
+    socket_path = await _ensure_daemon(args)
+    try:
+        async with AsyncClient(socket_path, timeout=args.timeout) as client:
+            return await globals()[f"_cmd_{args.command}"](client, args)
+    except UnavailableError as e:
+        raise CliError(f"{e} (daemon socket {socket_path})", EXIT_UNAVAILABLE) from None
+    except TxdError as e:
+        raise CliError(e.message) from None
+
+
+async def _ensure_daemon(args: argparse.Namespace) -> str:
+    from txd import defaults
+    from txd.client._daemon import is_listening, start_daemon
+
+    path = defaults.socket_path(args.socket)
+    if is_listening(path):
+        return str(path)
+    if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
+        raise CliError(f"no txd daemon answers on {path} (start one with `txd`)",
+                       EXIT_UNAVAILABLE)
+    try:
+        pid = start_daemon(path)
+    except RuntimeError as e:
+        raise CliError(str(e), EXIT_UNAVAILABLE) from None
+    print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
+    return str(path)
+
+
+def _out(data: Any, as_json: bool) -> None:
+    if as_json:
+        from txd.client._format import dumps
+
+        print(dumps(data))
+    elif data != "":
+        print(data)
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+_CFG_PAIR = re.compile(r"[,;](?=\s*[A-Za-z_][\w.-]*=)")
+
+
+def parse_cfg(items: list[str]) -> dict[str, str]:
+    """`-c a=1,b=x,y,c=2` -> {"a": "1", "b": "x,y", "c": "2"}: a comma or semicolon starts a new
+    pair only when a `key=` follows, so list values keep their commas."""
+    out: dict[str, str] = {}
+    for item in items:
+        for pair in _CFG_PAIR.split(item):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise CliError(f"bad -c value {pair!r}: expected KEY=VALUE")
+            out[key.strip()] = value
+    return out
+
+
+async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
+    from txd.client import components
+    from txd.client._format import app_text, status_text, to_dict
+    from txd.client.config import ConfigError, load_config
+
+    try:
+        config = load_config()
+    except ConfigError as e:
+        raise CliError(str(e)) from None
+    spec = args.component or config.cli_default("run", "component")
+    if not spec:
+        raise CliError("missing component: `txctl run COMPONENT [ARGS...]` (see `txctl builtins`)")
+    scheduler = args.scheduler or config.cli_default("run", "scheduler") or "local_cwd"
+    try:
+        app = components.resolve(spec, list(args.args), defaults=config.component_defaults(spec))
+    except components.ComponentHelp as h:
+        print(h.text)
+        return 0
+    except components.ComponentError as e:
+        raise CliError(str(e)) from None
+    cfg: dict[str, Any] = {**config.scheduler_cfg(scheduler), **parse_cfg(args.cfg)}
+    if args.dryrun:
+        resp = await client.dryrun(app, scheduler, cfg)
+        if args.json:
+            _out(to_dict(resp), True)
+        else:
+            print(f"=== APPLICATION ===\n{app_text(resp.app)}\n")
+            print(f"=== SCHEDULER REQUEST ({resp.scheduler}) ===\n{resp.request}")
+        return 0
+    handle = await client.run(app, scheduler, cfg, request_id=args.request_id)
+    print(handle, flush=True)
+    if not (args.wait or args.log):
+        return 0
+    if args.log:
+        await _print_logs(client, handle, "", None, follow=True)
+    status = await client.wait(handle)
+    _out(to_dict(status) if args.json else status_text(status), args.json)
+    return _job_exit(status.state)
+
+
+def _job_exit(state: int) -> int:
+    from txd.v1.app_pb2 import AppState
+
+    return 0 if state == AppState.SUCCEEDED else EXIT_JOB_FAILED
+
+
+async def _cmd_status(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import status_text, to_dict
+
+    status = await client.status(args.handle)
+    _out(to_dict(status) if args.json else status_text(status), args.json)
+    return 0
+
+
+async def _cmd_wait(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._errors import DeadlineExceededError
+    from txd.client._format import status_text, to_dict
+
+    try:
+        status = await client.wait(args.handle, timeout=args.wait_timeout)
+    except DeadlineExceededError:
+        raise CliError(f"{args.handle} still not done after {args.wait_timeout}s",
+                       EXIT_JOB_FAILED) from None
+    _out(to_dict(status) if args.json else status_text(status), args.json)
+    return _job_exit(status.state)
+
+
+async def _cmd_describe(client: Any, args: argparse.Namespace) -> int:
+    from txd.cfgvalue import from_cfg_value
+    from txd.client._format import app_text, status_text, to_dict
+
+    resp = await client.describe(args.handle)
+    if args.json:
+        _out(to_dict(resp), True)
+        return 0
+    cfg = "\n".join(f"  {k} = {from_cfg_value(v)!r}" for k, v in sorted(resp.cfg.items()))
+    print(f"{app_text(resp.app)}\noptions:\n{cfg or '  (none)'}\n{status_text(resp.status)}")
+    return 0
+
+
+async def _cmd_cancel(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import state_name
+
+    status = await client.cancel(args.handle)
+    print(f"{args.handle}: cancel requested (state {state_name(status.state)})")
+    return 0
+
+
+async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
+    await client.delete(args.handle)
+    return 0
+
+
+async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import list_text, to_dict
+
+    apps = await client.list(args.scheduler)
+    _out([to_dict(a) for a in apps] if args.json else list_text(apps), args.json)
+    return 0
+
+
+async def _cmd_runopts(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import runopts_text, to_dict
+
+    if args.scheduler:
+        names = [args.scheduler]
+    else:
+        names = [s.name for s in (await client.schedulers()).schedulers if not s.load_error]
+    result = {name: await client.runopts(name) for name in names}
+    if args.json:
+        _out({n: [to_dict(o) for o in opts] for n, opts in result.items()}, True)
+    else:
+        print("\n".join(runopts_text(n, opts) for n, opts in result.items()))
+    return 0
+
+
+async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import schedulers_text, to_dict
+
+    resp = await client.schedulers()
+    _out(to_dict(resp) if args.json else schedulers_text(resp.schedulers, resp.default_scheduler),
+         args.json)
+    return 0
+
+
+async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
+    role, _, k = args.target.partition("/")
+    if k and not k.isdigit():
+        raise CliError(f"bad replica {k!r} in {args.target!r}: expected ROLE/K with K a number")
+    await _print_logs(client, args.handle, role, int(k) if k else None, follow=args.follow,
+                      regex=args.regex, since=_when(args.since), until=_when(args.until),
+                      streams=args.streams)
+    return 0
+
+
+async def _print_logs(client: Any, handle: str, role: str, replica: int | None, *,
+                      follow: bool, **kw: Any) -> None:
+    """Writes log chunks to stdout as they come; with several replicas each line is prefixed
+    with `role/k `, tracked per replica because a chunk may end mid-line."""
+    out = sys.stdout.buffer
+    at_line_start: dict[tuple[str, int], bool] = {}
+    prefix_needed: bool | None = None
+    async for chunk in client.logs(handle, role, replica, follow=follow, **kw):
+        if prefix_needed is None:
+            desc = await client.describe(handle)
+            roles = [r for r in desc.app.roles if not role or r.name == role]
+            prefix_needed = replica is None and sum(r.num_replicas for r in roles) > 1
+        data = chunk.data
+        if prefix_needed:
+            key = (chunk.role, chunk.replica)
+            prefix = f"{chunk.role}/{chunk.replica} ".encode()
+            body = data[:-1].replace(b"\n", b"\n" + prefix) + data[-1:]
+            data = (prefix if at_line_start.get(key, True) else b"") + body
+            at_line_start[key] = chunk.data.endswith(b"\n")
+        out.write(data)
+        out.flush()
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def _when(text: str | None) -> Any:
+    """--since/--until: an ISO 8601 time, seconds since the epoch, or an age like 90s/5m/2h/1d."""
+    import datetime as dt
+
+    if not text:
+        return None
+    if m := _RELATIVE.match(text):
+        seconds = float(m[1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
+        return dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)
+    try:
+        return dt.datetime.fromtimestamp(float(text), dt.UTC)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise CliError(f"bad time {text!r}: use ISO 8601, epoch seconds, or 30s/5m/2h/1d") from None
+    return when if when.tzinfo else when.astimezone()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

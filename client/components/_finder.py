@@ -1,0 +1,138 @@
+"""Find a component function (builtin name or `path/to/file.py:function`) and materialize it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from txd.client.components._parser import Component, ComponentError, ComponentHelp, evaluate
+from txd.v1 import AppDef
+
+# Builtins are the public AppDef-returning functions of these sibling modules.
+_BUILTIN_MODULES = ("dist", "utils")
+_builtin_cache: dict[str, Callable[..., Any]] | None = None
+
+
+def _builtin_functions() -> dict[str, Callable[..., Any]]:
+    global _builtin_cache
+    if _builtin_cache is None:
+        import importlib
+        import types
+
+        found: dict[str, Callable[..., Any]] = {}
+        for short in _BUILTIN_MODULES:
+            module = importlib.import_module(f"{__package__}.{short}")
+            for attr, obj in vars(module).items():
+                if (
+                    not attr.startswith("_")
+                    and isinstance(obj, types.FunctionType)
+                    and obj.__module__ == module.__name__
+                    and _returns_appdef(obj)
+                ):
+                    found[f"{short}.{attr}"] = obj
+        _builtin_cache = found
+    return _builtin_cache
+
+
+def _returns_appdef(fn: Callable[..., Any]) -> bool:
+    annotation = getattr(fn, "__annotations__", {}).get("return")
+    try:
+        return evaluate(annotation, dict(fn.__globals__)) is AppDef  # type: ignore[attr-defined]
+    except Exception:
+        return False
+
+
+def builtins() -> list[str]:
+    """Sorted names (`<module>.<function>`) of the builtin components."""
+    return sorted(_builtin_functions())
+
+
+def resolve(
+    spec: str,
+    args: list[str],
+    *,
+    defaults: Mapping[str, str] | None = None,
+    prog: str = "txctl run",
+) -> AppDef:
+    """Build the AppDef of component `spec` from its command-line `args`.
+
+    `spec` is a builtin name (`utils.echo`) or `path/to/file.py:function` (relative to the cwd or
+    absolute). `defaults` (string values, e.g. from a `[component:NAME]` config section) replace
+    the function's declared defaults. Raises ComponentError for anything the user got wrong and
+    ComponentHelp when `--help` is among the component's options.
+    """
+    defaults = dict(defaults or {})
+    component = Component(_find(spec), spec)
+    if component.wants_help(args):
+        raise ComponentHelp(component.help(prog, defaults))
+    return component.call(component.parse(args, defaults))
+
+
+def _find(spec: str) -> Callable[..., Any]:
+    path, sep, function = spec.rpartition(":")
+    if sep and (path.endswith(".py") or "/" in path or os.sep in path):
+        if not function:
+            raise ComponentError(f"missing function name in {spec!r} (expected FILE.py:FUNCTION)")
+        return _from_file(path, function)
+    if spec.endswith(".py"):
+        raise ComponentError(f"missing function name in {spec!r} (expected {spec}:FUNCTION)")
+    table = _builtin_functions()
+    fn = table.get(spec)
+    if fn is None:
+        import difflib
+
+        close = difflib.get_close_matches(spec, list(table), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ComponentError(
+            f"unknown component {spec!r}{hint} (builtins: {', '.join(sorted(table))}; "
+            "or use path/to/file.py:function)"
+        )
+    return fn
+
+
+def _from_file(path: str, function: str) -> Callable[..., Any]:
+    import types
+
+    full = os.path.abspath(os.path.expanduser(path))
+    try:
+        with open(full, "rb") as f:
+            source = f.read()
+    except FileNotFoundError:
+        raise ComponentError(f"component file not found: {path}") from None
+    except OSError as exc:
+        raise ComponentError(f"cannot read component file {path}: {exc.strerror}") from None
+
+    # Executed like a script (no bytecode cache written next to the user's file) but registered
+    # as a module, so dataclasses/typing in the file can find it through sys.modules.
+    stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(full))[0])
+    module = types.ModuleType(f"_txd_component_{stem}")
+    module.__file__ = full
+    try:
+        code = compile(source, full, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise ComponentError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from None
+    sys.modules[module.__name__] = module
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        raise ComponentError(
+            f"failed to load component file {path}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+    fn = module.__dict__.get(function)
+    if fn is None:
+        import difflib
+
+        candidates = [
+            name
+            for name, obj in module.__dict__.items()
+            if callable(obj) and not name.startswith("_") and not isinstance(obj, type)
+        ]
+        close = difflib.get_close_matches(function, candidates, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ComponentError(f"function {function!r} not found in {path}{hint}")
+    if not callable(fn) or isinstance(fn, type):
+        raise ComponentError(f"{function!r} in {path} is not a function")
+    return fn
