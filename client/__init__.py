@@ -35,8 +35,15 @@ _WHERE = {
     "AsyncClient": "_async",
     "Client": "_sync",
     **dict.fromkeys(
-        ["DeadlineExceededError", "FailedPreconditionError", "InvalidArgumentError",
-         "NotFoundError", "TxdError", "UnavailableError", "UnimplementedError"],
+        [
+            "DeadlineExceededError",
+            "FailedPreconditionError",
+            "InvalidArgumentError",
+            "NotFoundError",
+            "TxdError",
+            "UnavailableError",
+            "UnimplementedError",
+        ],
         "_errors",
     ),
 }

@@ -37,8 +37,9 @@ class AsyncClient:
     except wait(); streams and wait() run until they end unless given a timeout of their own.
     """
 
-    def __init__(self, socket: str | Path | None = None, *,
-                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+    ) -> None:
         self.socket_path = defaults.socket_path(str(socket) if socket else None)
         self.timeout = timeout
         self._channel: grpc.aio.Channel | None = None
@@ -47,8 +48,12 @@ class AsyncClient:
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close()
 
     async def close(self) -> None:
@@ -66,12 +71,14 @@ class AsyncClient:
     async def _call(self, method: str, request: Any, timeout: float | None = -1.0) -> Any:
         try:
             return await getattr(self.stub, method)(
-                request, timeout=self.timeout if timeout == -1.0 else timeout)
+                request, timeout=self.timeout if timeout == -1.0 else timeout
+            )
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    async def _stream(self, method: str, request: Any,
-                      timeout: float | None = None) -> AsyncIterator[Any]:
+    async def _stream(
+        self, method: str, request: Any, timeout: float | None = None
+    ) -> AsyncIterator[Any]:
         call = getattr(self.stub, method)(request, timeout=timeout)
         try:
             async for item in call:
@@ -83,26 +90,48 @@ class AsyncClient:
 
     # -- jobs ------------------------------------------------------------------------------
 
-    async def run(self, app: AppDef, scheduler: str = "", cfg: Mapping[str, CfgVal] | None = None,
-                  *, cwd: str | None = None, env: Mapping[str, str] | None = None,
-                  request_id: str = "") -> str:
+    async def run(
+        self,
+        app: AppDef,
+        scheduler: str = "",
+        cfg: Mapping[str, CfgVal] | None = None,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        request_id: str = "",
+    ) -> str:
         """Submits app; returns its handle. cwd/env default to this process's (local_cwd runs
         the job from there). A request_id makes retries safe: the same id never runs twice."""
         import os
 
-        req = pb.RunRequest(app=app, scheduler=scheduler, cfg=_cfg(cfg),
-                            cwd=cwd or os.getcwd(), env=dict(os.environ if env is None else env),
-                            request_id=request_id)
+        req = pb.RunRequest(
+            app=app,
+            scheduler=scheduler,
+            cfg=_cfg(cfg),
+            cwd=cwd or os.getcwd(),
+            env=dict(os.environ if env is None else env),
+            request_id=request_id,
+        )
         return (await self._call("Run", req)).app_handle
 
-    async def dryrun(self, app: AppDef, scheduler: str = "",
-                     cfg: Mapping[str, CfgVal] | None = None, *, cwd: str | None = None,
-                     env: Mapping[str, str] | None = None) -> pb.DryRunResponse:
+    async def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str = "",
+        cfg: Mapping[str, CfgVal] | None = None,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> pb.DryRunResponse:
         import os
 
-        req = pb.DryRunRequest(app=app, scheduler=scheduler, cfg=_cfg(cfg),
-                               cwd=cwd or os.getcwd(),
-                               env=dict(os.environ if env is None else env))
+        req = pb.DryRunRequest(
+            app=app,
+            scheduler=scheduler,
+            cfg=_cfg(cfg),
+            cwd=cwd or os.getcwd(),
+            env=dict(os.environ if env is None else env),
+        )
         return await self._call("DryRun", req)
 
     async def status(self, handle: str) -> AppStatus:
@@ -130,16 +159,31 @@ class AsyncClient:
     async def delete(self, handle: str) -> None:
         await self._call("Delete", pb.DeleteRequest(app_handle=handle))
 
-    async def logs(self, handle: str, role: str = "", replica: int | None = None, *,
-                   regex: str = "", since: dt.datetime | None = None,
-                   until: dt.datetime | None = None, follow: bool = False,
-                   streams: str = "combined") -> AsyncIterator[pb.LogsResponse]:
+    async def logs(
+        self,
+        handle: str,
+        role: str = "",
+        replica: int | None = None,
+        *,
+        regex: str = "",
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        follow: bool = False,
+        streams: str = "combined",
+    ) -> AsyncIterator[pb.LogsResponse]:
         """Chunks of raw log bytes, each tagged with its role and replica."""
         if streams not in _STREAMS:
             raise ValueError(f"streams must be one of {', '.join(_STREAMS)}, not {streams!r}")
-        req = pb.LogsRequest(app_handle=handle, role=role, replica=replica, regex=regex,
-                             since=_timestamp(since), until=_timestamp(until), follow=follow,
-                             streams=_STREAMS[streams])
+        req = pb.LogsRequest(
+            app_handle=handle,
+            role=role,
+            replica=replica,
+            regex=regex,
+            since=_timestamp(since),
+            until=_timestamp(until),
+            follow=follow,
+            streams=_STREAMS[streams],
+        )
         async for chunk in self._stream("Logs", req):
             yield chunk
 

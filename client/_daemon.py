@@ -35,10 +35,21 @@ def start_daemon(path: Path) -> int:
     read_end, write_end = os.pipe()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "txd.daemon", "--socket", str(path),
-             "--ready-fd", str(write_end)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_end,),
-            start_new_session=True, close_fds=True,
+            [
+                sys.executable,
+                "-m",
+                "txd.daemon",
+                "--socket",
+                str(path),
+                "--ready-fd",
+                str(write_end),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(write_end,),
+            start_new_session=True,
+            close_fds=True,
         )
     os.close(write_end)
     try:

@@ -41,8 +41,17 @@ class DeadlineExceededError(TxdError):
     code = "DEADLINE_EXCEEDED"
 
 
-_BY_CODE = {cls.code: cls for cls in (InvalidArgumentError, NotFoundError, FailedPreconditionError,
-                                      UnimplementedError, UnavailableError, DeadlineExceededError)}
+_BY_CODE = {
+    cls.code: cls
+    for cls in (
+        InvalidArgumentError,
+        NotFoundError,
+        FailedPreconditionError,
+        UnimplementedError,
+        UnavailableError,
+        DeadlineExceededError,
+    )
+}
 
 
 def from_rpc_error(err: grpc.RpcError) -> TxdError:

@@ -14,8 +14,9 @@ from txd.v1.scheduler_pb2 import OptType, RunOpt, SchedulerInfo
 
 
 def to_dict(msg: Message) -> dict[str, Any]:
-    return MessageToDict(msg, preserving_proto_field_name=True,
-                         always_print_fields_with_no_presence=True)
+    return MessageToDict(
+        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
 
 
 def dumps(data: Any) -> str:
@@ -59,8 +60,9 @@ def status_text(status: AppStatus) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join(fmt.format(*row).rstrip() for row in [list(headers), *rows])
 
@@ -90,8 +92,14 @@ def app_text(app: AppDef) -> str:
     return "\n".join(lines)
 
 
-_TYPE_NAMES = {OptType.STR: "str", OptType.INT: "int", OptType.FLOAT: "float",
-               OptType.BOOL: "bool", OptType.LIST: "list[str]", OptType.DICT: "dict[str, str]"}
+_TYPE_NAMES = {
+    OptType.STR: "str",
+    OptType.INT: "int",
+    OptType.FLOAT: "float",
+    OptType.BOOL: "bool",
+    OptType.LIST: "list[str]",
+    OptType.DICT: "dict[str, str]",
+}
 
 
 def _default(opt: RunOpt) -> str:

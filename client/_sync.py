@@ -20,16 +20,21 @@ class Client:
     a running event loop (use AsyncClient there).
     """
 
-    def __init__(self, socket: str | Path | None = None, *,
-                 timeout: float | None = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+    ) -> None:
         self._runner = asyncio.Runner()
         self._async = AsyncClient(socket, timeout=timeout)
 
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def close(self) -> None:

@@ -30,15 +30,22 @@ class CliError(Exception):
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="txctl", description="Run and manage jobs through the txd daemon.",
+        prog="txctl",
+        description="Run and manage jobs through the txd daemon.",
         epilog="Exit codes: 0 ok, 1 job did not succeed, 2 bad request, 3 daemon unreachable.",
     )
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds allowed for each call (default %(default)s)")
-    p.add_argument("--no-autostart", action="store_true",
-                   help="fail instead of starting a daemon when none answers "
-                        "(env TXD_NO_AUTOSTART=1)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds allowed for each call (default %(default)s)",
+    )
+    p.add_argument(
+        "--no-autostart",
+        action="store_true",
+        help="fail instead of starting a daemon when none answers (env TXD_NO_AUTOSTART=1)",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def cmd(name: str, help: str, json: bool = True) -> argparse.ArgumentParser:
@@ -49,8 +56,14 @@ def _parser() -> argparse.ArgumentParser:
 
     run = cmd("run", "run a component (a builtin like utils.echo, or path/file.py:function)")
     run.add_argument("-s", "--scheduler", help="scheduler (default: local_cwd, or [cli:run])")
-    run.add_argument("-c", "--cfg", action="append", default=[], metavar="KEY=VALUE,...",
-                     help="scheduler options (see `txctl runopts`); may repeat")
+    run.add_argument(
+        "-c",
+        "--cfg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="scheduler options (see `txctl runopts`); may repeat",
+    )
     run.add_argument("--dryrun", action="store_true", help="show what would be submitted")
     run.add_argument("--wait", action="store_true", help="wait for the job to end")
     run.add_argument("--log", action="store_true", help="stream the job's logs until it ends")
@@ -58,20 +71,29 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("component", nargs="?", help="component name, then its arguments")
     run.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    for name, help in (("status", "show a job's status"),
-                       ("describe", "show a job's AppDef, options and status")):
+    for name, help in (
+        ("status", "show a job's status"),
+        ("describe", "show a job's AppDef, options and status"),
+    ):
         cmd(name, help).add_argument("handle")
     wait = cmd("wait", "wait until a job ends; exit 0 only if it succeeded")
     wait.add_argument("handle")
     wait.add_argument("--wait-timeout", type=float, help="give up after this many seconds")
-    for name, help in (("cancel", "cancel a job (returns at once)"),
-                       ("delete", "cancel a job if live, then forget it and its logs")):
+    for name, help in (
+        ("cancel", "cancel a job (returns at once)"),
+        ("delete", "cancel a job if live, then forget it and its logs"),
+    ):
         cmd(name, help, json=False).add_argument("handle")
 
     logs = cmd("logs", "print a job's logs", json=False)
     logs.add_argument("handle")
-    logs.add_argument("target", nargs="?", default="", metavar="ROLE[/K]",
-                      help="one role, or one replica K of it (default: every replica)")
+    logs.add_argument(
+        "target",
+        nargs="?",
+        default="",
+        metavar="ROLE[/K]",
+        help="one role, or one replica K of it (default: every replica)",
+    )
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     logs.add_argument("--regex", default="", help="only lines matching this regex")
     logs.add_argument("--since", help="only lines written since: ISO time, epoch, or 10s/5m/2h/1d")
@@ -131,8 +153,7 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     if is_listening(path):
         return str(path)
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
-        raise CliError(f"no txd daemon answers on {path} (start one with `txd`)",
-                       EXIT_UNAVAILABLE)
+        raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", EXIT_UNAVAILABLE)
     try:
         pid = start_daemon(path)
     except RuntimeError as e:
@@ -229,8 +250,9 @@ async def _cmd_wait(client: Any, args: argparse.Namespace) -> int:
     try:
         status = await client.wait(args.handle, timeout=args.wait_timeout)
     except DeadlineExceededError:
-        raise CliError(f"{args.handle} still not done after {args.wait_timeout}s",
-                       EXIT_JOB_FAILED) from None
+        raise CliError(
+            f"{args.handle} still not done after {args.wait_timeout}s", EXIT_JOB_FAILED
+        ) from None
     _out(to_dict(status) if args.json else status_text(status), args.json)
     return _job_exit(status.state)
 
@@ -288,8 +310,10 @@ async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import schedulers_text, to_dict
 
     resp = await client.schedulers()
-    _out(to_dict(resp) if args.json else schedulers_text(resp.schedulers, resp.default_scheduler),
-         args.json)
+    _out(
+        to_dict(resp) if args.json else schedulers_text(resp.schedulers, resp.default_scheduler),
+        args.json,
+    )
     return 0
 
 
@@ -297,14 +321,23 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
     role, _, k = args.target.partition("/")
     if k and not k.isdigit():
         raise CliError(f"bad replica {k!r} in {args.target!r}: expected ROLE/K with K a number")
-    await _print_logs(client, args.handle, role, int(k) if k else None, follow=args.follow,
-                      regex=args.regex, since=_when(args.since), until=_when(args.until),
-                      streams=args.streams)
+    await _print_logs(
+        client,
+        args.handle,
+        role,
+        int(k) if k else None,
+        follow=args.follow,
+        regex=args.regex,
+        since=_when(args.since),
+        until=_when(args.until),
+        streams=args.streams,
+    )
     return 0
 
 
-async def _print_logs(client: Any, handle: str, role: str, replica: int | None, *,
-                      follow: bool, **kw: Any) -> None:
+async def _print_logs(
+    client: Any, handle: str, role: str, replica: int | None, *, follow: bool, **kw: Any
+) -> None:
     """Writes log chunks to stdout as they come; with several replicas each line is prefixed
     with `role/k `, tracked per replica because a chunk may end mid-line."""
     out = sys.stdout.buffer

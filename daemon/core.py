@@ -140,7 +140,9 @@ class Core:
         except Exception as e:
             self._load_errors[name] = f"{type(e).__name__}: {e}"
             log.exception("scheduler %s failed to load", name)
-            raise FailedPrecondition(f"scheduler {name} is unusable: {self._load_errors[name]}")
+            raise FailedPrecondition(
+                f"scheduler {name} is unusable: {self._load_errors[name]}"
+            ) from None
         sched.subscribe(lambda app_id, n=name: self._on_notify(n, app_id))
         self._schedulers[name] = sched
         return sched
@@ -150,8 +152,11 @@ class Core:
         for name in self._entries:
             try:
                 sched = self.scheduler(name)
-                out.append(SchedulerInfo(name=name, description=sched.description,
-                                         capabilities=sched.capabilities))
+                out.append(
+                    SchedulerInfo(
+                        name=name, description=sched.description, capabilities=sched.capabilities
+                    )
+                )
             except TxdError:
                 out.append(SchedulerInfo(name=name, load_error=self._load_errors.get(name, "")))
         return out
@@ -211,9 +216,17 @@ class Core:
         handle = f"{name}://{self.session}/{app_id}"
         status = await sched.describe(app_id) or AppStatus(state=AppState.SUBMITTED)
         cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
-        rec = JobRecord(handle=handle, scheduler=name, app_id=app_id, created=time.time(),
-                        app=info.app, status=AppStatus(), cfg=cfg, native=info.native,
-                        request_id=req.request_id or None)
+        rec = JobRecord(
+            handle=handle,
+            scheduler=name,
+            app_id=app_id,
+            created=time.time(),
+            app=info.app,
+            status=AppStatus(),
+            cfg=cfg,
+            native=info.native,
+            request_id=req.request_id or None,
+        )
         rec.status.created.CopyFrom(_now())
         job = LiveJob(rec)
         self._fill_identity(job, status)

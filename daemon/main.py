@@ -25,25 +25,42 @@ def _use_pidfd_child_watcher() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txd", description="the txd job launcher daemon")
-    parser.add_argument("--socket", help=f"Unix socket to serve on (env {defaults.SOCKET_ENV}; "
-                        f"default {defaults.socket_path()})")
+    parser.add_argument(
+        "--socket",
+        help=f"Unix socket to serve on (env {defaults.SOCKET_ENV}; "
+        f"default {defaults.socket_path()})",
+    )
     parser.add_argument("--state-dir", help=f"registry and logs (default {defaults.state_dir()})")
-    parser.add_argument("--session", default=defaults.SESSION,
-                        help="session name in app handles (default %(default)s)")
-    parser.add_argument("--grace", type=float, default=5.0,
-                        help="seconds given to replicas and calls at shutdown "
-                        "(default %(default)s)")
+    parser.add_argument(
+        "--session",
+        default=defaults.SESSION,
+        help="session name in app handles (default %(default)s)",
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        help="seconds given to replicas and calls at shutdown (default %(default)s)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s txd %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
+    )
     from txd.daemon.server import AlreadyRunning, serve
 
     _use_pidfd_child_watcher()
     try:
-        asyncio.run(serve(defaults.socket_path(args.socket), defaults.state_dir(args.state_dir),
-                          args.session, args.grace, args.ready_fd))
+        asyncio.run(
+            serve(
+                defaults.socket_path(args.socket),
+                defaults.state_dir(args.state_dir),
+                args.session,
+                args.grace,
+                args.ready_fd,
+            )
+        )
     except AlreadyRunning as e:
         print(f"txd: {e}", file=sys.stderr)
         return 1

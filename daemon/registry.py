@@ -62,9 +62,18 @@ class Registry:
     def insert(self, rec: JobRecord) -> None:
         self._db.execute(
             "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (rec.handle, rec.scheduler, rec.app_id, rec.request_id, rec.created,
-             rec.status.state, rec.app.SerializeToString(), rec.status.SerializeToString(),
-             json.dumps(rec.cfg), json.dumps(rec.native)),
+            (
+                rec.handle,
+                rec.scheduler,
+                rec.app_id,
+                rec.request_id,
+                rec.created,
+                rec.status.state,
+                rec.app.SerializeToString(),
+                rec.status.SerializeToString(),
+                json.dumps(rec.cfg),
+                json.dumps(rec.native),
+            ),
         )
 
     def update_status(self, handle: str, status: AppStatus) -> None:
@@ -103,7 +112,13 @@ class Registry:
 def _record(row: tuple[Any, ...]) -> JobRecord:
     handle, scheduler, app_id, request_id, created, _state, app, status, cfg, native = row
     return JobRecord(
-        handle=handle, scheduler=scheduler, app_id=app_id, request_id=request_id,
-        created=created, app=AppDef.FromString(app), status=AppStatus.FromString(status),
-        cfg=json.loads(cfg), native=json.loads(native),
+        handle=handle,
+        scheduler=scheduler,
+        app_id=app_id,
+        request_id=request_id,
+        created=created,
+        app=AppDef.FromString(app),
+        status=AppStatus.FromString(status),
+        cfg=json.loads(cfg),
+        native=json.loads(native),
     )

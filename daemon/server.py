@@ -49,8 +49,13 @@ async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server,
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable_server_reflection(
-        [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME], server)
+        [
+            SERVICE,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
     os.chmod(socket_path, 0o600)

@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from txd.daemon.core import Core, cfg_values
 from txd.schedulers import errors
+from txd.schedulers.registry import DEFAULT_SCHEDULER
 from txd.v1 import runner_pb2 as pb
 from txd.v1 import runner_pb2_grpc
 
@@ -68,8 +69,13 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
 
     @_mapped
     async def DryRun(self, request: pb.DryRunRequest, context: Any) -> pb.DryRunResponse:
-        run = pb.RunRequest(app=request.app, scheduler=request.scheduler, cfg=request.cfg,
-                            cwd=request.cwd, env=request.env)
+        run = pb.RunRequest(
+            app=request.app,
+            scheduler=request.scheduler,
+            cfg=request.cfg,
+            cwd=request.cwd,
+            env=request.env,
+        )
         app, scheduler, text = await self.core.dryrun(run)
         return pb.DryRunResponse(app=app, scheduler=scheduler, request=text)
 
@@ -82,7 +88,9 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         return pb.WaitResponse(status=await self.core.wait(request.app_handle))
 
     @_mapped
-    async def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[pb.WatchResponse]:
+    async def Watch(
+        self, request: pb.WatchRequest, context: Any
+    ) -> AsyncIterator[pb.WatchResponse]:
         async for status in self.core.watch(request.app_handle):
             yield pb.WatchResponse(status=status)
 
@@ -110,11 +118,12 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
             yield chunk
 
     @_mapped
-    async def Schedulers(self, request: pb.SchedulersRequest, context: Any) -> pb.SchedulersResponse:
-        from txd.schedulers.registry import DEFAULT_SCHEDULER
-
-        return pb.SchedulersResponse(schedulers=self.core.scheduler_infos(),
-                                     default_scheduler=DEFAULT_SCHEDULER)
+    async def Schedulers(
+        self, request: pb.SchedulersRequest, context: Any
+    ) -> pb.SchedulersResponse:
+        return pb.SchedulersResponse(
+            schedulers=self.core.scheduler_infos(), default_scheduler=DEFAULT_SCHEDULER
+        )
 
     @_mapped
     async def RunOpts(self, request: pb.RunOptsRequest, context: Any) -> pb.RunOptsResponse:

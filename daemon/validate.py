@@ -109,8 +109,9 @@ def _check_mount(field: str, mount) -> None:  # type: ignore[no-untyped-def]
         if not m.permissions:
             m.permissions = "rwm"
         if set(m.permissions) - set("rwm"):
-            raise InvalidArgument(f"{field}.device.permissions",
-                                  f"{m.permissions!r} is not a subset of 'rwm'")
+            raise InvalidArgument(
+                f"{field}.device.permissions", f"{m.permissions!r} is not a subset of 'rwm'"
+            )
     elif not m.dst_path:
         raise InvalidArgument(f"{field}.{kind}.dst_path", "must not be empty")
 

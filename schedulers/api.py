@@ -162,7 +162,9 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     # -- control ----------------------------------------------------------------------------
 
     async def cancel(self, app_id: str) -> None:
-        """Requests cancellation; returns without waiting. A no-op for an unknown or terminal job."""
+        """Requests cancellation and returns without waiting for it.
+
+        A no-op for an unknown or terminal job."""
         status = await self.describe(app_id)
         if status is not None and not is_terminal(status.state):
             await self._cancel_existing(app_id)
@@ -215,7 +217,9 @@ class Macros:
     def substitute(self, text: str) -> str:
         # safe_substitute: unknown ${x} stay as they are, $$ becomes $.
         return string.Template(text).safe_substitute(
-            img_root=self.img_root, app_id=self.app_id, replica_id=self.replica_id,
+            img_root=self.img_root,
+            app_id=self.app_id,
+            replica_id=self.replica_id,
             rank0_env=self.rank0_env,
         )
 

@@ -223,9 +223,13 @@ class _App:
             "app_id": self.req.app_id,
             "final_state": AppState.Name(self.terminal_state) if self.terminal_state else None,
             "replicas": [
-                {"role": r.spec.role, "replica_id": r.spec.replica_id, "pid": r.pid,
-                 "start_ticks": _start_ticks(r.pid) if self.terminal_state is None else None,
-                 "exit_code": None if r.returncode is None else _exit_code(r.returncode)}
+                {
+                    "role": r.spec.role,
+                    "replica_id": r.spec.replica_id,
+                    "pid": r.pid,
+                    "start_ticks": _start_ticks(r.pid) if self.terminal_state is None else None,
+                    "exit_code": None if r.returncode is None else _exit_code(r.returncode),
+                }
                 for r in self.replicas
             ],
         }
@@ -246,8 +250,16 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     name = "local_cwd"
     description = "processes on this host, started in the caller's working directory"
     capabilities = Capabilities(
-        logs=True, log_follow=True, log_since_until=True, log_streams=True, cancel=True,
-        delete=True, list=True, describe=True, distributed=True, push_status=True,
+        logs=True,
+        log_follow=True,
+        log_since_until=True,
+        log_streams=True,
+        cancel=True,
+        delete=True,
+        list=True,
+        describe=True,
+        distributed=True,
+        push_status=True,
     )
     Opts = LocalOpts
 
@@ -272,8 +284,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         replicas = []
         for i, role in enumerate(app.roles):
             for k in range(num_replicas(role)):
-                macros = Macros(img_root=ctx.cwd, app_id=app_id, replica_id=str(k),
-                                rank0_env=RANK0_ENV)
+                macros = Macros(
+                    img_root=ctx.cwd, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV
+                )
                 r = macros.apply(role)
                 log_dir = app_dir / role.name / str(k)
                 env = dict(ctx.env)
@@ -281,8 +294,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 env[RANK0_ENV] = "localhost"
                 env.setdefault("PYTHONUNBUFFERED", "x")
                 env.setdefault("TORCHELASTIC_ERROR_FILE", str(log_dir / "error.json"))
-                env["PATH"] = _join_path(r.env.get("PATH", ""), ctx.env.get("PATH", ""),
-                                         ctx.cwd, prepend_cwd=opts.prepend_cwd)
+                env["PATH"] = _join_path(
+                    r.env.get("PATH", ""),
+                    ctx.env.get("PATH", ""),
+                    ctx.cwd,
+                    prepend_cwd=opts.prepend_cwd,
+                )
                 if (role.name, k) in cuda:
                     env["CUDA_VISIBLE_DEVICES"] = cuda[(role.name, k)]
                 if shutil.which(r.entrypoint, path=env["PATH"]) is None and not (
@@ -293,26 +310,50 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                         f"{r.entrypoint!r} is not an executable found on the caller's PATH "
                         f"or relative to {ctx.cwd}",
                     )
-                replicas.append(ReplicaSpec(role=role.name, replica_id=k,
-                                            args=[r.entrypoint, *r.args], env=env, cwd=ctx.cwd,
-                                            log_dir=str(log_dir)))
+                replicas.append(
+                    ReplicaSpec(
+                        role=role.name,
+                        replica_id=k,
+                        args=[r.entrypoint, *r.args],
+                        env=env,
+                        cwd=ctx.cwd,
+                        log_dir=str(log_dir),
+                    )
+                )
         req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
         text = pprint.pformat(
-            {"app_id": app_id, "app_dir": str(app_dir),
-             "replicas": [{**asdict(s), "env": {k: v for k, v in s.env.items()
-                                                if k not in ctx.env or ctx.env[k] != v}}
-                          for s in replicas]},
-            width=100, sort_dicts=False,
+            {
+                "app_id": app_id,
+                "app_dir": str(app_dir),
+                "replicas": [
+                    {
+                        **asdict(s),
+                        "env": {
+                            k: v for k, v in s.env.items() if k not in ctx.env or ctx.env[k] != v
+                        },
+                    }
+                    for s in replicas
+                ],
+            },
+            width=100,
+            sort_dicts=False,
         )
-        native = {"app_dir": str(app_dir),
-                  "replicas": [{"role": s.role, "replica_id": s.replica_id, "log_dir": s.log_dir}
-                               for s in replicas]}
+        native = {
+            "app_dir": str(app_dir),
+            "replicas": [
+                {"role": s.role, "replica_id": s.replica_id, "log_dir": s.log_dir} for s in replicas
+            ],
+        }
         return DryRunInfo(app=app, request=req, text=text, opts=opts, native=native)
 
     async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
         """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
-        wanted = [(role.name, k, role.resource.gpu) for role in app.roles
-                  if role.resource.gpu > 0 for k in range(num_replicas(role))]
+        wanted = [
+            (role.name, k, role.resource.gpu)
+            for role in app.roles
+            if role.resource.gpu > 0
+            for k in range(num_replicas(role))
+        ]
         total = sum(n for _, _, n in wanted)
         if total == 0 or total > await _gpu_count():
             return {}
@@ -331,9 +372,14 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             replica = _Replica(app, spec)
             try:
                 await loop.subprocess_exec(
-                    lambda r=replica: r, *spec.args, stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                    cwd=spec.cwd, env=spec.env, start_new_session=True,
+                    lambda r=replica: r,
+                    *spec.args,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    cwd=spec.cwd,
+                    env=spec.env,
+                    start_new_session=True,
                 )
             except OSError as e:
                 replica.writer.close()
@@ -366,8 +412,11 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         if app is not None:
             for r in app.replicas:
                 if r.spec.role == role and r.spec.replica_id == k:
-                    src = LogSource(Path(r.spec.log_dir), r.writer.pulse,
-                                    lambda r=r: r.writer.closed and app.terminal_state is not None)
+                    src = LogSource(
+                        Path(r.spec.log_dir),
+                        r.writer.pulse,
+                        lambda r=r: r.writer.closed and app.terminal_state is not None,
+                    )
                     return read_log(src, query)
             raise NotFound(f"{app_id} has no replica {role}/{k}")
         dormant = self._dormant.get(app_id)
@@ -406,9 +455,19 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
 
     async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
         req = PopenRequest(
-            app_id=app_id, app_dir=native["app_dir"],
-            replicas=[ReplicaSpec(role=r["role"], replica_id=r["replica_id"], args=[], env={},
-                                  cwd="", log_dir=r["log_dir"]) for r in native["replicas"]],
+            app_id=app_id,
+            app_dir=native["app_dir"],
+            replicas=[
+                ReplicaSpec(
+                    role=r["role"],
+                    replica_id=r["replica_id"],
+                    args=[],
+                    env={},
+                    cwd="",
+                    log_dir=r["log_dir"],
+                )
+                for r in native["replicas"]
+            ],
         )
         self._dormant[app_id] = req
         if status.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
@@ -437,15 +496,20 @@ async def _settle_after_crash(req: PopenRequest, status: AppStatus) -> AppStatus
         recorded = json.loads((Path(req.app_dir) / "replicas.json").read_text())["replicas"]
     except (OSError, ValueError, KeyError):
         recorded = []
-    alive = [r["pid"] for r in recorded
-             if r.get("start_ticks") is not None and _start_ticks(r["pid"]) == r["start_ticks"]]
+    alive = [
+        r["pid"]
+        for r in recorded
+        if r.get("start_ticks") is not None and _start_ticks(r["pid"]) == r["start_ticks"]
+    ]
     await _stop_strangers(alive)
     out = AppStatus()
     out.CopyFrom(status)
     if alive:
         out.state = AppState.CANCELLED
-        out.msg = (f"txd restarted after a crash; stopped {len(alive)} replica(s) "
-                   f"still running from before")
+        out.msg = (
+            f"txd restarted after a crash; stopped {len(alive)} replica(s) "
+            f"still running from before"
+        )
     else:
         out.state = AppState.FAILED
         out.msg = "txd stopped unexpectedly while the job ran; its outcome is unknown"

@@ -42,7 +42,7 @@ class _IndexedFile:
             self.last_ns = now_ns
         view = memoryview(data)
         while view:
-            view = view[os.write(self.fd, view):]
+            view = view[os.write(self.fd, view) :]
         self.size += len(data)
 
     def close(self) -> None:

@@ -19,8 +19,16 @@ from txd.v1.scheduler_pb2 import CfgValue, OptType, RunOpt
 
 T = TypeVar("T")
 
-__all__ = ["CfgVal", "as_cfg", "from_cfg_value", "opt", "parse_str", "resolve", "run_opts",
-           "to_cfg_value"]
+__all__ = [
+    "CfgVal",
+    "as_cfg",
+    "from_cfg_value",
+    "opt",
+    "parse_str",
+    "resolve",
+    "run_opts",
+    "to_cfg_value",
+]
 
 _TYPE_NAMES = {
     OptType.STR: "str",
@@ -49,8 +57,14 @@ def _opt_type(annotation: Any) -> OptType:
             raise TypeError(f"unsupported option type {annotation!r}")
         annotation = inner[0]
     origin = typing.get_origin(annotation) or annotation
-    table = {str: OptType.STR, int: OptType.INT, float: OptType.FLOAT, bool: OptType.BOOL,
-             list: OptType.LIST, dict: OptType.DICT}
+    table = {
+        str: OptType.STR,
+        int: OptType.INT,
+        float: OptType.FLOAT,
+        bool: OptType.BOOL,
+        list: OptType.LIST,
+        dict: OptType.DICT,
+    }
     if origin not in table:
         raise TypeError(f"unsupported option type {annotation!r}")
     return table[origin]
@@ -70,8 +84,12 @@ def run_opts(opts_cls: type) -> list[RunOpt]:
             default = f.default
         elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
-        msg = RunOpt(name=f.name, type=t, help=f.metadata.get("help", ""),
-                     required=bool(f.metadata.get("required")))
+        msg = RunOpt(
+            name=f.name,
+            type=t,
+            help=f.metadata.get("help", ""),
+            required=bool(f.metadata.get("required")),
+        )
         if default is not None:
             msg.default.CopyFrom(to_cfg_value(default))
         out.append(msg)
@@ -117,8 +135,14 @@ def _check_type(value: CfgValue, t: OptType, name: str) -> CfgVal:
         return None
     if kind == "str":
         return parse_str(value.str, t, name)
-    expected = {OptType.INT: "int", OptType.FLOAT: "float", OptType.BOOL: "bool",
-                OptType.LIST: "list", OptType.DICT: "dict", OptType.STR: "str"}[t]
+    expected = {
+        OptType.INT: "int",
+        OptType.FLOAT: "float",
+        OptType.BOOL: "bool",
+        OptType.LIST: "list",
+        OptType.DICT: "dict",
+        OptType.STR: "str",
+    }[t]
     if kind == "int" and t == OptType.FLOAT:
         return float(value.int)
     if kind != expected:
@@ -151,5 +175,8 @@ def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
 
 def as_cfg(opts: object) -> dict[str, CfgValue]:
     """The resolved options as a cfg map (what the registry stores and Describe returns)."""
-    return {f.name: to_cfg_value(getattr(opts, f.name)) for f in dataclasses.fields(opts)  # type: ignore[arg-type]
-            if getattr(opts, f.name) is not None}
+    return {
+        f.name: to_cfg_value(getattr(opts, f.name))
+        for f in dataclasses.fields(opts)  # type: ignore[arg-type]
+        if getattr(opts, f.name) is not None
+    }

@@ -18,7 +18,8 @@ PROTO_ROOT = ROOT / "proto"
 
 def generate(out_dir: Path) -> list[Path]:
     """Runs protoc for every txd/v1/*.proto into out_dir; returns the files written."""
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "txd" / "v1").glob("*.proto"))
+    v1 = PROTO_ROOT / "txd" / "v1"
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in v1.glob("*.proto"))
     include = str(Path(protoc.__file__).parent / "_proto")  # google/protobuf/*.proto
     (out_dir / "txd" / "v1").mkdir(parents=True, exist_ok=True)
     args = [
