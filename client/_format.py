@@ -7,13 +7,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus
 from txd.v1.scheduler_pb2 import OptType, RunOpt, SchedulerInfo
 
 
 def to_dict(msg: Message) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict  # only --json needs it
+
     return MessageToDict(
         msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )

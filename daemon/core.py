@@ -105,8 +105,9 @@ class Core:
                 self._live[rec.handle] = job
             log.info("re-attached %s: %s", rec.handle, AppState.Name(status.state))
 
-    async def shutdown(self) -> None:
-        """Stops accepting runs, ends local jobs (recorded as cancelled), closes schedulers."""
+    async def stop_jobs(self) -> None:
+        """Stops accepting runs and ends local jobs, recording them as cancelled (which wakes
+        their waiters with the final status)."""
         self.closing = True
         for sched in list(self._schedulers.values()):
             try:
@@ -115,6 +116,9 @@ class Core:
                 log.exception("%s: shutdown failed", sched.name)
         for job in list(self._live.values()):
             await self._refresh(job)
+
+    async def close(self) -> None:
+        """Closes schedulers (in reverse order of creation) and the registry."""
         for sched in reversed(list(self._schedulers.values())):
             try:
                 await sched.close()

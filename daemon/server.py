@@ -68,7 +68,7 @@ async def serve(
     socket_path: Path, state_dir: Path, session: str, grace: float, ready_fd: int | None = None
 ) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
-    stopped and recorded, in-flight calls given `grace` seconds, schedulers closed."""
+    stopped and recorded, in-flight calls given `grace` seconds, schedulers and registry closed."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     core = Core(state_dir, session)
     await core.start()
@@ -84,11 +84,11 @@ async def serve(
     await stop.wait()
     log.info("shutting down")
     await health.enter_graceful_shutdown()
-    core.closing = True
     try:
-        await core.shutdown()
+        await core.stop_jobs()
+        await server.stop(grace)  # calls still running (waits, log follows) get `grace` seconds
     finally:
-        await server.stop(grace)
+        await core.close()
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
     log.info("stopped")
