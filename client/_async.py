@@ -102,16 +102,7 @@ class AsyncClient:
     ) -> str:
         """Submits app; returns its handle. cwd/env default to this process's (local_cwd runs
         the job from there). A request_id makes retries safe: the same id never runs twice."""
-        import os
-
-        req = pb.RunRequest(
-            app=app,
-            scheduler=scheduler,
-            cfg=_cfg(cfg),
-            cwd=cwd or os.getcwd(),
-            env=dict(os.environ if env is None else env),
-            request_id=request_id,
-        )
+        req = pb.RunRequest(request_id=request_id, **_submission(app, scheduler, cfg, cwd, env))
         return (await self._call("Run", req)).app_handle
 
     async def dryrun(
@@ -123,15 +114,8 @@ class AsyncClient:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> pb.DryRunResponse:
-        import os
-
-        req = pb.DryRunRequest(
-            app=app,
-            scheduler=scheduler,
-            cfg=_cfg(cfg),
-            cwd=cwd or os.getcwd(),
-            env=dict(os.environ if env is None else env),
-        )
+        """What run() would submit (the app with defaults applied, the native request)."""
+        req = pb.DryRunRequest(**_submission(app, scheduler, cfg, cwd, env))
         return await self._call("DryRun", req)
 
     async def status(self, handle: str) -> AppStatus:
@@ -196,8 +180,23 @@ class AsyncClient:
         return list((await self._call("RunOpts", pb.RunOptsRequest(scheduler=scheduler))).opts)
 
 
-def _cfg(cfg: Mapping[str, CfgVal] | None) -> dict[str, Any]:
-    return {k: to_cfg_value(v) for k, v in (cfg or {}).items()}
+def _submission(
+    app: AppDef,
+    scheduler: str,
+    cfg: Mapping[str, CfgVal] | None,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """The fields Run and DryRun share; the caller's cwd and environment by default."""
+    import os
+
+    return {
+        "app": app,
+        "scheduler": scheduler,
+        "cfg": {k: to_cfg_value(v) for k, v in (cfg or {}).items()},
+        "cwd": cwd or os.getcwd(),
+        "env": dict(os.environ if env is None else env),
+    }
 
 
 __all__ = ["AsyncClient", "TxdError"]
