@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
+import datetime as dt
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from txd.cfgvalue import CfgVal
 from txd.client._async import DEFAULT_TIMEOUT, AsyncClient
+from txd.v1 import runner_pb2 as pb
+from txd.v1.app_pb2 import AppDef, AppStatus
+from txd.v1.scheduler_pb2 import RunOpt
 
 T = TypeVar("T")
 
 
 class Client:
-    """Blocking twin of AsyncClient; runs it on a private event loop.
-
-    Same methods and arguments; logs() and watch() return plain iterators. Not for use inside
-    a running event loop (use AsyncClient there).
-    """
+    """Blocking twin of AsyncClient (same methods and arguments; see there), run on a private
+    event loop. logs() and watch() return plain iterators. Not for use inside a running event
+    loop: use AsyncClient there."""
 
     def __init__(
         self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
@@ -38,21 +41,95 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        self._runner.run(self._async.close())
+        self._run(self._async.close())
         self._runner.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._runner.run(coro)
 
     def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:
             while True:
                 try:
-                    yield self._runner.run(agen.__anext__())
+                    yield self._run(agen.__anext__())  # type: ignore[arg-type]
                 except StopAsyncIteration:
                     return
         finally:
-            self._runner.run(agen.aclose())  # type: ignore[attr-defined]
+            self._run(agen.aclose())  # type: ignore[attr-defined]
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._async, name)
-        if name in ("logs", "watch"):
-            return lambda *a, **kw: self._iterate(method(*a, **kw))
-        return lambda *a, **kw: self._runner.run(method(*a, **kw))
+    def run(
+        self,
+        app: AppDef,
+        scheduler: str = "",
+        cfg: Mapping[str, CfgVal] | None = None,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        request_id: str = "",
+    ) -> str:
+        return self._run(
+            self._async.run(app, scheduler, cfg, cwd=cwd, env=env, request_id=request_id)
+        )
+
+    def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str = "",
+        cfg: Mapping[str, CfgVal] | None = None,
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> pb.DryRunResponse:
+        return self._run(self._async.dryrun(app, scheduler, cfg, cwd=cwd, env=env))
+
+    def status(self, handle: str) -> AppStatus:
+        return self._run(self._async.status(handle))
+
+    def wait(self, handle: str, timeout: float | None = None) -> AppStatus:
+        return self._run(self._async.wait(handle, timeout))
+
+    def watch(self, handle: str) -> Iterator[AppStatus]:
+        return self._iterate(self._async.watch(handle))
+
+    def describe(self, handle: str) -> pb.DescribeResponse:
+        return self._run(self._async.describe(handle))
+
+    def list(self, scheduler: str = "") -> list[AppStatus]:
+        return self._run(self._async.list(scheduler))
+
+    def cancel(self, handle: str) -> AppStatus:
+        return self._run(self._async.cancel(handle))
+
+    def delete(self, handle: str) -> None:
+        self._run(self._async.delete(handle))
+
+    def logs(
+        self,
+        handle: str,
+        role: str = "",
+        replica: int | None = None,
+        *,
+        regex: str = "",
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        follow: bool = False,
+        streams: str = "combined",
+    ) -> Iterator[pb.LogsResponse]:
+        return self._iterate(
+            self._async.logs(
+                handle,
+                role,
+                replica,
+                regex=regex,
+                since=since,
+                until=until,
+                follow=follow,
+                streams=streams,
+            )
+        )
+
+    def schedulers(self) -> pb.SchedulersResponse:
+        return self._run(self._async.schedulers())
+
+    def runopts(self, scheduler: str = "") -> list[RunOpt]:
+        return self._run(self._async.runopts(scheduler))

@@ -330,8 +330,10 @@ class Core:
             return
         while True:
             gen = job.pulse.gen
-            yield job.status
-            if is_terminal(job.status.state):
+            status = job.status
+            yield status
+            # Test what was sent, not job.status: the job may have ended during the yield.
+            if is_terminal(status.state):
                 return
             await job.pulse.wait_past(gen)
 
