@@ -48,7 +48,7 @@ class SubmitContext:
 
 @dataclass
 class DryRunInfo(Generic[ReqT]):
-    """A native request, ready for `schedule`, with its printable form.
+    """A native request, ready for `schedule`, and how to print it.
 
     `native` is a JSON-able dict the daemon persists with the job and hands back to `reattach`
     after a restart (log paths, job directories ...): whatever the scheduler needs to find the
@@ -57,9 +57,14 @@ class DryRunInfo(Generic[ReqT]):
 
     app: AppDef
     request: ReqT
-    text: str
     opts: Any
     native: dict[str, Any] = field(default_factory=dict)
+    # Builds the printable form; only DryRun pays for it.
+    render: Callable[[], str] = field(default=lambda: "")
+
+    @property
+    def text(self) -> str:
+        return self.render()
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,17 @@ def _killpg(pgid: int, sig: int) -> bool:
         return False
 
 
+@dataclass(slots=True)
+class _Finished:
+    """What is kept of an app once it has ended, or when it is known only from a previous
+    daemon run: where its logs are, and (when it ended in this run) its final status. A few
+    hundred bytes, so 10,000 finished jobs cost the daemon little memory."""
+
+    app_dir: str
+    log_dirs: dict[tuple[str, int], str]
+    status: bytes = b""
+
+
 class _Replica(asyncio.SubprocessProtocol):
     """One running replica: feeds its pipes into its LogWriter and tells its app when it ends."""
 
@@ -164,7 +175,7 @@ class _App:
         await self.stop(grace=DRAIN_GRACE)
         self.terminal_state = self._computed_state()
         self._write_state_file()
-        self.sched.notify(self.req.app_id)
+        self.sched._retire(self)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM to every replica's group, SIGKILL after `grace`, then wait for the pipes."""
@@ -266,9 +277,8 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     def __init__(self, session_name: str, *, state_dir: str | os.PathLike[str]) -> None:
         super().__init__(session_name)
         self.log_base = Path(state_dir) / "logs"
-        self._apps: dict[str, _App] = {}
-        # Jobs known only from a previous daemon run: their log dirs, for logs and delete.
-        self._dormant: dict[str, PopenRequest] = {}
+        self._apps: dict[str, _App] = {}  # live
+        self._finished: dict[str, _Finished] = {}
 
     # -- submission -------------------------------------------------------------------------
 
@@ -321,30 +331,13 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     )
                 )
         req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
-        text = pprint.pformat(
-            {
-                "app_id": app_id,
-                "app_dir": str(app_dir),
-                "replicas": [
-                    {
-                        **asdict(s),
-                        "env": {
-                            k: v for k, v in s.env.items() if k not in ctx.env or ctx.env[k] != v
-                        },
-                    }
-                    for s in replicas
-                ],
-            },
-            width=100,
-            sort_dicts=False,
+        return DryRunInfo(
+            app=app,
+            request=req,
+            opts=opts,
+            native=_native(req),
+            render=lambda: _render(req, ctx.env),
         )
-        native = {
-            "app_dir": str(app_dir),
-            "replicas": [
-                {"role": s.role, "replica_id": s.replica_id, "log_dir": s.log_dir} for s in replicas
-            ],
-        }
-        return DryRunInfo(app=app, request=req, text=text, opts=opts, native=native)
 
     async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
         """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
@@ -403,28 +396,42 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
 
     # -- observation ------------------------------------------------------------------------
 
+    def _retire(self, app: _App) -> None:
+        """An app has ended: keep only its _Finished record, then tell the daemon."""
+        for r in app.replicas:
+            if r.transport is not None:
+                r.transport.close()
+        app_id = app.req.app_id
+        self._finished[app_id] = _Finished(
+            app.req.app_dir,
+            {(s.role, s.replica_id): s.log_dir for s in app.req.replicas},
+            app.status().SerializeToString(),
+        )
+        del self._apps[app_id]
+        self.notify(app_id)
+
     async def describe(self, app_id: str) -> AppStatus | None:
-        app = self._apps.get(app_id)
-        return app.status() if app else None
+        if (app := self._apps.get(app_id)) is not None:
+            return app.status()
+        done = self._finished.get(app_id)
+        return AppStatus.FromString(done.status) if done and done.status else None
 
     def log_iter(self, app_id: str, role: str, k: int, query: LogQuery):  # type: ignore[override]
-        app = self._apps.get(app_id)
-        if app is not None:
+        if (app := self._apps.get(app_id)) is not None:
             for r in app.replicas:
                 if r.spec.role == role and r.spec.replica_id == k:
+                    # Once the writer is closed the replica's pipes are, so no byte can follow.
                     src = LogSource(
-                        Path(r.spec.log_dir),
-                        r.writer.pulse,
-                        lambda r=r: r.writer.closed and app.terminal_state is not None,
+                        Path(r.spec.log_dir), r.writer.pulse, lambda w=r.writer: w.closed
                     )
                     return read_log(src, query)
-            raise NotFound(f"{app_id} has no replica {role}/{k}")
-        dormant = self._dormant.get(app_id)
-        if dormant is None:
+        elif (done := self._finished.get(app_id)) is not None:
+            if (role, k) in done.log_dirs:
+                return read_log(
+                    LogSource(Path(done.log_dirs[(role, k)]), None, lambda: True), query
+                )
+        else:
             raise NotFound(f"{self.name} has no logs for {app_id}")
-        for s in dormant.replicas:
-            if s.role == role and s.replica_id == k:
-                return read_log(LogSource(Path(s.log_dir), None, lambda: True), query)
         raise NotFound(f"{app_id} has no replica {role}/{k}")
 
     # -- control ----------------------------------------------------------------------------
@@ -445,34 +452,19 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         if app is not None:
             await self.cancel(app_id)
             if app.finisher is not None:
-                await app.finisher
-            del self._apps[app_id]
-            req: PopenRequest | None = app.req
-        else:
-            req = self._dormant.pop(app_id, None)
-        if req is not None:
-            shutil.rmtree(req.app_dir, ignore_errors=True)
+                await app.finisher  # retires the app
+        done = self._finished.pop(app_id, None)
+        if done is not None:
+            shutil.rmtree(done.app_dir, ignore_errors=True)
 
     async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
-        req = PopenRequest(
-            app_id=app_id,
-            app_dir=native["app_dir"],
-            replicas=[
-                ReplicaSpec(
-                    role=r["role"],
-                    replica_id=r["replica_id"],
-                    args=[],
-                    env={},
-                    cwd="",
-                    log_dir=r["log_dir"],
-                )
-                for r in native["replicas"]
-            ],
+        self._finished[app_id] = _Finished(
+            native["app_dir"],
+            {(r["role"], r["replica_id"]): r["log_dir"] for r in native["replicas"]},
         )
-        self._dormant[app_id] = req
         if status.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
             return status
-        return await _settle_after_crash(req, status)
+        return await _settle_after_crash(native["app_dir"], status)
 
     async def shutdown(self) -> None:
         live = [a for a in self._apps.values() if a.terminal_state is None]
@@ -490,10 +482,10 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     r.transport.close()
 
 
-async def _settle_after_crash(req: PopenRequest, status: AppStatus) -> AppStatus:
+async def _settle_after_crash(app_dir: str, status: AppStatus) -> AppStatus:
     """A job the previous daemon left running: stop the replicas still alive, record why."""
     try:
-        recorded = json.loads((Path(req.app_dir) / "replicas.json").read_text())["replicas"]
+        recorded = json.loads((Path(app_dir) / "replicas.json").read_text())["replicas"]
     except (OSError, ValueError, KeyError):
         recorded = []
     alive = [
@@ -548,6 +540,27 @@ async def _stop_strangers(pids: list[int]) -> None:
         for fd, _ in waits:
             loop.remove_reader(fd)
             os.close(fd)
+
+
+def _native(req: PopenRequest) -> dict[str, Any]:
+    """What the registry keeps to find the job's logs after a restart."""
+    return {
+        "app_dir": req.app_dir,
+        "replicas": [
+            {"role": s.role, "replica_id": s.replica_id, "log_dir": s.log_dir} for s in req.replicas
+        ],
+    }
+
+
+def _render(req: PopenRequest, caller_env: dict[str, str]) -> str:
+    """The request for people: the caller's environment is left out, only what txd adds or
+    changes in it is shown."""
+    replicas = []
+    for s in req.replicas:
+        env = {k: v for k, v in s.env.items() if caller_env.get(k) != v}
+        replicas.append({**asdict(s), "env": env})
+    data = {"app_id": req.app_id, "app_dir": req.app_dir, "replicas": replicas}
+    return pprint.pformat(data, width=100, sort_dicts=False)
 
 
 def _join_path(role_path: str, caller_path: str, cwd: str, *, prepend_cwd: bool) -> str:
