@@ -24,11 +24,12 @@ def is_listening(path: Path) -> bool:
             return False
 
 
-def start_daemon(path: Path) -> int:
-    """Starts `txd` detached from this process and returns its pid once it serves on `path`.
+def start_daemon(path: Path) -> int | None:
+    """Starts `txd` detached from this process and returns its pid once it serves on `path`,
+    or None when another client's autostart won the race and its daemon now answers.
 
     The daemon reports readiness by writing to a pipe (--ready-fd), so nothing polls.
-    Raises RuntimeError with the daemon's log file when it does not come up.
+    Raises RuntimeError with the daemon's log file when no daemon comes up.
     """
     log_path = defaults.state_dir() / "txd.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,5 +59,9 @@ def start_daemon(path: Path) -> int:
     finally:
         os.close(read_end)
     if not ok:
+        # Several clients may autostart at once; the losers' daemons exit ("already running")
+        # once the winner holds the state dir, by which time the winner is serving.
+        if proc.wait(START_TIMEOUT) != 0 and is_listening(path):
+            return None
         raise RuntimeError(f"txd did not start (exit code {proc.poll()}); see {log_path}")
     return proc.pid

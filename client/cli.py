@@ -158,7 +158,8 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
         pid = start_daemon(path)
     except RuntimeError as e:
         raise CliError(str(e), EXIT_UNAVAILABLE) from None
-    print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
+    if pid is not None:
+        print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
     return str(path)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import signal
@@ -42,8 +43,26 @@ def _claim_socket(path: Path) -> None:
     raise AlreadyRunning(f"a txd daemon is already listening on {path}")
 
 
+def _lock_state_dir(state_dir: Path) -> int:
+    """Holds an exclusive lock on <state_dir>/txd.lock for the daemon's life (released by the
+    kernel when the process ends, however it ends): two daemons must never share a registry,
+    or the second would "recover" the first one's running jobs."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(state_dir / "txd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise AlreadyRunning(
+            f"txd is already running (pid {holder}) with the state dir {state_dir}"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
-    _claim_socket(socket_path)
     server = grpc.aio.server()
     runner_pb2_grpc.add_RunnerServicer_to_server(RunnerServicer(core), server)
     health = HealthServicer()
@@ -69,7 +88,8 @@ async def serve(
 ) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
     stopped and recorded, in-flight calls given `grace` seconds, schedulers and registry closed."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = _lock_state_dir(state_dir)
+    _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
     core = Core(state_dir, session)
     await core.start()
     server, health = await create_server(core, socket_path)
@@ -91,4 +111,5 @@ async def serve(
         await core.close()
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
+        os.close(lock)
     log.info("stopped")

@@ -123,7 +123,8 @@ class _Replica(asyncio.SubprocessProtocol):
         self.pid = 0
         self.returncode: int | None = None
         self._open_pipes = 2
-        self.drained = asyncio.Event()
+        # Set once the process has exited AND its pipes are closed: all its output is on disk.
+        self.ended = asyncio.Event()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -136,17 +137,23 @@ class _Replica(asyncio.SubprocessProtocol):
         self._open_pipes -= 1
         if self._open_pipes == 0:
             self.writer.close()
-            self.drained.set()
+            self._check_ended()
 
     def process_exited(self) -> None:
         assert self.transport is not None
         self.returncode = self.transport.get_returncode()
+        self._check_ended()
         self.app.replica_exited()
+
+    def _check_ended(self) -> None:
+        if self._open_pipes == 0 and self.returncode is not None:
+            self.ended.set()
 
     def status(self) -> ReplicaStatus:
         msg = ReplicaStatus(id=self.spec.replica_id, role=self.spec.role, hostname="localhost")
         if self.returncode is None:
-            msg.state = AppState.RUNNING
+            # Still running, unless the app has ended around a process it could not reap.
+            msg.state = self.app.terminal_state or AppState.RUNNING
         else:
             msg.exit_code = _exit_code(self.returncode)
             msg.state = AppState.SUCCEEDED if self.returncode == 0 else AppState.FAILED
@@ -167,9 +174,26 @@ class _App:
         self.finisher: asyncio.Task[None] | None = None
 
     def replica_exited(self) -> None:
-        if all(r.returncode is not None for r in self.replicas) and self.finisher is None:
-            self.finisher = asyncio.get_running_loop().create_task(self._finish())
+        self.maybe_finish()
         self.sched.notify(self.req.app_id)
+
+    def maybe_finish(self) -> None:
+        """Starts the finisher once every replica was started and has exited (a replica may
+        exit while a later one is still being spawned)."""
+        started = len(self.replicas) == len(self.req.replicas)
+        if started and all(r.returncode is not None for r in self.replicas):
+            self._start_finisher()
+
+    def cancel(self, msg: str) -> None:
+        """Stops the app in the background; a no-op once it has ended or is ending."""
+        if self.finisher is None:  # not already ending on its own
+            self.cancelled = True
+            self.cancel_msg = msg
+            self._start_finisher()
+
+    def _start_finisher(self) -> None:
+        if self.finisher is None:
+            self.finisher = asyncio.get_running_loop().create_task(self._finish())
 
     async def _finish(self) -> None:
         await self.stop(grace=DRAIN_GRACE)
@@ -178,23 +202,24 @@ class _App:
         self.sched._retire(self)
 
     async def stop(self, grace: float) -> None:
-        """SIGTERM to every replica's group, SIGKILL after `grace`, then wait for the pipes."""
+        """SIGTERM to every replica's group, SIGKILL after `grace`; returns once every replica
+        has exited and its pipes are closed."""
         for r in self.replicas:
             _killpg(r.pid, signal.SIGTERM)
-        if await self._drained_within(grace):
+        if await self._ended_within(grace):
             return
         for r in self.replicas:
             _killpg(r.pid, signal.SIGKILL)
-        if not await self._drained_within(grace):
+        if not await self._ended_within(grace):
             # A process that left the group (setsid) still holds a pipe: stop reading from it.
             for r in self.replicas:
                 if r.transport is not None:
                     r.transport.close()
                 r.writer.close()
-                r.drained.set()
+                r.ended.set()
 
-    async def _drained_within(self, seconds: float) -> bool:
-        waits = [r.drained.wait() for r in self.replicas]
+    async def _ended_within(self, seconds: float) -> bool:
+        waits = [r.ended.wait() for r in self.replicas]
         try:
             async with asyncio.timeout(seconds):
                 await asyncio.gather(*waits)
@@ -382,17 +407,16 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 ) from e
             app.replicas.append(replica)
         app._write_state_file()
+        app.maybe_finish()  # every replica may have exited during the spawns
         return req.app_id
 
     async def _abort(self, app: _App) -> None:
-        """Undoes a half-done schedule: stops what started and forgets the app."""
-        app.cancelled = True
-        await app.stop(grace=DRAIN_GRACE)
-        for r in app.replicas:
-            if r.transport is not None:
-                r.transport.close()
-        del self._apps[app.req.app_id]
-        shutil.rmtree(app.req.app_dir, ignore_errors=True)
+        """Undoes a half-done schedule: stops what started, then forgets the app and its logs."""
+        app.cancel("could not start every replica")
+        assert app.finisher is not None
+        await app.finisher
+        if (done := self._finished.pop(app.req.app_id, None)) is not None:
+            shutil.rmtree(done.app_dir, ignore_errors=True)
 
     # -- observation ------------------------------------------------------------------------
 
@@ -437,15 +461,8 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     # -- control ----------------------------------------------------------------------------
 
     async def _cancel_existing(self, app_id: str) -> None:
-        app = self._apps[app_id]
-        if app.terminal_state is None and not app.cancelled:
-            app.cancelled = True
-            app.cancel_msg = "cancelled by request"
-            await self._stop_in_background(app)
-
-    async def _stop_in_background(self, app: _App) -> None:
-        # Cancel returns at once; the exits are pushed as they happen.
-        app.finisher = app.finisher or asyncio.get_running_loop().create_task(app._finish())
+        # Returns at once; the exits are pushed as they happen.
+        self._apps[app_id].cancel("cancelled by request")
 
     async def delete(self, app_id: str) -> None:
         app = self._apps.get(app_id)
@@ -467,12 +484,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         return await _settle_after_crash(native["app_dir"], status)
 
     async def shutdown(self) -> None:
-        live = [a for a in self._apps.values() if a.terminal_state is None]
+        live = list(self._apps.values())
         for app in live:
-            if not app.cancelled:
-                app.cancelled = True
-                app.cancel_msg = "cancelled by txd shutdown"
-        await asyncio.gather(*(self._stop_in_background(a) for a in live))
+            app.cancel("cancelled by txd shutdown")
         await asyncio.gather(*(a.finisher for a in live if a.finisher))
 
     async def close(self) -> None:

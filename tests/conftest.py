@@ -1,0 +1,116 @@
+"""Fixtures that start a real `txd` daemon on a temporary socket.
+
+- `shared_daemon` (session): one daemon for every test that needs no isolation.
+- `daemon` (function): a fresh daemon of the test's own, for restart / crash / signal tests.
+- `txctl(*args, input=None, check=None)`: runs the CLI against the shared daemon, in `workdir`.
+- `client`: a txd.client.AsyncClient on the shared daemon (function-scoped, so it lives on the
+  test's own event loop).
+
+The helpers live in tests/txd_testing.py, registered here as the module `txd_testing` (the
+suite runs with --import-mode=importlib, which puts no test folder on sys.path).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _load_helpers() -> Any:
+    if "txd_testing" in sys.modules:
+        return sys.modules["txd_testing"]
+    spec = importlib.util.spec_from_file_location(
+        "txd_testing", Path(__file__).with_name("txd_testing.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["txd_testing"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+txd_testing = _load_helpers()
+Daemon = txd_testing.Daemon
+DAEMON_ONLY_VAR = txd_testing.DAEMON_ONLY_VAR
+
+# Lines in the daemon's log that mean a bug, whatever the test checked.
+_LOG_ALARMS = ("Traceback", "Task exception was never retrieved", "internal error")
+
+
+@pytest.fixture(scope="session")
+def shared_daemon() -> Iterator[Any]:
+    root = txd_testing.short_tmpdir("txdt-shared-")
+    d = Daemon(root, env={DAEMON_ONLY_VAR: "daemon-value"}).start()
+    try:
+        yield d
+    finally:
+        d.close()
+        txd_testing.remove_tree(root)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    rep = yield
+    setattr(item, f"rep_{rep.when}", rep)
+    return rep
+
+
+def _failed(request: pytest.FixtureRequest) -> bool:
+    rep = getattr(request.node, "rep_call", None)
+    return rep is None or rep.failed
+
+
+@pytest.fixture
+def daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A daemon of this test's own (stopped, and its leftovers ended, at teardown). A passing
+    test also fails if the daemon logged a traceback or an internal error."""
+    root = txd_testing.short_tmpdir()
+    d = Daemon(root).start()
+    try:
+        yield d
+    finally:
+        d.close()
+        log = d.log()
+        txd_testing.remove_tree(root)
+    alarms = [line for line in log.splitlines() if any(a in line for a in _LOG_ALARMS)]
+    assert _failed(request) or not alarms, "the daemon logged errors:\n" + log
+
+
+@pytest.fixture(autouse=True)
+def _shared_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test during which the shared daemon logged a traceback or internal error."""
+    uses_shared = {"shared_daemon", "client", "txctl"} & set(request.fixturenames)
+    if not uses_shared:
+        yield
+        return
+    d = request.getfixturevalue("shared_daemon")
+    start = len(d.log())
+    yield
+    new = d.log()[start:]
+    alarms = [line for line in new.splitlines() if any(a in line for a in _LOG_ALARMS)]
+    assert _failed(request) or not alarms, "the shared daemon logged errors in this test:\n" + new
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """The caller's working directory for txctl runs and client runs."""
+    path = tmp_path / "cwd"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def txctl(shared_daemon: Any, workdir: Path) -> Callable[..., Any]:
+    return functools.partial(shared_daemon.txctl, cwd=workdir)
+
+
+@pytest.fixture
+async def client(shared_daemon: Any) -> AsyncIterator[Any]:
+    async with shared_daemon.client() as c:
+        yield c

@@ -1,0 +1,133 @@
+"""txctl starts a daemon in the background when none answers on the default socket."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from txd_testing import (
+    TXCTL,
+    PidWatch,
+    clean_env,
+    first_line,
+    pids_with_marker,
+    proc_stat,
+    remove_tree,
+    short_tmpdir,
+)
+
+
+class AutostartEnv:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.run_dir = root / "run"
+        self.state_home = root / "state"
+        self.home = root / "home"
+        self.run_dir.mkdir(mode=0o700)
+        self.home.mkdir()
+        self.socket = self.run_dir / "txd" / "txd.sock"
+        self.env = clean_env(
+            XDG_RUNTIME_DIR=str(self.run_dir),
+            XDG_STATE_HOME=str(self.state_home),
+            HOME=str(self.home),
+        )
+
+    def txctl(self, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*TXCTL, *args], capture_output=True, text=True, cwd=cwd, env=self.env, timeout=60
+        )
+
+    def daemons(self) -> list[int]:
+        """Live txd processes serving our socket (its path is unique to this test)."""
+        return [
+            p
+            for p in pids_with_marker(str(self.socket))
+            if b"txd.daemon" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+
+    def stop_daemons(self) -> list[int]:
+        """SIGTERM to every daemon on our socket; returns those that did not exit."""
+        pids = self.daemons()
+        with PidWatch(pids) as watch:
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+            left = watch.wait(30)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        return left
+
+
+@pytest.fixture
+def auto() -> Iterator[AutostartEnv]:
+    env = AutostartEnv(short_tmpdir("txdt-auto-"))
+    try:
+        yield env
+    finally:
+        env.stop_daemons()
+        remove_tree(env.root)
+
+
+def test_autostart_on_default_socket(auto: AutostartEnv, workdir: Path) -> None:
+    proc = auto.txctl("list", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    m = re.search(r"started txd \(pid (\d+)\)", proc.stderr)
+    assert m, proc.stderr
+    pid = int(m[1])
+    assert str(auto.socket) in proc.stderr
+    assert proc.stdout.split() == ["HANDLE", "NAME", "STATE", "CREATED"]
+    assert auto.daemons() == [pid]
+    # Detached from txctl: a session of its own, alive after txctl exited.
+    st = proc_stat(pid)
+    assert st is not None and st[2] == pid
+    # The default places: socket folder 0700 under XDG_RUNTIME_DIR, state under XDG_STATE_HOME.
+    assert stat.S_IMODE(auto.socket.parent.stat().st_mode) == 0o700
+    assert (auto.state_home / "txd" / "txd.log").exists()
+
+    # The next call finds it: no second start.
+    proc = auto.txctl("run", "--wait", "utils.echo", "--msg", "auto", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "started txd" not in proc.stderr
+    handle = first_line(proc.stdout)
+    proc = auto.txctl("logs", handle, cwd=workdir)
+    assert proc.stdout == "auto\n"
+    assert (auto.state_home / "txd" / "registry.db").exists()
+    assert auto.daemons() == [pid]
+
+    # SIGTERM: it exits (cleanly, removing its socket).
+    with PidWatch([pid]) as watch:
+        os.kill(pid, signal.SIGTERM)
+        assert watch.wait(30) == []
+    assert not auto.socket.exists()
+    proc = auto.txctl("--no-autostart", "list", cwd=workdir)
+    assert proc.returncode == 3
+
+
+def test_concurrent_autostarts_leave_one_daemon(auto: AutostartEnv, workdir: Path) -> None:
+    procs = [
+        subprocess.Popen(
+            [*TXCTL, "list"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=workdir,
+            env=auto.env,
+        )
+        for _ in range(3)
+    ]
+    results: list[Any] = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        results.append((p.returncode, out, err))
+    assert [r[0] for r in results] == [0, 0, 0], results
+    assert len(auto.daemons()) == 1, (
+        f"{len(auto.daemons())} daemons run for one socket: {[r[2] for r in results]}"
+    )
+    proc = auto.txctl("--no-autostart", "list", cwd=workdir)
+    assert proc.returncode == 0

@@ -1,0 +1,95 @@
+"""Run with a request id: a retried or duplicated Run never submits a second job."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from txd.client import InvalidArgumentError
+from txd.v1 import AppDef, AppState, Role
+from txd_testing import first_line, sh_app, unique
+
+
+async def _count(client: Any, name: str) -> int:
+    return sum(1 for a in await client.list() if a.name == name)
+
+
+async def test_same_request_id_sequentially(client: Any) -> None:
+    name, rid = unique("idem"), uuid.uuid4().hex
+    first = await client.run(sh_app("echo once", name=name), request_id=rid)
+    second = await client.run(sh_app("echo once", name=name), request_id=rid)
+    assert first == second
+    assert await _count(client, name) == 1
+    assert (await client.wait(first, timeout=30)).state == AppState.SUCCEEDED
+    # Still the same handle once the job is over, and the job ran once.
+    assert await client.run(sh_app("echo once", name=name), request_id=rid) == first
+    assert await _count(client, name) == 1
+    assert b"".join([c.data async for c in client.logs(first)]) == b"once\n"
+
+
+async def test_same_request_id_concurrently(client: Any) -> None:
+    name, rid = unique("idemc"), uuid.uuid4().hex
+    handles = await asyncio.gather(
+        *(client.run(sh_app("echo once", name=name), request_id=rid) for _ in range(8))
+    )
+    assert len(set(handles)) == 1
+    assert await _count(client, name) == 1
+    assert (await client.wait(handles[0], timeout=30)).state == AppState.SUCCEEDED
+
+
+async def test_different_request_ids_make_different_jobs(client: Any) -> None:
+    name = unique("idemd")
+    handles = await asyncio.gather(
+        *(client.run(sh_app("true", name=name), request_id=uuid.uuid4().hex) for _ in range(3))
+    )
+    assert len(set(handles)) == 3
+    assert await _count(client, name) == 3
+    without_id = [await client.run(sh_app("true", name=name)) for _ in range(2)]
+    assert len(set(without_id)) == 2
+    assert await _count(client, name) == 5
+    for h in [*handles, *without_id]:
+        await client.wait(h, timeout=30)
+
+
+async def test_same_request_id_other_app_returns_first_handle(client: Any) -> None:
+    rid = uuid.uuid4().hex
+    name_a, name_b = unique("ida"), unique("idb")
+    first = await client.run(sh_app("true", name=name_a), request_id=rid)
+    again = await client.run(
+        AppDef(name=name_b, roles=[Role(name="x", entrypoint="true")]), request_id=rid
+    )
+    assert again == first
+    assert await _count(client, name_b) == 0
+    await client.wait(first, timeout=30)
+
+
+async def test_rejected_run_does_not_burn_the_request_id(client: Any) -> None:
+    name, rid = unique("idr"), uuid.uuid4().hex
+    with pytest.raises(InvalidArgumentError):
+        await client.run(AppDef(name=name, roles=[Role(name="x", entrypoint="")]), request_id=rid)
+    assert await _count(client, name) == 0
+    handle = await client.run(sh_app("true", name=name), request_id=rid)
+    assert await _count(client, name) == 1
+    assert (await client.wait(handle, timeout=30)).state == AppState.SUCCEEDED
+
+
+async def test_concurrent_rejected_runs_with_one_id(client: Any) -> None:
+    rid = uuid.uuid4().hex
+    results = await asyncio.gather(
+        *(client.run(AppDef(name="bad", roles=[]), request_id=rid) for _ in range(4)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(r, InvalidArgumentError) for r in results), results
+
+
+def test_cli_request_id(txctl: Any, workdir: Path) -> None:
+    rid = uuid.uuid4().hex
+    a = first_line(txctl("run", "--request-id", rid, "utils.echo", "--msg", "x", check=0).stdout)
+    b = first_line(txctl("run", "--request-id", rid, "utils.echo", "--msg", "x", check=0).stdout)
+    assert a == b
+    handles = [ln.split()[0] for ln in txctl("list", check=0).stdout.splitlines()[1:]]
+    assert handles.count(a) == 1
+    txctl("wait", a, check=0)

@@ -1,0 +1,302 @@
+"""Logs through the client: follow, regex, streams, exact bytes (non-UTF-8, `\\r`, very long
+lines), since/until, role/replica selection, chunking, and slow readers."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+from typing import Any
+
+import pytest
+from txd.client import InvalidArgumentError, NotFoundError
+from txd.v1 import AppDef, AppState, Role
+from txd_testing import py_app, read_logs, read_logs_by_replica, sh_app
+
+
+async def _run_done(client: Any, app: AppDef) -> str:
+    handle = await client.run(app)
+    status = await client.wait(handle, timeout=30)
+    assert status.state == AppState.SUCCEEDED, status
+    return handle
+
+
+async def _write_bytes_app(client: Any, payload: bytes, stream: str = "stdout") -> str:
+    code = f"import sys; sys.{stream}.buffer.write({payload!r}); sys.{stream}.flush()"
+    return await _run_done(client, py_app(code))
+
+
+# -- follow ---------------------------------------------------------------------------------------
+
+
+async def test_follow_streams_lines_while_running(client: Any) -> None:
+    lines = [f"line {i}\n".encode() for i in range(1, 9)]
+    handle = await client.run(sh_app("for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.2; done"))
+    received = b""
+    chunks = 0
+    async with asyncio.timeout(8):
+        async for chunk in client.logs(handle, follow=True):
+            if chunks == 0:
+                assert chunk.data.startswith(b"line 1\n")
+                status = await client.status(handle)
+                assert status.state == AppState.RUNNING, "the first line came only at the end"
+            chunks += 1
+            received += chunk.data
+            assert (chunk.role, chunk.replica) == ("r", 0)
+    assert received == b"".join(lines)
+    assert chunks >= 2, "lines written 0.2 s apart arrived in one chunk: not streamed"
+    # The stream ended because the job is over.
+    assert (await client.status(handle)).state == AppState.SUCCEEDED
+
+
+async def test_follow_of_short_jobs_always_ends(client: Any) -> None:
+    """A follow started with the job ends when the job ends, every time (no lost wake-up)."""
+    handles = [
+        await client.run(sh_app(f"echo job{i}; sleep 0.{i}; echo err{i} >&2; exit {i % 2}"))
+        for i in range(8)
+    ]
+
+    async def follow(i: int, handle: str) -> bytes:
+        async with asyncio.timeout(8):
+            return await read_logs(client, handle, follow=True, streams="stdout")
+
+    results = await asyncio.gather(
+        *(follow(i, h) for i, h in enumerate(handles)), return_exceptions=True
+    )
+    hung = [h for h, r in zip(handles, results, strict=True) if isinstance(r, TimeoutError)]
+    assert hung == [], f"{len(hung)} of {len(handles)} follows never ended after the job did"
+    for i, data in enumerate(results):
+        assert data == f"job{i}\n".encode()
+
+
+async def test_follow_several_replicas_gets_everything(client: Any) -> None:
+    app = sh_app(
+        "for i in 1 2 3; do echo r$REPLICA-$i; sleep 0.1; done",
+        replicas=3,
+        env={"REPLICA": "${replica_id}"},
+    )
+    handle = await client.run(app)
+    async with asyncio.timeout(8):
+        got = await read_logs_by_replica(client, handle, follow=True)
+    assert got == {f"r/{k}": b"".join(f"r{k}-{i}\n".encode() for i in (1, 2, 3)) for k in range(3)}
+    assert (await client.status(handle)).state == AppState.SUCCEEDED
+
+
+async def test_follow_of_finished_job_ends_at_once(client: Any) -> None:
+    handle = await _run_done(client, sh_app("echo done"))
+    async with asyncio.timeout(5):
+        assert await read_logs(client, handle, follow=True) == b"done\n"
+
+
+# -- selection ----------------------------------------------------------------------------------
+
+
+async def test_regex(client: Any) -> None:
+    handle = await _run_done(client, sh_app("for i in 1 2 3 4 5 13; do echo line $i; done"))
+    assert await read_logs(client, handle, regex=r"^line [13]$") == b"line 1\nline 3\n"
+    assert await read_logs(client, handle, regex="3") == b"line 3\nline 13\n"
+    assert await read_logs(client, handle, regex="nomatch") == b""
+
+
+async def test_regex_on_final_line_without_newline(client: Any) -> None:
+    handle = await _run_done(client, sh_app("printf 'abc\\nxyz'"))
+    assert await read_logs(client, handle) == b"abc\nxyz"
+    assert await read_logs(client, handle, regex="xyz") == b"xyz"
+    assert await read_logs(client, handle, regex="abc") == b"abc\n"
+
+
+async def test_invalid_regex(client: Any) -> None:
+    handle = await _run_done(client, sh_app("true"))
+    with pytest.raises(InvalidArgumentError, match="regex"):
+        await read_logs(client, handle, regex="(")
+
+
+async def test_streams(client: Any) -> None:
+    handle = await _run_done(
+        client, sh_app("echo out1; echo err1 >&2; sleep 0.1; echo out2; sleep 0.1; echo err2 >&2")
+    )
+    assert await read_logs(client, handle, streams="stdout") == b"out1\nout2\n"
+    assert await read_logs(client, handle, streams="stderr") == b"err1\nerr2\n"
+    combined = await read_logs(client, handle, streams="combined")
+    assert sorted(combined.splitlines()) == [b"err1", b"err2", b"out1", b"out2"]
+    # Lines written apart in time come in the order written.
+    assert combined.index(b"out1") < combined.index(b"out2") < combined.index(b"err2")
+    assert combined.index(b"err1") < combined.index(b"out2")
+    assert await read_logs(client, handle) == combined  # combined is the default
+
+
+async def test_regex_with_streams(client: Any) -> None:
+    handle = await _run_done(client, sh_app("echo keep-out; echo drop; echo keep-err >&2"))
+    assert await read_logs(client, handle, regex="keep", streams="stderr") == b"keep-err\n"
+    assert await read_logs(client, handle, regex="keep", streams="stdout") == b"keep-out\n"
+
+
+async def test_since_until(client: Any) -> None:
+    handle = await client.run(sh_app("echo early; sleep 1; echo late"))
+    between = None
+    async with asyncio.timeout(8):
+        async for chunk in client.logs(handle, follow=True):
+            # "early" was written before now and "late" will be written about 1 s after it.
+            assert chunk.data == b"early\n"
+            between = dt.datetime.now(dt.UTC)
+            break
+        assert (await client.wait(handle, timeout=20)).state == AppState.SUCCEEDED
+    assert between is not None
+    assert await read_logs(client, handle, since=between) == b"late\n"
+    assert await read_logs(client, handle, until=between) == b"early\n"
+    assert await read_logs(client, handle, since=between, until=between) == b""
+    assert (
+        await read_logs(
+            client,
+            handle,
+            since=between - dt.timedelta(seconds=60),
+            until=between + dt.timedelta(seconds=60),
+        )
+        == b"early\nlate\n"
+    )
+    # A naive datetime is local time.
+    naive = between.astimezone().replace(tzinfo=None)
+    assert await read_logs(client, handle, since=naive) == b"late\n"
+    assert (
+        await read_logs(client, handle, since=between, streams="stdout", regex="late") == b"late\n"
+    )
+
+
+async def test_role_and_replica_selection(client: Any) -> None:
+    app = AppDef(
+        name="tworoles",
+        roles=[
+            Role(
+                name="a",
+                entrypoint="sh",
+                args=["-c", "echo $WHO"],
+                num_replicas=2,
+                env={"WHO": "a-${replica_id}"},
+            ),
+            Role(
+                name="b",
+                entrypoint="sh",
+                args=["-c", "echo $WHO; echo b-err >&2"],
+                env={"WHO": "b-${replica_id}"},
+            ),
+        ],
+    )
+    handle = await _run_done(client, app)
+    assert await read_logs_by_replica(client, handle) == {
+        "a/0": b"a-0\n",
+        "a/1": b"a-1\n",
+        "b/0": b"b-0\nb-err\n",
+    }
+    assert await read_logs_by_replica(client, handle, role="a") == {
+        "a/0": b"a-0\n",
+        "a/1": b"a-1\n",
+    }
+    assert await read_logs_by_replica(client, handle, role="a", replica=1) == {"a/1": b"a-1\n"}
+    assert await read_logs_by_replica(client, handle, replica=0) == {
+        "a/0": b"a-0\n",
+        "b/0": b"b-0\nb-err\n",
+    }
+    assert await read_logs_by_replica(client, handle, role="b", streams="stderr") == {
+        "b/0": b"b-err\n"
+    }
+    with pytest.raises(NotFoundError, match="nosuch"):
+        await read_logs(client, handle, role="nosuch")
+    with pytest.raises(NotFoundError):
+        await read_logs(client, handle, role="a", replica=2)
+    with pytest.raises(NotFoundError):
+        await read_logs(client, handle, role="b", replica=-1)
+
+
+async def test_unknown_handle(client: Any) -> None:
+    with pytest.raises(NotFoundError):
+        await read_logs(client, "local_cwd://txd/nosuch-bcdfgh")
+
+
+# -- exact bytes ----------------------------------------------------------------------------------
+
+
+async def test_non_utf8_bytes_arrive_exactly(client: Any) -> None:
+    payload = b"\xff\xfe\x00ok\n\xc3\x28 bad utf8 \x80\n"
+    handle = await _write_bytes_app(client, payload)
+    assert await read_logs(client, handle) == payload
+    assert await read_logs(client, handle, regex="ok") == b"\xff\xfe\x00ok\n"
+
+
+async def test_carriage_return_progress_arrives_exactly(client: Any) -> None:
+    payload = b"progress 10%\rprogress 50%\rprogress 100%\ndone\r\n"
+    handle = await _write_bytes_app(client, payload, stream="stderr")
+    assert await read_logs(client, handle) == payload
+    assert await read_logs(client, handle, streams="stderr") == payload
+    assert await read_logs(client, handle, streams="stdout") == b""
+
+
+async def test_very_long_line_arrives_intact(client: Any) -> None:
+    code = (
+        "import sys; w = sys.stdout.buffer; w.write(b'x' * 1_000_000); w.flush(); "
+        "w.write(b'\\n'); w.write(b'short\\n')"
+    )
+    handle = await _run_done(client, py_app(code))
+    data = await read_logs(client, handle)
+    assert data == b"x" * 1_000_000 + b"\nshort\n"
+    assert await read_logs(client, handle, regex="^x+$") == b"x" * 1_000_000 + b"\n"
+    assert await read_logs(client, handle, regex="short") == b"short\n"
+
+
+async def test_chunks_hold_many_lines(client: Any) -> None:
+    handle = await _run_done(client, sh_app("seq 1 20000"))
+    chunks = [c.data async for c in client.logs(handle)]
+    assert b"".join(chunks) == b"".join(f"{i}\n".encode() for i in range(1, 20001))
+    assert len(chunks) <= 10, f"{len(chunks)} messages for 20000 lines: not chunked"
+
+
+# -- slow readers -------------------------------------------------------------------------------
+
+
+async def test_stalled_reader_does_not_block_job_or_grow_daemon(
+    client: Any, shared_daemon: Any
+) -> None:
+    """A follower that stops reading neither slows the job nor makes the daemon buffer."""
+    n, size = 40_000, 1024  # 40 MiB of output
+    code = (
+        "import sys\nw = sys.stdout.buffer\nline = b'y' * 1023 + b'\\n'\n"
+        f"for _ in range({n}):\n    w.write(line)\n"
+    )
+    rss_before = shared_daemon.rss_kib()
+    handle = await client.run(py_app(code))
+    stream = client.logs(handle, follow=True)
+    first = await anext(stream)  # then stall: read nothing while the job writes
+    try:
+        status = await client.wait(handle, timeout=30)
+        assert status.state == AppState.SUCCEEDED
+        growth_mib = (shared_daemon.rss_kib() - rss_before) / 1024
+        assert growth_mib < 32, f"daemon RSS grew {growth_mib:.0f} MiB for a stalled reader"
+        digest = hashlib.sha256(first.data)
+        total = len(first.data)
+        async with asyncio.timeout(30):
+            async for chunk in stream:
+                digest.update(chunk.data)
+                total += len(chunk.data)
+    finally:
+        await stream.aclose()
+    assert total == n * size
+    assert digest.hexdigest() == hashlib.sha256((b"y" * 1023 + b"\n") * n).hexdigest()
+
+
+async def test_abandoned_follow_does_not_hold_the_job(client: Any) -> None:
+    handle = await client.run(sh_app("echo one; sleep 0.3; echo two"))
+    stream = client.logs(handle, follow=True)
+    assert (await anext(stream)).data == b"one\n"
+    await stream.aclose()  # the reader goes away mid-stream
+    assert (await client.wait(handle, timeout=20)).state == AppState.SUCCEEDED
+    assert await read_logs(client, handle) == b"one\ntwo\n"
+
+
+def test_sync_client_logs(shared_daemon: Any) -> None:
+    from txd.client import Client
+
+    with Client(shared_daemon.socket) as c:
+        handle = c.run(py_app("print('sync', flush=True)"))
+        assert c.wait(handle, timeout=30).state == AppState.SUCCEEDED
+        assert b"".join(chunk.data for chunk in c.logs(handle)) == b"sync\n"
+        states = [s.state for s in c.watch(handle)]
+        assert states == [AppState.SUCCEEDED]

@@ -1,0 +1,628 @@
+"""txctl against a real daemon: run / status / describe / list / wait / cancel / delete /
+logs / runopts / schedulers / builtins, JSON output, exit codes, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from txd_testing import (
+    HANDLE_RE,
+    TXCTL,
+    PidWatch,
+    clean_env,
+    first_line,
+    group_members,
+    no_traceback,
+    pids_with_marker,
+    proc_stat,
+    run_python,
+    short_tmpdir,
+)
+
+
+def _handle(proc: subprocess.CompletedProcess[str], name: str) -> str:
+    line = first_line(proc.stdout)
+    assert re.fullmatch(HANDLE_RE.format(name=name), line), proc.stdout
+    return line
+
+
+# -- run ----------------------------------------------------------------------------------------
+
+
+def test_run_prints_handle_as_first_line(txctl: Any) -> None:
+    proc = txctl("run", "utils.echo", "--msg", "hi", check=True)
+    assert proc.stdout.splitlines() == [_handle(proc, "echo")]
+
+
+def test_run_handle_works_with_head_in_a_shell(shared_daemon: Any, workdir: Path) -> None:
+    """The `H=$(txctl run ... | head -1)` pattern, in a real shell."""
+    cmd = " ".join([*TXCTL, "--socket", str(shared_daemon.socket), "--no-autostart"])
+    script = (
+        f"H=$({cmd} run utils.echo --msg from-shell | head -1) && "
+        f'{cmd} wait "$H" >/dev/null && {cmd} logs "$H" && echo "handle=$H"'
+    )
+    proc = subprocess.run(
+        ["sh", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=shared_daemon.txctl_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "from-shell"
+    assert re.fullmatch("handle=" + HANDLE_RE.format(name="echo"), lines[1])
+
+
+def test_run_wait_exit_zero_on_success(txctl: Any) -> None:
+    proc = txctl("run", "--wait", "utils.echo", "--msg", "ok", check=0)
+    _handle(proc, "echo")
+    assert "SUCCEEDED" in proc.stdout
+
+
+def test_run_wait_exit_one_on_failure(txctl: Any) -> None:
+    proc = txctl("run", "--wait", "utils.sh", "exit", "3", check=1)
+    handle = _handle(proc, "sh")
+    assert "FAILED" in proc.stdout
+    status = json.loads(txctl("status", "--json", handle, check=0).stdout)
+    assert status["state"] == "FAILED"
+    assert status["roles"][0]["replicas"][0]["exit_code"] == 3
+    assert status["roles"][0]["replicas"][0]["state"] == "FAILED"
+    assert "exited with 3" in status["msg"]
+
+
+def test_run_wait_json(txctl: Any) -> None:
+    proc = txctl("run", "--wait", "--json", "utils.echo", check=0)
+    handle = _handle(proc, "echo")
+    body = json.loads(proc.stdout.split("\n", 1)[1])
+    assert body["state"] == "SUCCEEDED"
+    assert body["app_handle"] == handle
+
+
+def _txctl_log(txctl: Any) -> Any:
+    """`run --log` ends with the job: a short bound, so a hang fails fast."""
+    return lambda *args, **kw: txctl(*args, timeout=15, **kw)
+
+
+def test_run_log_shows_output(txctl: Any) -> None:
+    txctl_log = _txctl_log(txctl)
+    proc = txctl_log(
+        "run", "--log", "utils.sh", "--", "sh", "-c", "echo line-one; echo line-two >&2", check=0
+    )
+    _handle(proc, "sh")
+    assert "line-one\n" in proc.stdout
+    assert "line-two\n" in proc.stdout
+    assert proc.stdout.index("line-one") < proc.stdout.index("SUCCEEDED")
+
+
+def test_run_log_failing_job_exits_one(txctl: Any) -> None:
+    txctl_log = _txctl_log(txctl)
+    proc = txctl_log("run", "--log", "utils.sh", "sh", "-c", "echo dying; exit 4", check=1)
+    assert "dying\n" in proc.stdout
+    assert "FAILED" in proc.stdout
+
+
+def test_run_log_several_replicas_prefixes_lines(txctl: Any) -> None:
+    txctl_log = _txctl_log(txctl)
+    proc = txctl_log("run", "--log", "utils.echo", "--msg", "hey", "--num_replicas", "2", check=0)
+    assert "echo/0 hey\n" in proc.stdout
+    assert "echo/1 hey\n" in proc.stdout
+
+
+def test_run_python_and_binary_builtins(txctl: Any) -> None:
+    proc = txctl(
+        "run",
+        "--wait",
+        "utils.python",
+        "--c",
+        "import sys; print('py', sys.argv[1:])",
+        "a",
+        "b",
+        check=0,
+    )
+    assert txctl("logs", first_line(proc.stdout), check=0).stdout == "py ['a', 'b']\n"
+    proc = txctl(
+        "run", "--wait", "utils.binary", "--entrypoint", "printf", "%s-%s\\n", "x", "y", check=0
+    )
+    assert txctl("logs", first_line(proc.stdout), check=0).stdout == "x-y\n"
+
+
+def test_run_dryrun_submits_nothing(txctl: Any) -> None:
+    before = json.loads(txctl("list", "--json", check=0).stdout)
+    proc = txctl("run", "--dryrun", "utils.echo", "--msg", "dry", check=0)
+    assert "=== SCHEDULER REQUEST (local_cwd) ===" in proc.stdout
+    assert "'dry'" in proc.stdout
+    proc = txctl("run", "--dryrun", "--json", "utils.echo", "--msg", "dry", check=0)
+    body = json.loads(proc.stdout)
+    assert body["scheduler"] == "local_cwd"
+    assert body["app"]["roles"][0]["args"] == ["dry"]
+    after = json.loads(txctl("list", "--json", check=0).stdout)
+    assert [a["app_handle"] for a in after] == [a["app_handle"] for a in before]
+
+
+def test_run_cfg_log_dir(txctl: Any, workdir: Path) -> None:
+    logs = workdir / "mylogs"
+    proc = txctl(
+        "run",
+        "--wait",
+        "-c",
+        f"log_dir={logs},prepend_cwd=true",
+        "utils.echo",
+        "--msg",
+        "in-log-dir",
+        check=0,
+    )
+    handle = _handle(proc, "echo")
+    app_id = handle.rsplit("/", 1)[1]
+    assert (logs / "txd" / app_id / "echo" / "0" / "stdout.log").read_bytes() == b"in-log-dir\n"
+    desc = json.loads(txctl("describe", "--json", handle, check=0).stdout)
+    assert desc["cfg"]["log_dir"] == {"str": str(logs)}
+    assert desc["cfg"]["prepend_cwd"] == {"bool": True}
+
+
+# -- status / describe / list / wait --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(shared_daemon: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A job that succeeded: its handle."""
+    cwd = tmp_path_factory.mktemp("finished")
+    proc = shared_daemon.txctl("run", "--wait", "utils.echo", "--msg", "done-job", cwd=cwd, check=0)
+    return first_line(proc.stdout)
+
+
+def test_status_text_and_json(txctl: Any, finished: str) -> None:
+    text = txctl("status", finished, check=0).stdout
+    assert text.splitlines()[0] == finished
+    assert re.search(r"^\s+state:\s+SUCCEEDED$", text, re.M)
+    assert re.search(r"^\s+echo/0: SUCCEEDED exit=0", text, re.M)
+    data = json.loads(txctl("status", "--json", finished, check=0).stdout)
+    assert data["state"] == "SUCCEEDED"
+    assert data["app_handle"] == finished
+    assert data["scheduler"] == "local_cwd"
+    assert data["name"] == "echo"
+    assert data["roles"][0]["replicas"][0]["state"] == "SUCCEEDED"
+    assert data["roles"][0]["replicas"][0]["exit_code"] == 0
+
+
+def test_describe_text_and_json(txctl: Any, finished: str) -> None:
+    text = txctl("describe", finished, check=0).stdout
+    assert "app: echo" in text
+    assert "entrypoint: echo" in text
+    assert '["done-job"]' in text
+    assert "SUCCEEDED" in text
+    data = json.loads(txctl("describe", "--json", finished, check=0).stdout)
+    role = data["app"]["roles"][0]
+    assert role["entrypoint"] == "echo"
+    assert role["args"] == ["done-job"]
+    assert role["num_replicas"] == 1
+    assert data["status"]["state"] == "SUCCEEDED"
+    assert "prepend_cwd" in data["cfg"]
+
+
+def test_list_text_json_newest_first(txctl: Any, finished: str) -> None:
+    later = first_line(txctl("run", "--wait", "utils.echo", check=0).stdout)
+    text = txctl("list", check=0).stdout
+    assert text.splitlines()[0].split() == ["HANDLE", "NAME", "STATE", "CREATED"]
+    assert re.search(rf"^{re.escape(finished)}\s+echo\s+SUCCEEDED\s", text, re.M)
+    data = json.loads(txctl("list", "--json", check=0).stdout)
+    handles = [a["app_handle"] for a in data]
+    assert handles.index(later) < handles.index(finished)
+    assert {a["state"] for a in data} <= {
+        "SUBMITTED",
+        "PENDING",
+        "RUNNING",
+        "SUCCEEDED",
+        "FAILED",
+        "CANCELLED",
+        "UNKNOWN",
+    }
+    by_sched = json.loads(txctl("list", "--json", "-s", "local_cwd", check=0).stdout)
+    assert finished in [a["app_handle"] for a in by_sched]
+
+
+def test_list_unknown_scheduler(txctl: Any) -> None:
+    proc = txctl("list", "-s", "nosuchsched", check=2)
+    no_traceback(proc)
+    assert "nosuchsched" in proc.stderr
+
+
+def test_wait_exit_codes(txctl: Any, finished: str) -> None:
+    assert "SUCCEEDED" in txctl("wait", finished, check=0).stdout
+    data = json.loads(txctl("wait", "--json", finished, check=0).stdout)
+    assert data["state"] == "SUCCEEDED"
+    failed = first_line(txctl("run", "utils.sh", "exit", "7", check=0).stdout)
+    proc = txctl("wait", failed, check=1)
+    assert "FAILED" in proc.stdout
+    assert "exit=7" in proc.stdout
+
+
+def test_wait_timeout(txctl: Any) -> None:
+    marker = f"60.{uuid.uuid4().int % 10**9}"
+    handle = first_line(txctl("run", "utils.sh", "sleep", marker, check=0).stdout)
+    try:
+        proc = txctl("wait", "--wait-timeout", "0.3", handle, check=1)
+        no_traceback(proc)
+        assert "still not done" in proc.stderr
+    finally:
+        txctl("cancel", handle, check=0)
+        txctl("wait", handle)
+
+
+# -- cancel / delete ----------------------------------------------------------------------------
+
+
+def test_cancel_sleep_job(txctl: Any) -> None:
+    marker = f"60.{uuid.uuid4().int % 10**9}"
+    handle = first_line(txctl("run", "utils.sh", "sleep", marker, check=0).stdout)
+    pids = pids_with_marker(marker)
+    assert pids, "the job's process was not found right after run returned"
+    stat = proc_stat(pids[0])
+    assert stat is not None
+    pgid = stat[2]
+    members = group_members(pgid)
+    assert set(pids) <= set(members)
+    with PidWatch(members) as watch:
+        proc = txctl("cancel", handle, check=0)
+        assert handle in proc.stdout and "cancel requested" in proc.stdout
+        proc = txctl("wait", "--json", handle, check=1)
+        data = json.loads(proc.stdout)
+        assert data["state"] == "CANCELLED"
+        # Terminal means every process of the group has ended (not just the leader).
+        assert watch.wait(2.0) == [], "processes of the cancelled job still run"
+    assert group_members(pgid) == []
+    # Cancelling again is a no-op that reports the terminal state.
+    proc = txctl("cancel", handle, check=0)
+    assert "CANCELLED" in proc.stdout
+    assert json.loads(txctl("status", "--json", handle, check=0).stdout)["state"] == "CANCELLED"
+
+
+def test_delete_then_status_is_not_found(txctl: Any) -> None:
+    handle = first_line(txctl("run", "--wait", "utils.echo", check=0).stdout)
+    txctl("delete", handle, check=0)
+    proc = txctl("status", handle, check=2)
+    no_traceback(proc)
+    assert "no job" in proc.stderr and handle in proc.stderr
+    assert handle not in txctl("list", check=0).stdout
+    no_traceback(txctl("logs", handle, check=2))
+    no_traceback(txctl("delete", handle, check=2))
+
+
+def test_delete_running_job_stops_it(txctl: Any) -> None:
+    marker = f"60.{uuid.uuid4().int % 10**9}"
+    handle = first_line(txctl("run", "utils.sh", "sleep", marker, check=0).stdout)
+    pids = pids_with_marker(marker)
+    assert pids
+    with PidWatch(pids) as watch:
+        txctl("delete", handle, check=0)
+        assert watch.wait(5.0) == []
+    no_traceback(txctl("status", handle, check=2))
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+
+def test_logs_cli_options(txctl: Any) -> None:
+    handle = first_line(
+        txctl(
+            "run", "--wait", "utils.sh", "sh", "-c", "echo out1; echo err1 >&2; echo out2", check=0
+        ).stdout
+    )
+    assert txctl("logs", handle, "--streams", "stdout", check=0).stdout == "out1\nout2\n"
+    assert txctl("logs", handle, "--streams", "stderr", check=0).stdout == "err1\n"
+    assert sorted(txctl("logs", handle, check=0).stdout.splitlines()) == ["err1", "out1", "out2"]
+    assert txctl("logs", handle, "--regex", "2$", check=0).stdout == "out2\n"
+    assert txctl("logs", handle, "sh/0", "--regex", "^out", check=0).stdout == "out1\nout2\n"
+    assert txctl("logs", handle, "-f", "--streams", "stdout", check=0).stdout == "out1\nout2\n"
+    # Times: epoch seconds and relative ages.
+    assert txctl("logs", handle, "--since", "0", "--streams", "stderr", check=0).stdout == "err1\n"
+    assert txctl("logs", handle, "--since", "1d", "--streams", "stderr", check=0).stdout == "err1\n"
+    assert txctl("logs", handle, "--until", "1d", check=0).stdout == ""
+
+
+def test_logs_cli_several_replicas_prefix(txctl: Any) -> None:
+    handle = first_line(
+        txctl(
+            "run",
+            "--wait",
+            "utils.sh",
+            "--num_replicas",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo a; echo b",
+            check=0,
+        ).stdout
+    )
+    out = txctl("logs", handle, check=0).stdout
+    assert sorted(out.splitlines()) == sorted(
+        f"sh/{k} {line}" for k in range(3) for line in ("a", "b")
+    )
+    # Per replica, lines keep their order.
+    for k in range(3):
+        assert [ln for ln in out.splitlines() if ln.startswith(f"sh/{k} ")] == [
+            f"sh/{k} a",
+            f"sh/{k} b",
+        ]
+    # One replica: no prefix.
+    assert txctl("logs", handle, "sh/1", check=0).stdout == "a\nb\n"
+    # One role with several replicas: still prefixed.
+    assert "sh/2 b\n" in txctl("logs", handle, "sh", check=0).stdout
+
+
+def test_logs_cli_errors(txctl: Any, finished: str) -> None:
+    for args, needle in (
+        ([finished, "nosuchrole"], "nosuchrole"),
+        ([finished, "echo/7"], "7"),
+        ([finished, "echo/x"], "bad replica"),
+        ([finished, "--since", "yesterday-ish"], "bad time"),
+        ([finished, "--regex", "("], "regex"),
+    ):
+        proc = txctl("logs", *args, check=2)
+        no_traceback(proc)
+        assert needle in proc.stderr, (args, proc.stderr)
+
+
+def test_logs_follow_interrupted_exits_130(shared_daemon: Any, workdir: Path) -> None:
+    """Ctrl-C during `logs -f`: exit 130, no traceback."""
+    handle = first_line(
+        shared_daemon.txctl(
+            "run", "utils.sh", "sh", "-c", "echo first; exec sleep 60", cwd=workdir, check=0
+        ).stdout
+    )
+    proc = subprocess.Popen(
+        [*TXCTL, "--socket", str(shared_daemon.socket), "--no-autostart", "logs", "-f", handle],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=shared_daemon.txctl_env(),
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"first\n"  # streaming: it is waiting for more now
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(30)
+        err = proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+        shared_daemon.txctl("cancel", handle, check=0)
+    assert rc == 130, err
+    assert "Traceback" not in err
+
+
+def test_logs_into_closed_pipe_is_not_an_error(shared_daemon: Any, workdir: Path) -> None:
+    """`txctl logs H | head -1` on a big log: exit 0 and no traceback."""
+    handle = first_line(
+        shared_daemon.txctl(
+            "run", "--wait", "utils.sh", "seq", "200000", cwd=workdir, check=0
+        ).stdout
+    )
+    proc = subprocess.Popen(
+        [*TXCTL, "--socket", str(shared_daemon.socket), "--no-autostart", "logs", handle],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=workdir,
+        env=shared_daemon.txctl_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"1\n"
+    proc.stdout.close()
+    rc = proc.wait(30)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert rc == 0, err
+    assert "Traceback" not in err and "Exception" not in err, err
+
+
+# -- schedulers, runopts, builtins ----------------------------------------------------------------
+
+
+def test_runopts(txctl: Any) -> None:
+    text = txctl("runopts", "local_cwd", check=0).stdout
+    assert text.startswith("local_cwd:")
+    for name in ("log_dir", "prepend_cwd", "auto_set_cuda_visible_devices"):
+        assert name in text
+    assert "prepend_cwd (bool, default: false)" in text
+    data = json.loads(txctl("runopts", "--json", "local_cwd", check=0).stdout)
+    opts = {o["name"]: o for o in data["local_cwd"]}
+    assert opts["prepend_cwd"]["type"] == "BOOL"
+    assert opts["log_dir"]["type"] == "STR"
+    assert "local_cwd:" in txctl("runopts", check=0).stdout
+    proc = txctl("runopts", "nosuchsched", check=2)
+    no_traceback(proc)
+    assert "nosuchsched" in proc.stderr
+
+
+def test_schedulers(txctl: Any) -> None:
+    text = txctl("schedulers", check=0).stdout
+    assert re.search(r"^local_cwd \(default\)\s+\S*logs", text, re.M), text
+    data = json.loads(txctl("schedulers", "--json", check=0).stdout)
+    assert data["default_scheduler"] == "local_cwd"
+    local = next(s for s in data["schedulers"] if s["name"] == "local_cwd")
+    caps = local["capabilities"]
+    for cap in (
+        "logs",
+        "log_follow",
+        "log_since_until",
+        "log_streams",
+        "cancel",
+        "delete",
+        "list",
+        "describe",
+        "push_status",
+    ):
+        assert caps[cap] is True, cap
+
+
+def test_builtins(txctl: Any) -> None:
+    names = txctl("builtins", check=0).stdout.split()
+    for name in ("utils.echo", "utils.sh", "utils.python", "utils.binary", "dist.ddp"):
+        assert name in names
+    assert json.loads(txctl("builtins", "--json", check=0).stdout)["builtins"] == names
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["status", "local_cwd://txd/nosuchjob-bcdfg"], "no job"),
+        (["describe", "local_cwd://txd/nosuchjob-bcdfg"], "no job"),
+        (["wait", "local_cwd://txd/nosuchjob-bcdfg"], "no job"),
+        (["cancel", "local_cwd://txd/nosuchjob-bcdfg"], "no job"),
+        (["logs", "local_cwd://txd/nosuchjob-bcdfg"], "no job"),
+        (["status", "not-a-handle"], "app_handle"),
+        (["run", "utils.ecoh"], "did you mean utils.echo"),
+        (["run", "utils.echo", "--nosuchflag", "1"], "nosuchflag"),
+        (["run", "-c", "bogus=1", "utils.echo"], "cfg.bogus"),
+        (["run", "-c", "prepend_cwd=maybe", "utils.echo"], "cfg.prepend_cwd"),
+        (["run", "-c", "novalue", "utils.echo"], "KEY=VALUE"),
+        (["run", "-s", "nosuchsched", "utils.echo"], "nosuchsched"),
+        (["run", "utils.sh", "--h", "gpu.smal", "true"], "gpu.smal"),
+        (["run", "utils.binary", "--entrypoint", "no-such-program-txd"], "no-such-program-txd"),
+        (["run", "nosuchfile.py:main"], "nosuchfile.py"),
+    ],
+)
+def test_errors_are_one_line_exit_two(txctl: Any, args: list[str], needle: str) -> None:
+    proc = txctl(*args, check=2)
+    no_traceback(proc)
+    assert needle in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_no_autostart_without_daemon_exits_three(workdir: Path) -> None:
+    root = short_tmpdir()
+    try:
+        sock = root / "none.sock"
+        env = clean_env(HOME=str(root), XDG_RUNTIME_DIR=str(root), XDG_STATE_HOME=str(root))
+        proc = subprocess.run(
+            [*TXCTL, "--socket", str(sock), "--no-autostart", "list"],
+            capture_output=True,
+            text=True,
+            cwd=workdir,
+            env=env,
+            timeout=60,
+        )
+        assert proc.returncode == 3, proc.stderr
+        no_traceback(proc)
+        assert str(sock) in proc.stderr
+        # The environment variable refuses autostart as well, and TXD_SOCKET picks the socket.
+        proc = subprocess.run(
+            [*TXCTL, "status", "local_cwd://txd/x-y"],
+            capture_output=True,
+            text=True,
+            cwd=workdir,
+            timeout=60,
+            env={**env, "TXD_NO_AUTOSTART": "1", "TXD_SOCKET": str(sock)},
+        )
+        assert proc.returncode == 3, proc.stderr
+        no_traceback(proc)
+        assert str(sock) in proc.stderr
+        assert not list(root.glob("**/txd.log")), "a daemon was started"
+    finally:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_txd_socket_env_is_used(shared_daemon: Any, finished: str, workdir: Path) -> None:
+    env = shared_daemon.txctl_env(TXD_SOCKET=str(shared_daemon.socket), TXD_NO_AUTOSTART="1")
+    proc = subprocess.run(
+        [*TXCTL, "status", finished],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "SUCCEEDED" in proc.stdout
+
+
+def test_status_imports_no_daemon_or_backend(shared_daemon: Any, finished: str) -> None:
+    """`txctl status` loads gRPC, protobuf and txd.v1 only: no daemon, scheduler or backend."""
+    code = (
+        "import sys\n"
+        "from txd.client import cli\n"
+        "rc = cli.main(sys.argv[1:])\n"
+        "mods = sorted(m for m in sys.modules if m.split('.')[0] in ('txd', 'asyncssh',"
+        " 'kubernetes_asyncio', 'aioboto3', 'aiodocker', 'anyio', 'sqlite3', 'grpc_health',"
+        " 'grpc_reflection'))\n"
+        "print('MODULES', ' '.join(mods))\n"
+        "sys.exit(rc)\n"
+    )
+    proc = run_python(
+        code,
+        "--socket",
+        str(shared_daemon.socket),
+        "--no-autostart",
+        "status",
+        finished,
+        env=shared_daemon.txctl_env(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    mods = proc.stdout.rsplit("MODULES", 1)[1].split()
+    # (grpc itself probes the top-level grpc_health / grpc_reflection packages on import.)
+    bad = [
+        m
+        for m in mods
+        if m not in ("grpc_health", "grpc_reflection")
+        and not (
+            m == "txd" or m.startswith(("txd.client", "txd.v1", "txd.cfgvalue", "txd.defaults"))
+        )
+    ]
+    assert bad == [], bad
+    assert "txd.client.components" not in mods
+
+
+def test_help_needs_no_daemon_and_no_grpc() -> None:
+    code = (
+        "import sys\nfrom txd.client import cli\n"
+        "try:\n    cli.main(['--help'])\nexcept SystemExit as e:\n    rc = e.code\n"
+        "print('GRPC', 'grpc' in sys.modules)\nsys.exit(rc)\n"
+    )
+    proc = run_python(code, env=clean_env(TXD_SOCKET="/nonexistent/txd.sock"))
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: txctl" in proc.stdout
+    assert proc.stdout.strip().endswith("GRPC False")
+
+
+def test_cli_module_entrypoint(shared_daemon: Any, finished: str) -> None:
+    """`python -m txd.client.cli` is the same CLI."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "txd.client.cli",
+            "--socket",
+            str(shared_daemon.socket),
+            "--no-autostart",
+            "status",
+            "--json",
+            finished,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=shared_daemon.txctl_env(),
+        cwd=os.getcwd(),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["state"] == "SUCCEEDED"

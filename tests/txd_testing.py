@@ -1,0 +1,442 @@
+"""Helpers for the integration tests: a real `txd` process, `txctl` runs, /proc inspection.
+
+Loaded by tests/conftest.py and importable from test modules as `txd_testing`. Nothing here
+sleeps to wait: readiness comes through the daemon's --ready-fd pipe, process exits through
+Popen.wait or pidfds, job ends through the Wait RPC.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from txd.v1 import AppDef, Role
+
+REPO = Path(__file__).resolve().parent.parent
+_VENV_TXCTL = Path(sys.executable).parent / "txctl"
+TXCTL: list[str] = (
+    [str(_VENV_TXCTL)] if _VENV_TXCTL.exists() else [sys.executable, "-m", "txd.client.cli"]
+)
+HANDLE_RE = r"local_cwd://txd/{name}-[a-z0-9]+"
+START_TIMEOUT = 30.0
+# Set in the shared daemon's environment only: a job must not see it unless the caller has it.
+DAEMON_ONLY_VAR = "TXD_TEST_DAEMON_ONLY"
+STOP_TIMEOUT = 30.0
+
+
+def short_tmpdir(prefix: str = "txdt-") -> Path:
+    """A directory with a short path: Unix socket paths are limited to 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+def unique(prefix: str) -> str:
+    """An app name nobody else uses, so a test can count its own jobs in `list`."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the txd variables that would redirect clients."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TXD_SOCKET", "TXD_NO_AUTOSTART")}
+    env.update(extra)
+    return env
+
+
+# -- apps -------------------------------------------------------------------------------------
+
+
+def sh_app(
+    script: str,
+    name: str = "t",
+    role: str = "r",
+    replicas: int | None = None,
+    env: dict[str, str] | None = None,
+) -> AppDef:
+    """One role running `sh -c script`."""
+    r = Role(name=role, entrypoint="sh", args=["-c", script], env=env or {})
+    if replicas is not None:
+        r.num_replicas = replicas
+    return AppDef(name=name, roles=[r])
+
+
+def py_app(code: str, name: str = "py", role: str = "py") -> AppDef:
+    """One role running `python -c code` with this interpreter."""
+    return AppDef(name=name, roles=[Role(name=role, entrypoint=sys.executable, args=["-c", code])])
+
+
+async def read_logs(client: Any, handle: str, **kw: Any) -> bytes:
+    """Every byte a Logs call returns, joined."""
+    return b"".join([chunk.data async for chunk in client.logs(handle, **kw)])
+
+
+async def read_logs_by_replica(client: Any, handle: str, **kw: Any) -> dict[str, bytes]:
+    """Logs as {"role/k": bytes}."""
+    out: dict[str, bytes] = {}
+    async for chunk in client.logs(handle, **kw):
+        key = f"{chunk.role}/{chunk.replica}"
+        out[key] = out.get(key, b"") + chunk.data
+    return out
+
+
+# -- /proc ------------------------------------------------------------------------------------
+
+
+def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgid, start ticks) of a process, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def is_running(pid: int, start_ticks: int | None = None) -> bool:
+    """True when pid exists, is not a zombie (PID 1 here reaps orphans lazily), and, when
+    start_ticks is given, is the same process (not a reused pid)."""
+    st = proc_stat(pid)
+    if st is None or st[0] in ("Z", "X"):
+        return False
+    return start_ticks is None or st[3] == start_ticks
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below pid (children, grandchildren ...)."""
+    children: dict[int, list[int]] = {}
+    for p in all_pids():
+        st = proc_stat(p)
+        if st is not None and st[0] not in ("Z", "X"):
+            children.setdefault(st[1], []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    out = []
+    for p in all_pids():
+        st = proc_stat(p)
+        if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
+            out.append(p)
+    return out
+
+
+def pids_with_marker(marker: str) -> list[int]:
+    """Live processes whose command line contains marker (a unique string in a job's args)."""
+    needle = marker.encode()
+    out = []
+    for p in all_pids():
+        if p == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if needle in cmdline and is_running(p):
+            out.append(p)
+    return out
+
+
+class PidWatch:
+    """Holds pidfds on a set of processes from now on, so a later check cannot be fooled by a
+    reused pid; wait() blocks in select() until they have all exited (a zombie has exited:
+    PID 1 here reaps orphans lazily)."""
+
+    def __init__(self, pids: Iterable[int]) -> None:
+        self.fds: dict[int, int] = {}
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                self.fds[pid] = os.pidfd_open(pid)
+
+    def __enter__(self) -> PidWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def wait(self, timeout: float) -> list[int]:
+        pending = dict(self.fds)
+        deadline = time.monotonic() + timeout
+        while pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select(list(pending.values()), [], [], max(left, 0))
+            if not ready:
+                break
+            pending = {p: fd for p, fd in pending.items() if fd not in ready}
+        return sorted(pending)
+
+    def running(self) -> list[int]:
+        """Those not yet exited, without waiting."""
+        return self.wait(0)
+
+
+def recorded_replicas(state_dir: Path) -> list[dict[str, Any]]:
+    """Every replica local_cwd recorded under state_dir (replicas.json files)."""
+    out = []
+    for path in state_dir.rglob("replicas.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            out.extend(json.loads(path.read_text())["replicas"])
+    return out
+
+
+def kill_recorded_replicas(state_dir: Path) -> list[int]:
+    """Safety net for teardown: SIGKILL any replica group recorded under state_dir that is
+    still the same process. Returns the pids it had to kill."""
+    killed = []
+    for rep in recorded_replicas(state_dir):
+        pid, ticks = rep.get("pid"), rep.get("start_ticks")
+        if pid and ticks is not None and is_running(pid, ticks):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
+
+
+# -- the daemon -------------------------------------------------------------------------------
+
+
+class Daemon:
+    """A real `python -m txd.daemon` on a socket and state dir of its own.
+
+    Started in its own process group; readiness is the b"ready\\n" it writes to --ready-fd.
+    """
+
+    def __init__(self, root: Path, grace: float = 2.0, env: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.env = clean_env(**(env or {}))
+        self.socket = root / "txd.sock"
+        self.state_dir = root / "state"
+        self.log_path = root / "txd.log"
+        self.grace = grace
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.home = root / "home"
+        self.home.mkdir(exist_ok=True)
+
+    # lifecycle
+
+    def start(self) -> Daemon:
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        read_end, write_end = os.pipe()
+        try:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "txd.daemon",
+                        "--socket",
+                        str(self.socket),
+                        "--state-dir",
+                        str(self.state_dir),
+                        "--grace",
+                        str(self.grace),
+                        "--ready-fd",
+                        str(write_end),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                    cwd=self.root,
+                    env=self.env,
+                )
+        finally:
+            os.close(write_end)
+        try:
+            # EOF (the daemon died) or the timeout ends this wait as surely as "ready" does.
+            ready, _, _ = select.select([read_end], [], [], START_TIMEOUT)
+            data = os.read(read_end, 64) if ready else b""
+        finally:
+            os.close(read_end)
+        if data != b"ready\n":
+            rc = self.proc.poll()
+            if rc is None:
+                self.proc.kill()
+                self.proc.wait()
+            raise RuntimeError(
+                f"txd did not become ready (got {data!r}, exit code {rc}):\n{self.log()}"
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
+        """Sends sig and waits for the daemon to exit; returns its exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"txd did not exit within {timeout}s of signal {sig}:\n{self.log()}"
+            ) from None
+
+    def kill(self) -> int:
+        """SIGKILL: a crash, as far as the daemon can tell."""
+        return self.stop(signal.SIGKILL)
+
+    def restart(self) -> Daemon:
+        """Starts again on the same socket and state dir (the previous process must be gone)."""
+        assert not self.running(), "stop or kill the daemon first"
+        return self.start()
+
+    def close(self) -> None:
+        """Teardown: stops the daemon if needed and ends any replica it left behind."""
+        if self.running():
+            with contextlib.suppress(AssertionError):
+                self.stop(signal.SIGTERM)
+        kill_recorded_replicas(self.state_dir)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmRSS")
+
+    # clients
+
+    def client(self, **kw: Any) -> Any:
+        from txd.client import AsyncClient
+
+        return AsyncClient(self.socket, **kw)
+
+    def txctl_env(self, **extra: str) -> dict[str, str]:
+        return clean_env(
+            HOME=str(self.home),
+            XDG_STATE_HOME=str(self.root / "xdg-state"),
+            XDG_RUNTIME_DIR=str(self.root / "xdg-run"),
+            **extra,
+        )
+
+    def txctl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool | int | None = None,
+        cwd: str | Path | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float = 30,
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs `txctl --socket <ours> --no-autostart *args`. check=True or an int asserts
+        the exit code."""
+        proc = subprocess.run(
+            [*TXCTL, "--socket", str(self.socket), "--no-autostart", *args],
+            input=input,
+            capture_output=True,
+            encoding="utf-8",
+            errors="surrogateescape",
+            cwd=cwd or self.home,
+            env=env if env is not None else self.txctl_env(),
+            timeout=timeout,
+        )
+        if check is not None and check is not False:
+            want = 0 if check is True else check
+            assert proc.returncode == want, (
+                f"txctl {' '.join(args)}: exit {proc.returncode}, wanted {want}\n"
+                f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
+            )
+        return proc
+
+
+def first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    """Asserts an error was reported as one `txctl: error: ...` line and nothing else."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("txctl: error: "), proc.stderr
+
+
+def remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_python(
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+__all__: Sequence[str] = [
+    "DAEMON_ONLY_VAR",
+    "HANDLE_RE",
+    "REPO",
+    "TXCTL",
+    "Daemon",
+    "PidWatch",
+    "all_pids",
+    "clean_env",
+    "descendants",
+    "first_line",
+    "group_members",
+    "is_running",
+    "kill_recorded_replicas",
+    "no_traceback",
+    "pids_with_marker",
+    "proc_stat",
+    "py_app",
+    "read_logs",
+    "read_logs_by_replica",
+    "recorded_replicas",
+    "remove_tree",
+    "run_python",
+    "sh_app",
+    "short_tmpdir",
+    "unique",
+]
