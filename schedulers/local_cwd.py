@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import pprint
@@ -68,7 +67,7 @@ class ReplicaSpec:
     args: list[str]
     env: dict[str, str]
     cwd: str
-    log_dir: str
+    log: str  # the replica's log files are <log>.log and <log>.idx
 
 
 @dataclass
@@ -108,7 +107,7 @@ class _Finished:
     hundred bytes, so 10,000 finished jobs cost the daemon little memory."""
 
     app_dir: str
-    log_dirs: dict[tuple[str, int], str]
+    logs: dict[tuple[str, int], str]
     status: bytes = b""
 
 
@@ -118,7 +117,7 @@ class _Replica(asyncio.SubprocessProtocol):
     def __init__(self, app: _App, spec: ReplicaSpec) -> None:
         self.app = app
         self.spec = spec
-        self.writer = LogWriter(Path(spec.log_dir))
+        self.writer = LogWriter(Path(spec.log))
         self.transport: asyncio.SubprocessTransport | None = None
         self.pid = 0
         self.returncode: int | None = None
@@ -198,7 +197,6 @@ class _App:
     async def _finish(self) -> None:
         await self.stop(grace=DRAIN_GRACE)
         self.terminal_state = self._computed_state()
-        self._write_state_file()
         self.sched._retire(self)
 
     async def stop(self, grace: float) -> None:
@@ -253,31 +251,10 @@ class _App:
         out.roles.extend(by_role.values())
         return out
 
-    def _write_state_file(self) -> None:
-        """replicas.json: pids and start times, for crash recovery; final state once known."""
-        data = {
-            "app_id": self.req.app_id,
-            "final_state": AppState.Name(self.terminal_state) if self.terminal_state else None,
-            "replicas": [
-                {
-                    "role": r.spec.role,
-                    "replica_id": r.spec.replica_id,
-                    "pid": r.pid,
-                    "start_ticks": _start_ticks(r.pid) if self.terminal_state is None else None,
-                    "exit_code": None if r.returncode is None else _exit_code(r.returncode),
-                }
-                for r in self.replicas
-            ],
-        }
-        path = Path(self.req.app_dir) / "replicas.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        tmp.replace(path)
-
 
 def _first_error_file(req: PopenRequest) -> str:
     """TorchElastic's error.json of the earliest failing replica, if any replica wrote one."""
-    files = [Path(s.log_dir) / "error.json" for s in req.replicas]
+    files = [Path(f"{s.log}.error.json") for s in req.replicas]
     existing = sorted((f for f in files if f.exists()), key=lambda f: f.stat().st_mtime)
     return existing[0].read_text() if existing else ""
 
@@ -323,12 +300,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     img_root=ctx.cwd, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV
                 )
                 r = macros.apply(role)
-                log_dir = app_dir / role.name / str(k)
+                log = app_dir / f"{role.name}.{k}"
                 env = dict(ctx.env)
                 env.update(r.env)
                 env[RANK0_ENV] = "localhost"
                 env.setdefault("PYTHONUNBUFFERED", "x")
-                env.setdefault("TORCHELASTIC_ERROR_FILE", str(log_dir / "error.json"))
+                env.setdefault("TORCHELASTIC_ERROR_FILE", f"{log}.error.json")
                 env["PATH"] = _join_path(
                     r.env.get("PATH", ""),
                     ctx.env.get("PATH", ""),
@@ -352,7 +329,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                         args=[r.entrypoint, *r.args],
                         env=env,
                         cwd=ctx.cwd,
-                        log_dir=str(log_dir),
+                        log=str(log),
                     )
                 )
         req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
@@ -385,6 +362,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         req = dryrun.request
         app = _App(self, req)
         self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
+        Path(req.app_dir).mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
         for spec in req.replicas:
             replica = _Replica(app, spec)
@@ -406,7 +384,10 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     "app", f"could not start replica {spec.role}/{spec.replica_id}: {e}"
                 ) from e
             app.replicas.append(replica)
-        app._write_state_file()
+        # Recorded with the job (the registry stores `native` once schedule returns): crash
+        # recovery identifies a replica by pid and start time, so a reused pid is never hit.
+        for entry, r in zip(dryrun.native["replicas"], app.replicas, strict=True):
+            entry["pid"], entry["start_ticks"] = r.pid, _start_ticks(r.pid)
         app.maybe_finish()  # every replica may have exited during the spawns
         return req.app_id
 
@@ -428,7 +409,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         app_id = app.req.app_id
         self._finished[app_id] = _Finished(
             app.req.app_dir,
-            {(s.role, s.replica_id): s.log_dir for s in app.req.replicas},
+            {(s.role, s.replica_id): s.log for s in app.req.replicas},
             app.status().SerializeToString(),
         )
         del self._apps[app_id]
@@ -446,14 +427,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 if r.spec.role == role and r.spec.replica_id == k:
                     # Once the writer is closed the replica's pipes are, so no byte can follow.
                     src = LogSource(
-                        Path(r.spec.log_dir), r.writer.pulse, lambda w=r.writer: w.closed
+                        Path(r.spec.log), r.writer.pulse, lambda w=r.writer: w.closed
                     )
                     return read_log(src, query)
         elif (done := self._finished.get(app_id)) is not None:
-            if (role, k) in done.log_dirs:
-                return read_log(
-                    LogSource(Path(done.log_dirs[(role, k)]), None, lambda: True), query
-                )
+            if (role, k) in done.logs:
+                return read_log(LogSource(Path(done.logs[(role, k)]), None, lambda: True), query)
         else:
             raise NotFound(f"{self.name} has no logs for {app_id}")
         raise NotFound(f"{app_id} has no replica {role}/{k}")
@@ -477,11 +456,11 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
         self._finished[app_id] = _Finished(
             native["app_dir"],
-            {(r["role"], r["replica_id"]): r["log_dir"] for r in native["replicas"]},
+            {(r["role"], r["replica_id"]): r["log"] for r in native["replicas"]},
         )
         if status.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
             return status
-        return await _settle_after_crash(native["app_dir"], status)
+        return await _settle_after_crash(native["replicas"], status)
 
     async def shutdown(self) -> None:
         live = list(self._apps.values())
@@ -496,12 +475,8 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     r.transport.close()
 
 
-async def _settle_after_crash(app_dir: str, status: AppStatus) -> AppStatus:
+async def _settle_after_crash(recorded: list[dict[str, Any]], status: AppStatus) -> AppStatus:
     """A job the previous daemon left running: stop the replicas still alive, record why."""
-    try:
-        recorded = json.loads((Path(app_dir) / "replicas.json").read_text())["replicas"]
-    except (OSError, ValueError, KeyError):
-        recorded = []
     alive = [
         r["pid"]
         for r in recorded
@@ -561,7 +536,7 @@ def _native(req: PopenRequest) -> dict[str, Any]:
     return {
         "app_dir": req.app_dir,
         "replicas": [
-            {"role": s.role, "replica_id": s.replica_id, "log_dir": s.log_dir} for s in req.replicas
+            {"role": s.role, "replica_id": s.replica_id, "log": s.log} for s in req.replicas
         ],
     }
 

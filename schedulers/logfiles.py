@@ -1,18 +1,23 @@
-"""Log files with a time index: how txd keeps and serves the output of processes it supervises.
+"""Log files with a stream-and-time index: how txd keeps and serves the output of processes it
+supervises.
 
-A replica's output is written as it arrives to three plain files users can `cat` or `tail -f`:
-`stdout.log`, `stderr.log` and `combined.log` (both streams in the order they were read). Beside
-each, `<name>.idx` holds 16-byte records (file offset, unix time in ns): "bytes from this offset
-on were read at or after this time". A record is added when at least 1 ms has passed since the
-previous one, so the index stays small while since/until keep millisecond precision.
+A replica's output goes, as it arrives, to `<base>.log` (stdout and stderr interleaved in the
+order they were read: a plain file users can `cat` or `tail -f`). Beside it, `<base>.idx` holds
+17-byte records (file offset, unix time in ns, stream): "the bytes from this offset on came from
+this stream, read at or after this time". A record is added when the stream changes or at least
+1 ms has passed since the previous one, so the index stays small while stdout/stderr can be told
+apart exactly and since/until keep millisecond precision. Both files are created on the first
+byte of output: a job that prints nothing creates no file (file creation is what bounds
+submissions per second on a slow disk).
 
-A line's time is the time its first byte was read. Readers select lines with since <= time <
-until by binary search in the index, then move to line boundaries.
+A line's time is the time its first byte was read; readers keep lines with since <= time < until.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import struct
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,146 +29,174 @@ from txd.schedulers.pulse import Pulse
 from txd.v1.runner_pb2 import Stream
 
 CHUNK = 64 * 1024
-_REC = struct.Struct("<QQ")
+_REC = struct.Struct("<QQB")
 _MIN_GAP_NS = 1_000_000
-STREAM_FILES = {Stream.STDOUT: "stdout", Stream.STDERR: "stderr", Stream.COMBINED: "combined"}
 
 
-class _IndexedFile:
-    def __init__(self, path: Path) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.idx = os.open(path.with_suffix(".idx"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = 0
-        self.last_ns = 0
+def data_path(base: Path) -> Path:
+    return Path(f"{base}.log")
 
-    def append(self, data: bytes, now_ns: int) -> None:
-        if now_ns - self.last_ns >= _MIN_GAP_NS:
-            os.write(self.idx, _REC.pack(self.size, now_ns))
-            self.last_ns = now_ns
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
-        self.size += len(data)
 
-    def close(self) -> None:
-        os.close(self.fd)
-        os.close(self.idx)
+def index_path(base: Path) -> Path:
+    return Path(f"{base}.idx")
 
 
 class LogWriter:
-    """Writes one replica's stdout and stderr into its directory. Not thread-safe: it is fed
-    from the event loop's pipe callbacks. `pulse` fires after every write and at close."""
+    """Writes one replica's stdout and stderr. Fed from the event loop's pipe callbacks (not
+    thread-safe). `pulse` fires after every write and at close."""
 
-    def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self._files = {s: _IndexedFile(directory / f"{n}.log") for s, n in STREAM_FILES.items()}
+    def __init__(self, base: Path) -> None:
+        self.base = base
         self.pulse = Pulse()
         self.closed = False
+        self._fd = self._idx = -1
+        self._size = 0
+        self._last_stream = -1
+        self._last_ns = 0
 
     def write(self, stream: int, data: bytes) -> None:
+        if self._fd < 0:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            self._fd = os.open(data_path(self.base), flags, 0o644)
+            self._idx = os.open(index_path(self.base), flags, 0o644)
         now = time.time_ns()
-        self._files[stream].append(data, now)
-        self._files[Stream.COMBINED].append(data, now)
+        if stream != self._last_stream or now - self._last_ns >= _MIN_GAP_NS:
+            os.write(self._idx, _REC.pack(self._size, now, stream))
+            self._last_stream, self._last_ns = stream, now
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self._size += len(data)
         self.pulse.fire()
 
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            for f in self._files.values():
-                f.close()
+            if self._fd >= 0:
+                os.close(self._fd)
+                os.close(self._idx)
             self.pulse.fire()
-
-
-def _offset_at(idx_path: Path, when_ns: int) -> int | None:
-    """Offset of the first byte read at or after when_ns, or None if none was yet."""
-    try:
-        with open(idx_path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return None
-    lo, hi = 0, len(data) // _REC.size
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _REC.unpack_from(data, mid * _REC.size)[1] < when_ns:
-            lo = mid + 1
-        else:
-            hi = mid
-    if lo == len(data) // _REC.size:
-        return None
-    return _REC.unpack_from(data, lo * _REC.size)[0]
-
-
-def _line_start_at_or_after(fd: int, offset: int) -> int:
-    """The first line start >= offset (offset itself when the byte before it is a newline)."""
-    if offset == 0 or os.pread(fd, 1, offset - 1) == b"\n":
-        return offset
-    pos = offset
-    while True:
-        block = os.pread(fd, CHUNK, pos)
-        if not block:
-            return pos
-        nl = block.find(b"\n")
-        if nl >= 0:
-            return pos + nl + 1
-        pos += len(block)
 
 
 @dataclass
 class LogSource:
-    """One replica's log directory plus how to learn whether more output can come."""
+    """One replica's log, and how to learn whether more output can come."""
 
-    directory: Path
-    pulse: Pulse | None  # None when nothing writes any more (a finished job after a restart)
+    base: Path
+    pulse: Pulse | None  # None when nothing writes any more (a job finished before a restart)
     finished: Callable[[], bool]  # True once the writer is closed for good
 
 
-async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
-    """Yields chunks of the replica's log as selected by query (see Scheduler.log_iter)."""
-    name = STREAM_FILES[query.stream]
-    path = src.directory / f"{name}.log"
-    idx_path = path.with_suffix(".idx")
-    regex = compile_regex(query.regex)
-    since_ns = int(query.since.timestamp() * 1e9) if query.since else None
-    until_ns = int(query.until.timestamp() * 1e9) if query.until else None
+class _Index:
+    """The index of a log, read incrementally as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.records: list[tuple[int, int, int]] = []
+        self._read = 0
+
+    def refresh(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._read)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        whole = len(data) - len(data) % _REC.size
+        self.records.extend(_REC.iter_unpack(data[:whole]))
+        self._read += whole
+
+
+async def _pieces(
+    src: LogSource, stream: int, follow: bool, timed: bool
+) -> AsyncIterator[tuple[bytes, int]]:
+    """(bytes, time of the index record they belong to) of one stream, in order, at most CHUNK
+    bytes each. The combined stream without time filters needs no index (time 0)."""
+    index = _Index(index_path(src.base)) if stream != Stream.COMBINED or timed else None
+    fd = -1
+    pos = seg = 0
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        pos = 0
-        if since_ns is not None:
-            start = _offset_at(idx_path, since_ns)
-            # Nothing written since `since` yet: start at the current end.
-            pos = os.fstat(fd).st_size if start is None else start
-            pos = _line_start_at_or_after(fd, pos)
-        end: int | None = None
-        partial = b""
         while True:
             gen = src.pulse.gen if src.pulse else 0
-            done = src.finished() or src.pulse is None
-            if until_ns is not None and end is None:
-                cut = _offset_at(idx_path, until_ns)
-                if cut is not None:
-                    end = _line_start_at_or_after(fd, cut)
-            limit = end if end is not None else os.fstat(fd).st_size
-            while pos < limit:
-                block = os.pread(fd, min(CHUNK, limit - pos), pos)
-                if not block:
-                    break
-                pos += len(block)
-                if regex is None:
-                    yield block
-                    continue
-                lines = (partial + block).split(b"\n")
-                partial = lines.pop()
-                kept = b"".join(ln + b"\n" for ln in lines if regex.search(ln))
-                if kept:
-                    yield kept
-            at_end = end is not None and pos >= end
-            if at_end or done or not query.follow:
-                if partial and regex is not None and regex.search(partial):
-                    yield partial
+            done = src.pulse is None or src.finished()
+            if fd < 0:
+                with contextlib.suppress(FileNotFoundError):  # no output yet
+                    fd = os.open(data_path(src.base), os.O_RDONLY)
+            if fd >= 0:
+                size = os.fstat(fd).st_size
+                if index is not None:
+                    index.refresh()
+                records = index.records if index is not None else [(0, 0, stream)]
+                while seg < len(records):
+                    offset, when, source = records[seg]
+                    last = seg + 1 == len(records)
+                    end = size if last else records[seg + 1][0]
+                    pos = max(pos, offset)
+                    if stream in (Stream.COMBINED, source):
+                        while pos < end:
+                            block = os.pread(fd, min(CHUNK, end - pos), pos)
+                            if not block:
+                                break
+                            pos += len(block)
+                            yield block, when
+                    else:
+                        pos = end
+                    if last:
+                        break  # the last segment may still grow
+                    seg += 1
+            if done or not follow:
                 return
             await src.pulse.wait_past(gen)  # type: ignore[union-attr]
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+
+
+async def _lines(
+    pieces: AsyncIterator[tuple[bytes, int]],
+    regex: re.Pattern[bytes] | None,
+    since_ns: int | None,
+    until_ns: int | None,
+) -> AsyncIterator[bytes]:
+    """Keeps the whole lines that pass the filters; a last line without a newline is tested
+    when the pieces end."""
+
+    def keep(line: bytes, when: int) -> bool:
+        if since_ns is not None and when < since_ns:
+            return False
+        return regex is None or regex.search(line) is not None
+
+    partial, partial_time = b"", 0
+    async for block, when in pieces:
+        parts = block.split(b"\n")
+        first_time = partial_time if partial else when
+        parts[0] = partial + parts[0]
+        partial, partial_time = parts.pop(), (when if len(parts) else first_time)
+        out = []
+        for i, line in enumerate(parts):
+            line_time = first_time if i == 0 else when
+            if until_ns is not None and line_time >= until_ns:
+                if out:
+                    yield b"".join(out)
+                return
+            if keep(line, line_time):
+                out.append(line + b"\n")
+        if out:
+            yield b"".join(out)
+    if partial and (until_ns is None or partial_time < until_ns) and keep(partial, partial_time):
+        yield partial
+
+
+async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
+    """Chunks of the replica's log as selected by query (see Scheduler.log_iter)."""
+    since_ns = int(query.since.timestamp() * 1e9) if query.since else None
+    until_ns = int(query.until.timestamp() * 1e9) if query.until else None
+    regex = compile_regex(query.regex)
+    timed = since_ns is not None or until_ns is not None
+    pieces = _pieces(src, query.stream, query.follow, timed)
+    if regex is None and not timed:
+        async for block, _ in pieces:
+            yield block
+        return
+    async for chunk in _lines(pieces, regex, since_ns, until_ns):
+        yield chunk

@@ -8,6 +8,7 @@ annotation (str, int, float, bool, list[str], dict[str, str], each optionally `|
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from collections.abc import Mapping
@@ -70,6 +71,7 @@ def _opt_type(annotation: Any) -> OptType:
     return table[origin]
 
 
+@functools.cache  # resolving type hints costs more than the rest of option checking
 def _fields(opts_cls: type) -> list[tuple[dataclasses.Field[Any], OptType]]:
     hints = typing.get_type_hints(opts_cls)
     return [(f, _opt_type(hints[f.name])) for f in dataclasses.fields(opts_cls)]

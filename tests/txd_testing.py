@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -197,11 +198,16 @@ class PidWatch:
 
 
 def recorded_replicas(state_dir: Path) -> list[dict[str, Any]]:
-    """Every replica local_cwd recorded under state_dir (replicas.json files)."""
+    """Every replica local_cwd recorded in the registry under state_dir (pid, start_ticks ...:
+    the job's `native` facts)."""
     out = []
-    for path in state_dir.rglob("replicas.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            out.extend(json.loads(path.read_text())["replicas"])
+    db = state_dir / "registry.db"
+    if not db.exists():
+        return out
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for (native,) in conn.execute("SELECT native FROM jobs WHERE scheduler = 'local_cwd'"):
+            with contextlib.suppress(ValueError, KeyError):
+                out.extend(json.loads(native)["replicas"])
     return out
 
 

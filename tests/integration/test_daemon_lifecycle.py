@@ -5,9 +5,11 @@ second daemon refusing to take over."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -256,8 +258,7 @@ async def test_crash_recovery_never_kills_a_reused_pid(daemon: Any, workdir: Pat
         )
         status = await c.status(handle)
     [pid] = pids_with_marker(marker)
-    app_dir = Path(status.ui_url.removeprefix("file://"))
-    state_file = app_dir / "replicas.json"
+    assert status.state == AppState.RUNNING
     assert daemon.kill() == -signal.SIGKILL
     # While no daemon runs, the replica ends and its pid goes to an unrelated process.
     with PidWatch([pid]) as watch:
@@ -265,7 +266,10 @@ async def test_crash_recovery_never_kills_a_reused_pid(daemon: Any, workdir: Pat
         assert watch.wait(5) == []
     decoy = await asyncio.to_thread(subprocess.Popen, ["sleep", "300"], start_new_session=True)
     try:
-        data = json.loads(state_file.read_text())
+        db = daemon.state_dir / "registry.db"
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
+        data = json.loads(native)
         assert data["replicas"][0]["pid"] == pid
         data["replicas"][0]["pid"] = decoy.pid  # same pid, other start time
         # Start times have a 10 ms tick: the decoy may share the replica's. A reused pid always
@@ -273,7 +277,8 @@ async def test_crash_recovery_never_kills_a_reused_pid(daemon: Any, workdir: Pat
         decoy_ticks = proc_stat(decoy.pid)[3]
         if data["replicas"][0]["start_ticks"] >= decoy_ticks:
             data["replicas"][0]["start_ticks"] = decoy_ticks - 1
-        state_file.write_text(json.dumps(data))
+        with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+            conn.execute("UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(data), handle))
         with PidWatch([decoy.pid]) as watch:
             daemon.restart()
             assert watch.running() == [decoy.pid], "the daemon killed a process it never ran"

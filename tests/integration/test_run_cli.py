@@ -164,7 +164,7 @@ def test_run_cfg_log_dir(txctl: Any, workdir: Path) -> None:
     )
     handle = _handle(proc, "echo")
     app_id = handle.rsplit("/", 1)[1]
-    assert (logs / "txd" / app_id / "echo" / "0" / "stdout.log").read_bytes() == b"in-log-dir\n"
+    assert (logs / "txd" / app_id / "echo.0.log").read_bytes() == b"in-log-dir\n"
     desc = json.loads(txctl("describe", "--json", handle, check=0).stdout)
     assert desc["cfg"]["log_dir"] == {"str": str(logs)}
     assert desc["cfg"]["prepend_cwd"] == {"bool": True}
