@@ -121,6 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`| head`): not an error. Keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except Exception as e:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("TXD_DEBUG") == "1":
+            raise
+        print(
+            f"txctl: internal error: {type(e).__name__}: {e} (TXD_DEBUG=1 shows where)",
+            file=sys.stderr,
+        )
+        return 70
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
