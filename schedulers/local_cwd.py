@@ -426,9 +426,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             for r in app.replicas:
                 if r.spec.role == role and r.spec.replica_id == k:
                     # Once the writer is closed the replica's pipes are, so no byte can follow.
-                    src = LogSource(
-                        Path(r.spec.log), r.writer.pulse, lambda w=r.writer: w.closed
-                    )
+                    src = LogSource(Path(r.spec.log), r.writer.pulse, lambda w=r.writer: w.closed)
                     return read_log(src, query)
         elif (done := self._finished.get(app_id)) is not None:
             if (role, k) in done.logs:
