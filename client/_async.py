@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -58,7 +59,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         if self._channel is not None:
-            await self._channel.close()
+            await self._channel.close(None)
             self._channel = self._stub = None
 
     @property
@@ -176,7 +177,7 @@ class AsyncClient:
     async def schedulers(self) -> pb.SchedulersResponse:
         return await self._call("Schedulers", pb.SchedulersRequest())
 
-    async def runopts(self, scheduler: str = "") -> list[RunOpt]:
+    async def runopts(self, scheduler: str = "") -> builtins.list[RunOpt]:
         return list((await self._call("RunOpts", pb.RunOptsRequest(scheduler=scheduler))).opts)
 
 

@@ -55,9 +55,9 @@ _BY_CODE = {
 
 
 def from_rpc_error(err: grpc.RpcError) -> TxdError:
-    code = err.code()  # type: ignore[attr-defined]
+    code = err.code()
     cls = _BY_CODE.get(code.name, TxdError)
-    out = cls(err.details() or code.name)  # type: ignore[attr-defined]
+    out = cls(err.details() or code.name)
     if cls is TxdError:
         out.code = code.name
     return out

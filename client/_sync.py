@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import datetime as dt
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
 from pathlib import Path
@@ -131,5 +132,5 @@ class Client:
     def schedulers(self) -> pb.SchedulersResponse:
         return self._run(self._async.schedulers())
 
-    def runopts(self, scheduler: str = "") -> list[RunOpt]:
+    def runopts(self, scheduler: str = "") -> builtins.list[RunOpt]:
         return self._run(self._async.runopts(scheduler))

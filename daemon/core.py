@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import os
 import re
@@ -147,7 +148,7 @@ class Core:
             raise FailedPrecondition(
                 f"scheduler {name} is unusable: {self._load_errors[name]}"
             ) from None
-        sched.subscribe(lambda app_id, n=name: self._on_notify(n, app_id))
+        sched.subscribe(functools.partial(self._on_notify, name))
         self._schedulers[name] = sched
         return sched
 

@@ -120,7 +120,7 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
 
         Raises InvalidArgument for a bad option or an app this scheduler cannot run.
         """
-        opts = options.resolve(self.Opts, cfg)
+        opts: OptsT = options.resolve(self.Opts, cfg)
         return await self._submit_dryrun(app, opts, ctx)
 
     @abc.abstractmethod

@@ -18,6 +18,7 @@ import os
 import pprint
 import shutil
 import signal
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,7 @@ class _App:
         self.replicas: list[_Replica] = []
         self.cancelled = False
         self.cancel_msg = ""
-        self.terminal_state: int | None = None
+        self.terminal_state: AppState | None = None
         self.finisher: asyncio.Task[None] | None = None
 
     def replica_exited(self) -> None:
@@ -225,7 +226,7 @@ class _App:
         except TimeoutError:
             return False
 
-    def _computed_state(self) -> int:
+    def _computed_state(self) -> AppState:
         if self.cancelled:
             return AppState.CANCELLED
         if any(r.returncode not in (0, None) for r in self.replicas):
@@ -368,7 +369,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             replica = _Replica(app, spec)
             try:
                 await loop.subprocess_exec(
-                    lambda r=replica: r,
+                    _factory(replica),
                     *spec.args,
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.PIPE,
@@ -421,12 +422,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         done = self._finished.get(app_id)
         return AppStatus.FromString(done.status) if done and done.status else None
 
-    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery):  # type: ignore[override]
+    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
         if (app := self._apps.get(app_id)) is not None:
             for r in app.replicas:
                 if r.spec.role == role and r.spec.replica_id == k:
                     # Once the writer is closed the replica's pipes are, so no byte can follow.
-                    src = LogSource(Path(r.spec.log), r.writer.pulse, lambda w=r.writer: w.closed)
+                    src = LogSource(Path(r.spec.log), r.writer.pulse, _closed(r.writer))
                     return read_log(src, query)
         elif (done := self._finished.get(app_id)) is not None:
             if (role, k) in done.logs:
@@ -510,7 +511,7 @@ async def _stop_strangers(pids: list[int]) -> None:
         except OSError:
             continue
         gone = loop.create_future()
-        loop.add_reader(fd, lambda f=gone: f.done() or f.set_result(None))
+        loop.add_reader(fd, _resolve, gone)
         waits.append((fd, gone))
         _killpg(pid, signal.SIGTERM)
     try:
@@ -548,6 +549,19 @@ def _render(req: PopenRequest, caller_env: dict[str, str]) -> str:
         replicas.append({**asdict(s), "env": env})
     data = {"app_id": req.app_id, "app_dir": req.app_dir, "replicas": replicas}
     return pprint.pformat(data, width=100, sort_dicts=False)
+
+
+def _closed(writer: LogWriter) -> Callable[[], bool]:
+    return lambda: writer.closed
+
+
+def _factory(replica: _Replica) -> Callable[[], _Replica]:
+    return lambda: replica
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _join_path(role_path: str, caller_path: str, cwd: str, *, prepend_cwd: bool) -> str:

@@ -172,7 +172,7 @@ async def _lines(
         first_time = partial_time if partial else when
         parts[0] = partial + parts[0]
         partial, partial_time = parts.pop(), (when if len(parts) else first_time)
-        out = []
+        out: list[bytes] = []
         for i, line in enumerate(parts):
             line_time = first_time if i == 0 else when
             if until_ns is not None and line_time >= until_ns:

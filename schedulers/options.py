@@ -158,7 +158,7 @@ def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
     Raises InvalidArgument for an unknown option (with the valid names), a value of the wrong
     type, or a missing required option.
     """
-    fields = _fields(opts_cls)
+    fields = _fields(typing.cast(type, opts_cls))
     known = {f.name: t for f, t in fields}
     for name in cfg:
         if name not in known:

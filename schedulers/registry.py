@@ -7,6 +7,7 @@ daemon passes `state_dir` (a directory the scheduler may keep files in) among th
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import Callable
@@ -38,11 +39,15 @@ class Entry:
     error: str = ""
 
 
+def _load(module: str) -> Factory:
+    factory: Factory = importlib.import_module(module).create_scheduler
+    return factory
+
+
 def discover() -> dict[str, Entry]:
     """Built-in schedulers, then entry points (which may not shadow a built-in name)."""
     found = {
-        name: Entry(name, lambda m=module: importlib.import_module(m).create_scheduler)
-        for name, module in BUILTIN.items()
+        name: Entry(name, functools.partial(_load, module)) for name, module in BUILTIN.items()
     }
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in found:

@@ -39,7 +39,7 @@ def _builtin_functions() -> dict[str, Callable[..., Any]]:
 def _returns_appdef(fn: Callable[..., Any]) -> bool:
     annotation = getattr(fn, "__annotations__", {}).get("return")
     try:
-        return evaluate(annotation, dict(fn.__globals__)) is AppDef  # type: ignore[attr-defined]
+        return evaluate(annotation, dict(fn.__globals__)) is AppDef
     except Exception:
         return False
 

@@ -219,10 +219,11 @@ class Component:
                     f"component {display_name}: parameter {p.name!r} has unsupported annotation "
                     f"{shown!r} (supported: {allowed})"
                 )
-            kind = {
+            kinds: dict[inspect._ParameterKind, str] = {
                 p.VAR_POSITIONAL: "varargs",
                 p.KEYWORD_ONLY: "keyword",
-            }.get(p.kind, "positional")
+            }
+            kind = kinds.get(p.kind, "positional")
             param = Param(
                 name=p.name,
                 kind=kind,
