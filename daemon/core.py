@@ -85,6 +85,7 @@ class Core:
         self._live: dict[str, LiveJob] = {}
         self._attached: set[str] = set()
         self._pending_runs: dict[str, asyncio.Future[tuple[str, str]]] = {}
+        self._pollers: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -103,7 +104,7 @@ class Core:
             job = LiveJob(rec)
             self._record(job, status)
             if not is_terminal(status.state):
-                self._live[rec.handle] = job
+                self._track(job)
             log.info("re-attached %s: %s", rec.handle, AppState.Name(status.state))
 
     async def stop_jobs(self) -> None:
@@ -120,6 +121,8 @@ class Core:
 
     async def close(self) -> None:
         """Closes schedulers (in reverse order of creation) and the registry."""
+        for poller in self._pollers.values():
+            poller.cancel()
         for sched in reversed(list(self._schedulers.values())):
             try:
                 await sched.close()
@@ -245,9 +248,10 @@ class Core:
             raise
         self._attached.add(handle)
         if not is_terminal(status.state):
-            self._live[handle] = job
-            # Exits reported while schedule() ran found no job to update: look again now.
-            await self._refresh(job)
+            self._track(job)
+            if sched.poll_interval is None:
+                # Exits reported while schedule() ran found no job to update: look again now.
+                await self._refresh(job)
         return handle, app_id
 
     # -- status -----------------------------------------------------------------------------
@@ -275,6 +279,33 @@ class Core:
         if is_terminal(status.state):
             self._live.pop(job.record.handle, None)
         job.pulse.fire()
+
+    def _track(self, job: LiveJob) -> None:
+        """Makes a live job's status current from now on: pushed by its scheduler, or polled."""
+        self._live[job.record.handle] = job
+        name = job.record.scheduler
+        if self.scheduler(name).poll_interval is not None and name not in self._pollers:
+            self._pollers[name] = asyncio.get_running_loop().create_task(self._poll(name))
+
+    async def _poll(self, name: str) -> None:
+        """One batched status query per interval for every live job of a polling scheduler,
+        however many clients wait on or watch them; ends when none is left."""
+        sched = self.scheduler(name)
+        interval = sched.poll_interval or 1.0
+        try:
+            while live := [j for j in self._live.values() if j.record.scheduler == name]:
+                try:
+                    found = await sched.describe_many([j.record.app_id for j in live])
+                except TxdError as e:
+                    log.warning("%s: status poll failed, keeping the last statuses: %s", name, e)
+                    found = {}
+                for job in live:
+                    if (status := found.get(job.record.app_id)) is not None:
+                        self._record(job, status)
+                # The backend cannot push: waiting out the interval is the contract here.
+                await asyncio.sleep(interval)
+        finally:
+            del self._pollers[name]
 
     def _on_notify(self, scheduler: str, app_id: str) -> None:
         job = self._live.get(f"{scheduler}://{self.session}/{app_id}")
