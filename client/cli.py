@@ -138,15 +138,18 @@ async def _dispatch(args: argparse.Namespace) -> int:
         names = components.builtins()
         _out({"builtins": names} if args.json else "\n".join(names), args.json)
         return 0
-    if args.command == "run" and args.dryrun is False and args.component is None:
-        pass  # resolved below from [cli:run] component
+    if args.command == "run":
+        # Resolve the component first: a bad one (or --help) needs no daemon.
+        args.submission = _submission(args)
+        if args.submission is None:
+            return 0
     from txd.client._async import AsyncClient
     from txd.client._errors import TxdError, UnavailableError
 
     socket_path = await _ensure_daemon(args)
     try:
         async with AsyncClient(socket_path, timeout=args.timeout) as client:
-            return await globals()[f"_cmd_{args.command}"](client, args)
+            return await _COMMANDS[args.command](client, args)
     except UnavailableError as e:
         raise CliError(f"{e} (daemon socket {socket_path})", EXIT_UNAVAILABLE) from None
     except TxdError as e:
@@ -198,9 +201,10 @@ def parse_cfg(items: list[str]) -> dict[str, str]:
     return out
 
 
-async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
+def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | None:
+    """(AppDef, scheduler, cfg) for `run`, from the component, its arguments and the config
+    files; None when the component's --help was printed instead."""
     from txd.client import components
-    from txd.client._format import app_text, status_text, to_dict
     from txd.client.config import ConfigError, load_config
 
     try:
@@ -215,10 +219,16 @@ async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
         app = components.resolve(spec, list(args.args), defaults=config.component_defaults(spec))
     except components.ComponentHelp as h:
         print(h.text)
-        return 0
+        return None
     except components.ComponentError as e:
         raise CliError(str(e)) from None
-    cfg: dict[str, Any] = {**config.scheduler_cfg(scheduler), **parse_cfg(args.cfg)}
+    return app, scheduler, {**config.scheduler_cfg(scheduler), **parse_cfg(args.cfg)}
+
+
+async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import app_text, status_text, to_dict
+
+    app, scheduler, cfg = args.submission
     if args.dryrun:
         resp = await client.dryrun(app, scheduler, cfg)
         if args.json:
@@ -367,6 +377,19 @@ async def _print_logs(
         out.write(data)
         out.flush()
 
+
+_COMMANDS = {
+    "run": _cmd_run,
+    "status": _cmd_status,
+    "wait": _cmd_wait,
+    "describe": _cmd_describe,
+    "cancel": _cmd_cancel,
+    "delete": _cmd_delete,
+    "list": _cmd_list,
+    "runopts": _cmd_runopts,
+    "schedulers": _cmd_schedulers,
+    "logs": _cmd_logs,
+}
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 

@@ -535,6 +535,18 @@ def test_no_autostart_without_daemon_exits_three(workdir: Path) -> None:
         assert proc.returncode == 3, proc.stderr
         no_traceback(proc)
         assert str(sock) in proc.stderr
+        # A component error is reported before any daemon is needed.
+        proc = subprocess.run(
+            [*TXCTL, "--socket", str(sock), "--no-autostart", "run", "utils.ech"],
+            capture_output=True,
+            text=True,
+            cwd=workdir,
+            env=env,
+            timeout=60,
+        )
+        assert proc.returncode == 2, proc.stderr
+        no_traceback(proc)
+        assert "utils.echo" in proc.stderr  # the suggestion
         assert not list(root.glob("**/txd.log")), "a daemon was started"
     finally:
         import shutil
