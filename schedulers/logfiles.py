@@ -29,6 +29,7 @@ from txd.schedulers.pulse import Pulse
 from txd.v1.runner_pb2 import Stream
 
 CHUNK = 64 * 1024
+_CAUGHT_UP = (b"", 0)  # from _pieces: no more bytes until the writer writes again
 _REC = struct.Struct("<QQB")
 _MIN_GAP_NS = 1_000_000
 
@@ -146,6 +147,7 @@ async def _pieces(
                     seg += 1
             if done or not follow:
                 return
+            yield _CAUGHT_UP
             await src.pulse.wait_past(gen)  # type: ignore[union-attr]
     finally:
         if fd >= 0:
@@ -168,6 +170,9 @@ async def _lines(
 
     partial, partial_time = b"", 0
     async for block, when in pieces:
+        if not block:
+            yield b""  # caught up: let the caller flush
+            continue
         parts = block.split(b"\n")
         first_time = partial_time if partial else when
         parts[0] = partial + parts[0]
@@ -195,8 +200,18 @@ async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
     timed = since_ns is not None or until_ns is not None
     pieces = _pieces(src, query.stream, query.follow, timed)
     if regex is None and not timed:
-        async for block, _ in pieces:
-            yield block
-        return
-    async for chunk in _lines(pieces, regex, since_ns, until_ns):
-        yield chunk
+        chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
+    else:
+        chunks = _lines(pieces, regex, since_ns, until_ns)
+    # Filters and per-stream reads produce small pieces (a line, one index segment): send them
+    # in messages of up to CHUNK bytes, and at once whenever the reader has caught up.
+    buf: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        buf.append(chunk)
+        size += len(chunk)
+        if size and (size >= CHUNK or not chunk):
+            yield b"".join(buf)
+            buf, size = [], 0
+    if size:
+        yield b"".join(buf)

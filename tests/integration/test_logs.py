@@ -249,6 +249,31 @@ async def test_chunks_hold_many_lines(client: Any) -> None:
     assert len(chunks) <= 10, f"{len(chunks)} messages for 20000 lines: not chunked"
 
 
+async def test_filtered_reads_are_chunked_too(client: Any) -> None:
+    """Lines written one by one, ms apart and alternating streams, give the index a record per
+    line; reading one stream, a regex or a time range still sends many lines per message."""
+    code = (
+        "import sys, time\n"
+        "for i in range(400):\n"
+        "    out = sys.stdout if i % 2 else sys.stderr\n"
+        "    out.write(f'line {i}\\n'); out.flush()\n"
+        "    end = time.monotonic() + 0.0012\n"
+        "    while time.monotonic() < end: pass\n"
+    )
+    handle = await _run_done(client, py_app(code))
+    lines = [f"line {i}\n".encode() for i in range(400)]
+    odd, everything = b"".join(lines[1::2]), b"".join(lines)
+    cases: list[tuple[dict[str, Any], bytes]] = [
+        ({"streams": "stdout"}, odd),
+        ({"regex": "[13579]$"}, odd),
+        ({"since": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)}, everything),
+    ]
+    for kw, expected in cases:
+        chunks = [c.data async for c in client.logs(handle, **kw)]
+        assert b"".join(chunks) == expected, kw
+        assert len(chunks) <= 3, f"{len(chunks)} messages for {kw}: not chunked"
+
+
 # -- slow readers -------------------------------------------------------------------------------
 
 
