@@ -30,7 +30,7 @@ class FakePoll(Scheduler[FakeOpts, str]):
     description = "test double: jobs are files, status is polled"
     capabilities = Capabilities(cancel=True, describe=True)
     Opts = FakeOpts
-    poll_interval = 0.05
+    poll_interval = 0.1
 
     def __init__(self, session_name: str, *, state_dir: str | os.PathLike[str]) -> None:
         super().__init__(session_name)
