@@ -107,13 +107,13 @@ class Core:
                 self._track(job)
             log.info("re-attached %s: %s", rec.handle, AppState.Name(status.state))
 
-    async def stop_jobs(self) -> None:
-        """Stops accepting runs and ends local jobs, recording them as cancelled (which wakes
-        their waiters with the final status)."""
+    async def stop_jobs(self, grace: float) -> None:
+        """Stops accepting runs and ends local jobs (SIGKILL after `grace` seconds), recording
+        them as cancelled, which wakes their waiters with the final status."""
         self.closing = True
         for sched in list(self._schedulers.values()):
             try:
-                await sched.shutdown()
+                await sched.shutdown(grace)
             except Exception:
                 log.exception("%s: shutdown failed", sched.name)
         for job in list(self._live.values()):

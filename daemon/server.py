@@ -105,7 +105,7 @@ async def serve(
     log.info("shutting down")
     await health.enter_graceful_shutdown()
     try:
-        await core.stop_jobs()
+        await core.stop_jobs(grace)
         await server.stop(grace)  # calls still running (waits, log follows) get `grace` seconds
     finally:
         await core.close()

@@ -189,8 +189,9 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         """
         return status
 
-    async def shutdown(self) -> None:
-        """The daemon is stopping: end whatever this scheduler runs on this host."""
+    async def shutdown(self, grace: float) -> None:
+        """The daemon is stopping: end whatever this scheduler runs on this host, giving it
+        `grace` seconds to exit before it is killed."""
 
     async def close(self) -> None:
         """Releases clients and connections. Safe to call twice; never raises."""

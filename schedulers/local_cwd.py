@@ -41,8 +41,9 @@ from txd.v1.scheduler_pb2 import Capabilities
 log = logging.getLogger(__name__)
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
-# After the last replica exits, its pipes may still be held by leftover children: they get
-# SIGTERM, then SIGKILL after this many seconds, and the pipes are closed after as long again.
+# Stopping an app (on cancel, or once its last replica has exited and leftover children may
+# still hold its pipes): SIGTERM to each group, SIGKILL after this many seconds, and the pipes
+# closed after as long again. Daemon shutdown uses its own --grace instead.
 DRAIN_GRACE = 2.0
 
 
@@ -172,6 +173,7 @@ class _App:
         self.cancel_msg = ""
         self.terminal_state: AppState | None = None
         self.finisher: asyncio.Task[None] | None = None
+        self.grace = DRAIN_GRACE
 
     def replica_exited(self) -> None:
         self.maybe_finish()
@@ -184,11 +186,13 @@ class _App:
         if started and all(r.returncode is not None for r in self.replicas):
             self._start_finisher()
 
-    def cancel(self, msg: str) -> None:
-        """Stops the app in the background; a no-op once it has ended or is ending."""
+    def cancel(self, msg: str, grace: float = DRAIN_GRACE) -> None:
+        """Stops the app in the background (SIGTERM, SIGKILL after `grace` seconds); a no-op
+        once it has ended or is ending."""
         if self.finisher is None:  # not already ending on its own
             self.cancelled = True
             self.cancel_msg = msg
+            self.grace = grace
             self._start_finisher()
 
     def _start_finisher(self) -> None:
@@ -196,7 +200,7 @@ class _App:
             self.finisher = asyncio.get_running_loop().create_task(self._finish())
 
     async def _finish(self) -> None:
-        await self.stop(grace=DRAIN_GRACE)
+        await self.stop(self.grace)
         self.terminal_state = self._computed_state()
         self.sched._retire(self)
 
@@ -461,10 +465,10 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             return status
         return await _settle_after_crash(native["replicas"], status)
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, grace: float) -> None:
         live = list(self._apps.values())
         for app in live:
-            app.cancel("cancelled by txd shutdown")
+            app.cancel("cancelled by txd shutdown", grace)
         await asyncio.gather(*(a.finisher for a in live if a.finisher))
 
     async def close(self) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from txd.client import UnavailableError
 from txd.v1 import AppDef, AppState, Role
 from txd_testing import (
+    Daemon,
     PidWatch,
     descendants,
     group_members,
@@ -26,7 +27,9 @@ from txd_testing import (
     pids_with_marker,
     proc_stat,
     read_logs,
+    remove_tree,
     sh_app,
+    short_tmpdir,
 )
 
 TERMINAL = (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED)
@@ -336,3 +339,27 @@ async def test_second_daemon_refuses_and_leaves_jobs_alone(
         assert status.state == AppState.RUNNING, status
         await c.cancel(handle)
         assert (await c.wait(handle, timeout=20)).state == AppState.CANCELLED
+
+
+async def test_shutdown_gives_replicas_the_daemon_grace_period() -> None:
+    """`txd --grace N`: a replica that cleans up on SIGTERM gets N seconds to do it (longer
+    than the 2 s used when a single job is cancelled)."""
+    root = short_tmpdir()
+    d = Daemon(root, grace=8.0).start()
+    try:
+        cleanup = "trap 'echo term; sleep 3; echo cleaned; exit 0' TERM; echo started; "
+        app = sh_app(cleanup + "while :; do sleep 0.1; done", name="graceful")
+        async with d.client() as c:
+            handle = await c.run(app, cwd=str(root))
+            await _wait_for_output(c, handle, b"started")
+        assert d.stop() == 0
+        d.restart()
+        async with d.client() as c:
+            status = await c.status(handle)
+            assert status.state == AppState.CANCELLED, status
+            logs = await read_logs(c, handle)
+            # (sh may also report its killed `sleep 0.1` child in between)
+            assert logs.startswith(b"started\n") and logs.endswith(b"term\ncleaned\n"), logs
+    finally:
+        d.close()
+        remove_tree(root)
