@@ -230,16 +230,14 @@ class Core:
             app_id=app_id,
             created=time.time(),
             app=info.app,
-            status=AppStatus(),
+            status=status,
             cfg=cfg,
             native=info.native,
             request_id=req.request_id or None,
         )
-        rec.status.created.CopyFrom(_now())
         job = LiveJob(rec)
         self._fill_identity(job, status)
         status.updated.CopyFrom(status.created)
-        rec.status = status
         try:
             self.registry.insert(rec)
         except Exception:
@@ -262,7 +260,7 @@ class Core:
         status.scheduler = rec.scheduler
         status.app_id = rec.app_id
         status.name = rec.app.name
-        status.created.CopyFrom(rec.status.created)
+        status.created.FromNanoseconds(int(rec.created * 1e9))
 
     def _record(self, job: LiveJob, status: AppStatus) -> None:
         """Stores a new status if it differs, and wakes everyone waiting on the job."""
@@ -316,6 +314,8 @@ class Core:
             job.refresher = asyncio.get_running_loop().create_task(self._refresh(job))
 
     async def _refresh(self, job: LiveJob) -> None:
+        """Describes the job until no change was notified meanwhile. Runs as the job's
+        refresher task (from _on_notify) or is awaited directly."""
         job.dirty = True
         try:
             while job.dirty:
@@ -324,7 +324,8 @@ class Core:
                 if status is not None:
                     self._record(job, status)
         finally:
-            job.refresher = None
+            if job.refresher is asyncio.current_task():
+                job.refresher = None
 
     def lookup(self, handle: str) -> JobRecord:
         validate.parse_handle(handle)

@@ -24,14 +24,15 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from txd.schedulers import options
 from txd.schedulers.errors import Unsupported
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, Role
+from txd.v1 import TERMINAL_STATES
+from txd.v1.app_pb2 import AppDef, AppStatus, Role
 from txd.v1.runner_pb2 import Stream
 from txd.v1.scheduler_pb2 import Capabilities, CfgValue, RunOpt
 
 OptsT = TypeVar("OptsT")
 ReqT = TypeVar("ReqT")
 
-TERMINAL = frozenset({AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED})
+TERMINAL = TERMINAL_STATES
 
 
 def is_terminal(state: int) -> bool:

@@ -29,6 +29,7 @@ from txd.schedulers.api import (
     Macros,
     Scheduler,
     SubmitContext,
+    is_terminal,
     make_unique,
     num_replicas,
 )
@@ -461,7 +462,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             native["app_dir"],
             {(r["role"], r["replica_id"]): r["log"] for r in native["replicas"]},
         )
-        if status.state in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED):
+        if is_terminal(status.state):
             return status
         return await _settle_after_crash(native["replicas"], status)
 
