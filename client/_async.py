@@ -135,8 +135,11 @@ class AsyncClient:
     async def describe(self, handle: str) -> pb.DescribeResponse:
         return await self._call("Describe", pb.DescribeRequest(app_handle=handle))
 
-    async def list(self, scheduler: str = "") -> list[AppStatus]:
-        return list((await self._call("List", pb.ListRequest(scheduler=scheduler))).apps)
+    async def list(self, scheduler: str = "", backend: bool = False) -> list[AppStatus]:
+        """Jobs txd launched (newest first); with `backend`, every job of yours the scheduler
+        knows instead."""
+        req = pb.ListRequest(scheduler=scheduler, backend=backend)
+        return list((await self._call("List", req)).apps)
 
     async def cancel(self, handle: str) -> AppStatus:
         return (await self._call("Cancel", pb.CancelRequest(app_handle=handle))).status

@@ -95,8 +95,8 @@ class Client:
     def describe(self, handle: str) -> pb.DescribeResponse:
         return self._run(self._async.describe(handle))
 
-    def list(self, scheduler: str = "") -> list[AppStatus]:
-        return self._run(self._async.list(scheduler))
+    def list(self, scheduler: str = "", backend: bool = False) -> list[AppStatus]:
+        return self._run(self._async.list(scheduler, backend))
 
     def cancel(self, handle: str) -> AppStatus:
         return self._run(self._async.cancel(handle))

@@ -102,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
 
     lst = cmd("list", "list the jobs txd launched, newest first")
     lst.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
+    lst.add_argument(
+        "--backend",
+        action="store_true",
+        help="ask the scheduler (-s) for all your jobs it knows, not only txd's",
+    )
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("builtins", "list the builtin components")
@@ -305,7 +310,7 @@ async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
 async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import list_text, to_dict
 
-    apps = await client.list(args.scheduler)
+    apps = await client.list(args.scheduler, args.backend)
     _out([to_dict(a) for a in apps] if args.json else list_text(apps), args.json)
     return 0
 

@@ -10,6 +10,7 @@ status codes. Every job has one authoritative status here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import logging
@@ -74,9 +75,12 @@ def _same(a: AppStatus, b: AppStatus) -> bool:
 
 
 class Core:
-    def __init__(self, state_dir: Path, session: str) -> None:
+    def __init__(
+        self, state_dir: Path, session: str, poll_intervals: dict[str, float] | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.session = session
+        self.poll_intervals = poll_intervals or {}
         self.registry = Registry(state_dir / "registry.db")
         self.closing = False
         self._entries = sched_registry.discover()
@@ -86,6 +90,9 @@ class Core:
         self._attached: set[str] = set()
         self._pending_runs: dict[str, asyncio.Future[tuple[str, str]]] = {}
         self._pollers: dict[str, asyncio.Task[None]] = {}
+        self._kicks: dict[str, asyncio.Event] = {}  # set: poll now rather than at the interval
+        self._polled: dict[str, Pulse] = {}  # fired after every poll of a scheduler
+        self._poll_started: dict[str, int] = {}  # polls started (Pulse.gen counts finished)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -151,6 +158,11 @@ class Core:
             raise FailedPrecondition(
                 f"scheduler {name} is unusable: {self._load_errors[name]}"
             ) from None
+        if name in self.poll_intervals:
+            if sched.poll_interval is None:
+                log.warning("--poll-interval %s: %s pushes its state; not polled", name, name)
+            else:
+                sched.poll_interval = self.poll_intervals[name]
         sched.subscribe(functools.partial(self._on_notify, name))
         self._schedulers[name] = sched
         return sched
@@ -162,7 +174,10 @@ class Core:
                 sched = self.scheduler(name)
                 out.append(
                     SchedulerInfo(
-                        name=name, description=sched.description, capabilities=sched.capabilities
+                        name=name,
+                        description=sched.description,
+                        capabilities=sched.capabilities,
+                        backend_calls=sched.backend_calls(),
                     )
                 )
             except TxdError:
@@ -222,7 +237,10 @@ class Core:
         info = await sched.submit_dryrun(app, req.cfg, ctx)
         app_id = await sched.schedule(info)
         handle = f"{name}://{self.session}/{app_id}"
-        status = await sched.describe(app_id) or AppStatus(state=AppState.SUBMITTED)
+        if sched.poll_interval is None:
+            status = await sched.describe(app_id) or AppStatus(state=AppState.SUBMITTED)
+        else:  # the next poll tells, batched with every other job's
+            status = AppStatus(state=AppState.SUBMITTED)
         cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
         rec = JobRecord(
             handle=handle,
@@ -283,15 +301,20 @@ class Core:
         self._live[job.record.handle] = job
         name = job.record.scheduler
         if self.scheduler(name).poll_interval is not None and name not in self._pollers:
+            self._kicks.setdefault(name, asyncio.Event())
+            self._polled.setdefault(name, Pulse())
+            self._poll_started.setdefault(name, self._polled[name].gen)
             self._pollers[name] = asyncio.get_running_loop().create_task(self._poll(name))
 
     async def _poll(self, name: str) -> None:
         """One batched status query per interval for every live job of a polling scheduler,
         however many clients wait on or watch them; ends when none is left."""
         sched = self.scheduler(name)
-        interval = sched.poll_interval or 1.0
+        kick, polled = self._kicks[name], self._polled[name]
         try:
             while live := [j for j in self._live.values() if j.record.scheduler == name]:
+                kick.clear()
+                self._poll_started[name] += 1
                 try:
                     found = await sched.describe_many([j.record.app_id for j in live])
                 except TxdError as e:
@@ -300,10 +323,25 @@ class Core:
                 for job in live:
                     if (status := found.get(job.record.app_id)) is not None:
                         self._record(job, status)
+                polled.fire()
                 # The backend cannot push: waiting out the interval is the contract here.
-                await asyncio.sleep(interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(kick.wait(), sched.poll_interval or 1.0)
         finally:
             del self._pollers[name]
+            self._poll_started[name] += 1  # counted as a poll, so the counts stay paired
+            polled.fire()  # wakes _poll_now callers: no poll will come
+
+    async def _poll_now(self, name: str) -> None:
+        """Has the poller of `name` start a poll now, and returns once it is done."""
+        polled = self._polled[name]
+        # A poll under way may have queried the backend before the caller's change: the one
+        # that counts is the next to start. Polls start and finish in turn, so it is done when
+        # the finished count passes the started count of now.
+        target = self._poll_started[name] + 1
+        self._kicks[name].set()
+        while polled.gen < target and name in self._pollers:
+            await polled.wait_past(polled.gen)
 
     def _on_notify(self, scheduler: str, app_id: str) -> None:
         job = self._live.get(f"{scheduler}://{self.session}/{app_id}")
@@ -370,10 +408,18 @@ class Core:
                 return
             await job.pulse.wait_past(gen)
 
-    def list(self, scheduler: str) -> list[AppStatus]:
+    async def list(self, scheduler: str, backend: bool = False) -> list[AppStatus]:
         if scheduler and scheduler not in self._entries:
             raise NotFound(f"unknown scheduler {scheduler!r} (known: {', '.join(self._entries)})")
-        return self.registry.statuses(scheduler)
+        if not backend:
+            return self.registry.statuses(scheduler)
+        if not scheduler:
+            raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
+        apps = await self.scheduler(scheduler).list()
+        for status in apps:
+            status.scheduler = scheduler
+            status.app_handle = f"{scheduler}://{self.session}/{status.app_id}"
+        return apps
 
     # -- control ----------------------------------------------------------------------------
 
@@ -381,8 +427,12 @@ class Core:
         rec = self.lookup(handle)
         job = self._live.get(handle)
         if job is not None:
-            await self.scheduler(rec.scheduler).cancel(rec.app_id)
-            await self._refresh(job)
+            sched = self.scheduler(rec.scheduler)
+            await sched.cancel(rec.app_id)
+            if sched.poll_interval is None:
+                await self._refresh(job)
+            else:
+                await self._poll_now(rec.scheduler)
             return job.status
         return rec.status
 

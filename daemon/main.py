@@ -42,9 +42,25 @@ def main(argv: list[str] | None = None) -> int:
         default=5.0,
         help="seconds given to replicas and calls at shutdown (default %(default)s)",
     )
+    parser.add_argument(
+        "--poll-interval",
+        action="append",
+        default=[],
+        metavar="SCHEDULER=SECONDS",
+        help="seconds between status polls of a polling scheduler (slurm, lsf ...); repeatable",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
+    intervals = {}
+    for item in args.poll_interval:
+        name, _, value = item.partition("=")
+        try:
+            intervals[name] = float(value)
+        except ValueError:
+            parser.error(f"--poll-interval {item!r}: expected SCHEDULER=SECONDS, e.g. slurm=2")
+        if not name or not intervals[name] > 0:
+            parser.error(f"--poll-interval {item!r}: expected SCHEDULER=SECONDS, e.g. slurm=2")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
@@ -59,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.session,
                 args.grace,
                 args.ready_fd,
+                intervals,
             )
         )
     except AlreadyRunning as e:

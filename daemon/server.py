@@ -84,13 +84,18 @@ async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server,
 
 
 async def serve(
-    socket_path: Path, state_dir: Path, session: str, grace: float, ready_fd: int | None = None
+    socket_path: Path,
+    state_dir: Path,
+    session: str,
+    grace: float,
+    ready_fd: int | None = None,
+    poll_intervals: dict[str, float] | None = None,
 ) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
     stopped and recorded, in-flight calls given `grace` seconds, schedulers and registry closed."""
     lock = _lock_state_dir(state_dir)
     _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
-    core = Core(state_dir, session)
+    core = Core(state_dir, session, poll_intervals)
     await core.start()
     server, health = await create_server(core, socket_path)
     stop = asyncio.Event()

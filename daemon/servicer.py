@@ -101,7 +101,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
 
     @_mapped
     async def List(self, request: pb.ListRequest, context: Any) -> pb.ListResponse:
-        return pb.ListResponse(apps=self.core.list(request.scheduler))
+        return pb.ListResponse(apps=await self.core.list(request.scheduler, request.backend))
 
     @_mapped
     async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:

@@ -90,8 +90,9 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
     Opts: ClassVar[type]
-    # None: the scheduler pushes state changes through notify(); otherwise seconds between polls.
-    poll_interval: ClassVar[float | None] = None
+    # None: the scheduler pushes state changes through notify(); otherwise seconds between polls
+    # (the default; `txd --poll-interval NAME=SECONDS` sets it per daemon).
+    poll_interval: float | None = None
 
     def __init__(self, session_name: str) -> None:
         self.session_name = session_name
@@ -106,6 +107,11 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     def notify(self, app_id: str) -> None:
         for listener in self._listeners:
             listener(app_id)
+
+    def backend_calls(self) -> dict[str, int]:
+        """Calls made to the backend so far, by kind (`squeue`, `sbatch` ...): the counter that
+        shows what the status cache saves. Empty for schedulers that do not count."""
+        return {}
 
     # -- options ----------------------------------------------------------------------------
 

@@ -154,7 +154,7 @@ async def _pieces(
             os.close(fd)
 
 
-async def _lines(
+async def filter_lines(
     pieces: AsyncIterator[tuple[bytes, int]],
     regex: re.Pattern[bytes] | None,
     since_ns: int | None,
@@ -202,9 +202,14 @@ async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
     if regex is None and not timed:
         chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
     else:
-        chunks = _lines(pieces, regex, since_ns, until_ns)
-    # Filters and per-stream reads produce small pieces (a line, one index segment): send them
-    # in messages of up to CHUNK bytes, and at once whenever the reader has caught up.
+        chunks = filter_lines(pieces, regex, since_ns, until_ns)
+    async for chunk in batched(chunks):
+        yield chunk
+
+
+async def batched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Joins small pieces (a line, one index segment) into messages of up to CHUNK bytes, sent
+    at once whenever the reader has caught up (an empty piece says so)."""
     buf: list[bytes] = []
     size = 0
     async for chunk in chunks:

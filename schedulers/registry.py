@@ -25,6 +25,8 @@ DEFAULT_SCHEDULER = "local_cwd"
 # name -> module defining create_scheduler; the first is the default.
 BUILTIN: dict[str, str] = {
     "local_cwd": "txd.schedulers.local_cwd",
+    "slurm": "txd.schedulers.slurm",
+    "lsf": "txd.schedulers.lsf",
 }
 
 Factory = Callable[..., Scheduler[Any, Any]]

@@ -157,10 +157,12 @@ class DescribeResponse(_message.Message):
     def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("scheduler",)
+    __slots__ = ("scheduler", "backend")
     SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
     scheduler: str
-    def __init__(self, scheduler: _Optional[str] = ...) -> None: ...
+    backend: bool
+    def __init__(self, scheduler: _Optional[str] = ..., backend: _Optional[bool] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("apps",)

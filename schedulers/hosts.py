@@ -1,0 +1,282 @@
+"""Where the slurm and lsf schedulers run their commands: on this host, or on a login node over
+SSH. Both look the same to a scheduler: `run` a command to completion, or `stream` a command's
+stdout while it runs (`tail -F` of a log file).
+
+Failures that mean "the backend cannot be reached" become BackendUnavailable (gRPC UNAVAILABLE)
+with a message naming the command and the host: a missing command, a host that does not answer,
+refused authentication, a command that outlives its timeout. A command that runs and exits
+non-zero is not an error here; the caller reads its exit status and stderr.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+import shlex
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import Process
+from txd.schedulers.errors import BackendUnavailable
+from txd.schedulers.options import opt
+
+if TYPE_CHECKING:
+    import asyncssh
+
+log = logging.getLogger(__name__)
+
+# A scheduler command (sbatch, squeue, scancel ...) that takes longer than this is stuck.
+COMMAND_TIMEOUT = 60.0
+CONNECT_TIMEOUT = 10.0
+CHUNK = 64 * 1024
+# The shell's "command not found" exit status (POSIX).
+NOT_FOUND = 127
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode(errors="replace")
+
+    def error(self) -> str:
+        """The command's complaint, for messages: its stderr, else its stdout, else the code."""
+        said = (self.stderr or self.stdout).decode(errors="replace").strip()
+        return said or f"exit status {self.returncode}"
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """A login node. Unset fields come from ~/.ssh/config, then asyncssh's defaults."""
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    key: str | None = None
+
+    def __str__(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
+
+
+@dataclass
+class SshOpts:
+    """Run options shared by the schedulers that drive a login node (slurm, lsf)."""
+
+    ssh_host: str | None = opt(
+        None,
+        "run the scheduler's commands on this login node over SSH (a Host from ~/.ssh/config "
+        "works); unset: on the daemon's host",
+    )
+    ssh_user: str | None = opt(None, "SSH user (default: ~/.ssh/config, then your user name)")
+    ssh_port: int | None = opt(None, "SSH port (default: ~/.ssh/config, then 22)")
+    ssh_key: str | None = opt(None, "private key file (default: ~/.ssh/config, then ssh's own)")
+
+    def ssh_target(self) -> SshTarget | None:
+        if not self.ssh_host:
+            return None
+        return SshTarget(self.ssh_host, self.ssh_user, self.ssh_port, self.ssh_key)
+
+
+class Host(abc.ABC):
+    """Runs commands somewhere. `calls` counts the commands started, by program name: the
+    backend-call counter the daemon reports and tests and benchmarks read."""
+
+    label: str
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> Result:
+        """Runs argv to completion. Raises BackendUnavailable if it cannot run or times out.
+
+        `env` replaces the environment on this host; a login node gives every command the
+        environment its SSH server sets up, and `env` is ignored there.
+        """
+        self.calls[argv[0]] += 1
+        try:
+            with anyio.fail_after(timeout):
+                result = await self._run(tuple(argv), input, env)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"`{shlex.join(argv)}` on {self.label} did not finish within {timeout:g} s"
+            ) from None
+        if result.returncode == NOT_FOUND and b"not found" in result.stderr:
+            raise self._missing(argv)
+        return result
+
+    async def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
+        """The command's stdout in chunks as it is written; the command is killed when the
+        iteration stops early. Its stderr is dropped."""
+        self.calls[argv[0]] += 1
+        async for chunk in self._stream(tuple(argv)):
+            yield chunk
+
+    def _missing(self, argv: Sequence[str]) -> BackendUnavailable:
+        return BackendUnavailable(
+            f"{argv[0]}: command not found on {self.label}; is the scheduler's client installed "
+            "and on PATH there?"
+        )
+
+    @abc.abstractmethod
+    async def _run(
+        self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None
+    ) -> Result: ...
+
+    @abc.abstractmethod
+    def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]: ...
+
+    async def close(self) -> None:  # noqa: B027 (optional hook)
+        """Releases connections. Safe to call twice."""
+
+
+class LocalHost(Host):
+    label = "this host"
+
+    async def _run(
+        self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None
+    ) -> Result:
+        try:
+            done = await anyio.run_process(argv, input=input, env=env, check=False)
+        except FileNotFoundError:
+            raise self._missing(argv) from None
+        return Result(argv, done.returncode, done.stdout, done.stderr)
+
+    async def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]:
+        try:
+            proc: Process = await anyio.open_process(argv, stdin=None, stderr=None)
+        except FileNotFoundError:
+            raise self._missing(argv) from None
+        try:
+            assert proc.stdout is not None
+            async for chunk in proc.stdout:
+                yield chunk
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with anyio.CancelScope(shield=True):
+                await proc.wait()
+                await proc.aclose()
+
+
+class SshHost(Host):
+    """A login node reached over SSH with asyncssh. One connection, opened on first use and
+    opened again after it drops, carries every command as its own channel."""
+
+    def __init__(self, target: SshTarget) -> None:
+        super().__init__()
+        self.target = target
+        self.label = f"login node {target}"
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._connecting = asyncio.Lock()
+
+    async def _connection(self) -> asyncssh.SSHClientConnection:
+        import asyncssh
+
+        async with self._connecting:
+            if self._conn is not None:
+                return self._conn
+            kw: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT}
+            if self.target.user:
+                kw["username"] = self.target.user
+            if self.target.port:
+                kw["port"] = self.target.port
+            if self.target.key:
+                kw["client_keys"] = [self.target.key]
+            try:
+                conn = await asyncssh.connect(self.target.host, **kw)
+            except (OSError, asyncssh.Error, TimeoutError) as e:
+                raise BackendUnavailable(f"cannot reach {self.label}: {_reason(e)}") from None
+            self._conn = conn
+            return conn
+
+    def _drop(self, conn: asyncssh.SSHClientConnection) -> None:
+        if self._conn is conn:
+            self._conn = None
+            conn.close()
+
+    async def _run(
+        self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None
+    ) -> Result:
+        import asyncssh
+
+        conn = await self._connection()
+        try:
+            done = await conn.run(shlex.join(argv), input=input, encoding=None)
+        except (OSError, asyncssh.Error) as e:
+            self._drop(conn)
+            raise BackendUnavailable(f"lost {self.label}: {_reason(e)}") from None
+        stdout = done.stdout if isinstance(done.stdout, bytes) else b""
+        stderr = done.stderr if isinstance(done.stderr, bytes) else b""
+        # None: the remote side closed the channel without an exit status (killed by signal).
+        code = done.exit_status if done.exit_status is not None else -1
+        return Result(argv, code, stdout, stderr)
+
+    async def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]:
+        import asyncssh
+
+        conn = await self._connection()
+        try:
+            proc = await conn.create_process(shlex.join(argv), encoding=None)
+        except (OSError, asyncssh.Error) as e:
+            self._drop(conn)
+            raise BackendUnavailable(f"lost {self.label}: {_reason(e)}") from None
+        try:
+            while chunk := await proc.stdout.read(CHUNK):
+                yield chunk
+        finally:
+            proc.close()  # closing the channel makes sshd hang up on the command
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            with contextlib.suppress(Exception):
+                await self._conn.wait_closed()
+            self._conn = None
+
+
+def _reason(e: BaseException) -> str:
+    return str(e) or type(e).__name__
+
+
+class Hosts:
+    """The hosts a scheduler talks to, one per login node (plus this host), kept open."""
+
+    def __init__(self) -> None:
+        self._hosts: dict[SshTarget | None, Host] = {}
+
+    def get(self, target: SshTarget | None) -> Host:
+        host = self._hosts.get(target)
+        if host is None:
+            host = self._hosts[target] = LocalHost() if target is None else SshHost(target)
+        return host
+
+    def calls(self) -> dict[str, int]:
+        """Commands started so far on every host, by program name."""
+        total: Counter[str] = Counter()
+        for host in self._hosts.values():
+            total.update(host.calls)
+        return dict(total)
+
+    async def close(self) -> None:
+        for host in self._hosts.values():
+            await host.close()
+        self._hosts.clear()

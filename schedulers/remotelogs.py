@@ -1,0 +1,130 @@
+"""Log files written by a batch system (Slurm's srun, LSF's job output), read where they lie:
+on this host or on a login node, through the scheduler's Host.
+
+Reading is `cat`; following is `tail -F`, which wakes on inotify where the files are, so bytes
+reach clients as they are written and nothing here polls. A follow ends once the job is
+terminal: the tail is stopped and whatever it had not delivered yet is read from the byte
+offset it reached, so no byte is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+from txd.schedulers.api import LogQuery, compile_regex
+from txd.schedulers.errors import Unsupported
+from txd.schedulers.hosts import Host
+from txd.schedulers.logfiles import batched, filter_lines
+
+# Chunks buffered per followed file: bounds memory when the client reads slowly.
+QUEUE_CHUNKS = 4
+
+
+async def read_files(
+    host: Host,
+    paths: Sequence[str],
+    query: LogQuery,
+    until_done: Callable[[], Awaitable[None]],
+) -> AsyncIterator[bytes]:
+    """The bytes of `paths` (one after the other, or interleaved as written when following),
+    filtered by query.regex. `until_done` returns once the job is terminal."""
+    if query.since or query.until:
+        raise Unsupported("these log files carry no timestamps: since/until cannot be applied")
+    regex = compile_regex(query.regex)
+
+    def one(path: str) -> AsyncIterator[bytes]:
+        raw = _follow(host, path, until_done) if query.follow else _read(host, path)
+        if regex is None:
+            return raw
+        # Lines are filtered per file, so a last line without "\n" never joins the next file's.
+        return filter_lines(((b, 0) async for b in raw), regex, None, None)
+
+    if query.follow and len(paths) > 1:
+        chunks = _merge([one(p) for p in paths])
+    else:
+        chunks = _chain([one(p) for p in paths])
+    async for chunk in batched(chunks):
+        yield chunk
+
+
+async def _read(host: Host, path: str, offset: int = 0) -> AsyncIterator[bytes]:
+    """The file from byte `offset` to its current end; nothing if it does not exist (yet)."""
+    argv = ["tail", "-c", f"+{offset + 1}", "--", path] if offset else ["cat", "--", path]
+    async for chunk in host.stream(argv):
+        yield chunk
+
+
+async def _follow(
+    host: Host, path: str, until_done: Callable[[], Awaitable[None]]
+) -> AsyncIterator[bytes]:
+    queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_CHUNKS)
+
+    async def pump() -> None:
+        # -F: wait for a file that does not exist yet (a pending job) and follow it.
+        async for chunk in host.stream(["tail", "-c", "+1", "-F", "--", path]):
+            await queue.put(chunk)
+
+    loop = asyncio.get_running_loop()
+    tail = loop.create_task(pump())
+    done = loop.create_task(until_done())
+    sent = 0
+    try:
+        while True:
+            get = loop.create_task(queue.get())
+            await asyncio.wait({get, done, tail}, return_when=asyncio.FIRST_COMPLETED)
+            if get.done():
+                chunk = get.result()
+                sent += len(chunk)
+                yield chunk
+                yield b""  # caught up with the writer: flush
+                continue
+            get.cancel()
+            if tail.done() and not done.done():
+                tail.result()  # re-raises why the tail stopped (a lost connection, say)
+                await done  # the tail ended by itself: nothing more can come from it
+            break
+        tail.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tail
+        while not queue.empty():
+            chunk = queue.get_nowait()
+            sent += len(chunk)
+            yield chunk
+        async for chunk in _read(host, path, sent):
+            yield chunk
+    finally:
+        for task in (tail, done):
+            task.cancel()
+
+
+async def _chain(iters: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
+    for it in iters:
+        async for chunk in it:
+            yield chunk
+
+
+async def _merge(iters: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
+    """Chunks of several iterators as they come."""
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_CHUNKS)
+
+    async def pump(it: AsyncIterator[bytes]) -> None:
+        async for chunk in it:
+            await queue.put(chunk)
+
+    async def run_all() -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for it in iters:
+                    tg.create_task(pump(it))
+        finally:
+            await queue.put(None)
+
+    runner = asyncio.get_running_loop().create_task(run_all())
+    try:
+        while (chunk := await queue.get()) is not None:
+            yield chunk
+        await runner
+    finally:
+        runner.cancel()

@@ -1,0 +1,617 @@
+"""slurm: an AppDef becomes one heterogeneous sbatch job, on this host or on a login node over
+SSH (schedulers.hosts).
+
+Every replica of every role is one hetjob component named `<role>-<k>`, and one `srun` starts
+them all, each with its own output files `slurm-<jobid>-<role>-<k>.out|.err` in the job's
+working directory. The batch script is complete in itself (every option is an #SBATCH line), so
+what DryRun prints is exactly what sbatch gets on stdin.
+
+Slurm cannot push state changes: the daemon polls `describe_many`, which asks each cluster for
+all tracked jobs with one `squeue` call. Slurm forgets a finished job MinJobAge seconds after it
+ends; the daemon has recorded its final state by then. A job that ended and was forgotten while
+the daemon was down is settled from `sacct` where accounting is on, else from the last line the
+batch script wrote (`txd: exit code N`), else it is reported UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shlex
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from txd.schedulers.api import (
+    DryRunInfo,
+    LogQuery,
+    Macros,
+    Scheduler,
+    SubmitContext,
+    is_terminal,
+    num_replicas,
+)
+from txd.schedulers.errors import (
+    BackendUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
+from txd.schedulers.hosts import Host, Hosts, SshOpts, SshTarget
+from txd.schedulers.options import opt
+from txd.schedulers.pulse import Pulse
+from txd.schedulers.remotelogs import read_files
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
+from txd.v1.runner_pb2 import Stream
+from txd.v1.scheduler_pb2 import Capabilities
+
+log = logging.getLogger(__name__)
+
+RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
+# Slurm 24.11 replaced per-task GPU requests in hetjobs with per-node ones.
+GPUS_PER_NODE_SINCE = (24, 11)
+# What the batch script prints last; read back when Slurm has forgotten a job.
+EXIT_MARK = "txd: exit code "
+
+_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
+_JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")  # sbatch --parsable: "<id>" or "<id>;<cluster>"
+# Stands for the job id while the script is built; becomes "$SLURM_JOB_ID" in the script.
+_JOB_ID_MARK = "\x01txd-job-id\x01"
+
+_STATES = {
+    **dict.fromkeys(
+        [
+            "BOOT_FAIL",
+            "DEADLINE",
+            "FAILED",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+            "PREEMPTED",
+            "REVOKED",
+            "TIMEOUT",
+        ],
+        AppState.FAILED,
+    ),
+    "CANCELLED": AppState.CANCELLED,
+    "COMPLETED": AppState.SUCCEEDED,
+    **dict.fromkeys(
+        ["PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED"],
+        AppState.PENDING,
+    ),
+    **dict.fromkeys(
+        ["RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT", "SIGNALING"], AppState.RUNNING
+    ),
+}
+
+
+def slurm_state(text: str) -> AppState.ValueType:
+    """TorchX's mapping of a Slurm job state ("CANCELLED by 0" counts as CANCELLED)."""
+    word = text.split()[0].rstrip("+") if text.strip() else ""
+    return _STATES.get(word, AppState.UNKNOWN)
+
+
+def exit_code(wait_status: int) -> int:
+    """Slurm reports exit codes as raw wait statuses: 768 is exit 3, 15 is SIGTERM (143)."""
+    signal = wait_status & 0x7F
+    return 128 + signal if signal else (wait_status >> 8) & 0xFF
+
+
+@dataclass
+class SlurmOpts(SshOpts):
+    partition: str | None = opt(None, "partition of every replica (default: the cluster's)")
+    time: str | None = opt(
+        None, "time limit: minutes, m:s, h:m:s, d-h, d-h:m or d-h:m:s (default: the partition's)"
+    )
+    account: str | None = opt(None, "account to charge")
+    qos: str | None = opt(None, "quality of service")
+    constraint: str | None = opt(None, "node features required, e.g. 'a100&ib'")
+    exclusive: bool = opt(False, "do not share nodes with other jobs")
+    nomem: bool = opt(False, "do not request memory (--mem), for clusters that forbid it")
+    comment: str | None = opt(None, "comment stored with the job")
+    mail_user: str | None = opt(None, "who gets mail about the job")
+    mail_type: str | None = opt(None, "which events are mailed: BEGIN, END, FAIL, ALL ...")
+    job_dir: str | None = opt(
+        None,
+        "working directory of the job, where its log files go; created if missing (default: "
+        "the caller's directory, or the home directory on a login node)",
+    )
+
+
+@dataclass
+class SlurmJob:
+    """What txd keeps of a submitted job: persisted as the job's `native` facts."""
+
+    replicas: list[tuple[str, int]]  # (role, k) of each hetjob component, in order
+    workdir: str  # "" means the login node's home directory
+    ssh: dict[str, Any] | None = None  # SshTarget fields
+    job_id: str = ""
+
+    @property
+    def target(self) -> SshTarget | None:
+        return SshTarget(**self.ssh) if self.ssh else None
+
+    def path(self, name: str) -> str:
+        return f"{self.workdir.rstrip('/')}/{name}" if self.workdir else name
+
+    @classmethod
+    def from_native(cls, native: dict[str, Any]) -> SlurmJob:
+        return cls(
+            replicas=[(r, int(k)) for r, k in native["replicas"]],
+            workdir=native["workdir"],
+            ssh=native.get("ssh"),
+            job_id=native["job_id"],
+        )
+
+
+@dataclass
+class SbatchRequest:
+    script: str
+    job: SlurmJob
+    env: dict[str, str] = field(default_factory=dict)  # sbatch's environment on this host
+    make_dir: bool = False  # create job.workdir first (an explicit job_dir)
+
+
+def _quote(token: str) -> str:
+    """shell-quotes a token; the job id mark becomes "$SLURM_JOB_ID", expanded by the shell."""
+    if _JOB_ID_MARK not in token:
+        return shlex.quote(token)
+    quoted = "'" + token.replace("'", "'\"'\"'") + "'"
+    return quoted.replace(_JOB_ID_MARK, "'\"$SLURM_JOB_ID\"'")
+
+
+def _component_opts(role: Role, opts: SlurmOpts, version: tuple[int, int]) -> list[str]:
+    out = ["--requeue"] if role.max_retries else []
+    for name in ("partition", "time", "account", "qos", "constraint"):
+        if (value := getattr(opts, name)) is not None:
+            out.append(f"--{name}={value}")
+    if opts.exclusive:
+        out.append("--exclusive")
+    out.append("--ntasks-per-node=1")
+    res = role.resource
+    if res.cpu > 0:
+        out.append(f"--cpus-per-task={res.cpu}")
+    if res.mem_mb > 0 and not opts.nomem:
+        out.append(f"--mem={res.mem_mb}")
+    if res.gpu > 0:
+        if version >= GPUS_PER_NODE_SINCE:
+            out.append(f"--gpus-per-node={res.gpu}")
+        else:
+            out += [f"--gpus-per-task={res.gpu}", "--ntasks=1"]
+    return out
+
+
+def _srun_group(role: Role, k: int, app_id: str) -> list[str]:
+    """One component's part of the srun line: its output files, env and command."""
+    macros = Macros(img_root=role.image, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV)
+    role = macros.apply(role)
+    base = f"slurm-{_JOB_ID_MARK}-{role.name}-{k}"
+    tokens = [f"--output={base}.out", f"--error={base}.err", "--wait=60", "--kill-on-bad-exit=1"]
+    # env(1) rather than --export=ALL,K=V: Slurm splits --export at commas.
+    if role.env:
+        tokens += ["env", *(f"{key}={value}" for key, value in sorted(role.env.items()))]
+    tokens += [role.entrypoint, *role.args]
+    return [_quote(t) for t in tokens]
+
+
+def build_script(
+    app: AppDef, opts: SlurmOpts, workdir: str, version: tuple[int, int], app_id_prefix: str = ""
+) -> str:
+    """The sbatch script of an app. `app_id_prefix` + the job id is what ${app_id} expands to."""
+    app_id = app_id_prefix + _JOB_ID_MARK
+    lines = [
+        "#!/bin/bash",
+        f"# txd: app {app.name!r}, {sum(num_replicas(r) for r in app.roles)} replica(s). "
+        "Submit with: sbatch --parsable < this-file",
+    ]
+    job_opts = [f"--chdir={workdir}"] if workdir else []
+    job_opts.append("--output=slurm-%j.out")
+    for name in ("comment", "mail_user", "mail_type"):
+        if (value := getattr(opts, name)) is not None:
+            job_opts.append(f"--{name.replace('_', '-')}={value}")
+    lines += [f"#SBATCH {shlex.quote(o)}" for o in job_opts]
+    groups = []
+    first = True
+    for role in app.roles:
+        comp = _component_opts(role, opts, version)
+        for k in range(num_replicas(role)):
+            if not first:
+                lines.append("#SBATCH hetjob")
+            first = False
+            lines.append(f"#SBATCH --job-name={shlex.quote(f'{role.name}-{k}')}")
+            lines += [f"#SBATCH {o}" for o in comp]
+            groups.append(" ".join(_srun_group(role, k, app_id)))
+    retries = min(r.max_retries for r in app.roles)
+    lines += [
+        "",
+        "export PYTHONUNBUFFERED=1 SLURM_UNBUFFEREDIO=1",
+        f"export TORCHX_MAX_RETRIES={retries}",
+        "",
+        "srun " + " \\\n  : ".join(groups),
+        "exitcode=$?",
+        'restarts="${SLURM_RESTART_COUNT:-0}"',
+        'if [ "$exitcode" -ne 0 ] && [ "$TORCHX_MAX_RETRIES" -gt "$restarts" ]; then',
+        '  echo "txd: exit code $exitcode, requeued (retry $((restarts + 1)))"',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+        f'echo "{EXIT_MARK}$exitcode"',
+        'exit "$exitcode"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+@dataclass
+class Component:
+    """One line of squeue: a hetjob component (or a whole job that has one component)."""
+
+    job_id: str  # the job's id: the hetjob leader's id for every component
+    offset: int
+    state: str
+    exit_status: int
+    derived_status: int
+    nodes: str
+    restarts: int
+    reason: str
+    name: str
+
+
+# Name last: it is free text and may hold the delimiter.
+SQUEUE_FIELDS = (
+    "JobID,HetJobID,HetJobOffset,State,exit_code,DerivedEC,NodeList,RestartCnt,Reason,Name"
+)
+
+
+def squeue_argv() -> list[str]:
+    # Formatted output, not --json: 22.05's --json ignores filters and returns every user's jobs.
+    fmt = ",".join(f"{f}:|" for f in SQUEUE_FIELDS.split(","))
+    return ["squeue", "--me", "--states=all", "--noheader", f"--Format={fmt}"]
+
+
+def parse_squeue(text: str) -> dict[str, list[Component]]:
+    """Components by job id, ordered by hetjob offset."""
+    jobs: dict[str, list[Component]] = defaultdict(list)
+    for line in text.splitlines():
+        parts = line.split("|", 9)
+        if len(parts) < 10:
+            continue
+        jid, het, offset, state, ec, dec, nodes, restarts, reason, name = parts
+        job_id = het if het not in ("", "0", "N/A") else jid
+        jobs[job_id].append(
+            Component(
+                job_id=job_id,
+                offset=int(offset) if offset.isdigit() else 0,
+                state=state.strip(),
+                exit_status=int(ec) if ec.strip().isdigit() else 0,
+                derived_status=int(dec) if dec.strip().isdigit() else 0,
+                nodes=nodes.strip(),
+                restarts=int(restarts) if restarts.strip().isdigit() else 0,
+                reason=reason.strip(),
+                name=name.rstrip("|").strip(),
+            )
+        )
+    for comps in jobs.values():
+        comps.sort(key=lambda c: c.offset)
+    return dict(jobs)
+
+
+def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
+    """The app's status from its components (matched to replicas by hetjob offset)."""
+    status = AppStatus()
+    roles: dict[str, RoleStatus] = {}
+    states = []
+    for i, (role, k) in enumerate(job.replicas):
+        comp = comps[i] if i < len(comps) else comps[0]
+        state = slurm_state(comp.state)
+        states.append(state)
+        rep = ReplicaStatus(id=k, role=role, state=state)
+        if comp.nodes and comp.nodes not in ("(null)", "N/A"):
+            rep.hostname = comp.nodes
+        if is_terminal(state):
+            rep.exit_code = exit_code(comp.derived_status or comp.exit_status)
+        if role not in roles:
+            roles[role] = status.roles.add(role=role)
+        roles[role].replicas.append(rep)
+    leader = comps[0]
+    status.num_restarts = leader.restarts
+    status.state = _app_state(states)
+    if status.state in (AppState.FAILED, AppState.CANCELLED):
+        code = exit_code(leader.exit_status)
+        status.msg = f"Slurm job {job.job_id} {leader.state}" + (
+            f", exit code {code}" if code else ""
+        )
+        if leader.reason and leader.reason not in ("None", "NonZeroExitCode"):
+            status.msg += f" ({leader.reason})"
+    elif status.state == AppState.PENDING and leader.reason not in ("", "None"):
+        status.msg = f"pending: {leader.reason}"
+    return status
+
+
+def _app_state(states: list[AppState.ValueType]) -> AppState.ValueType:
+    if all(is_terminal(s) for s in states):
+        for final in (AppState.FAILED, AppState.CANCELLED):
+            if final in states:
+                return final
+        return AppState.SUCCEEDED
+    for live in (AppState.RUNNING, AppState.UNKNOWN):
+        if live in states:
+            return live
+    return AppState.PENDING
+
+
+def parse_sacct(text: str) -> dict[str, tuple[str, int]]:
+    """(state, exit code) of whole jobs from `sacct -P -n -X -o JobIDRaw,State,ExitCode`;
+    a hetjob's components are `<id>+<offset>` rows: the leader's row speaks for the job."""
+    out: dict[str, tuple[str, int]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 3:
+            continue
+        raw, state, code = parts[:3]
+        job_id, _, offset = raw.partition("+")
+        if not job_id.isdigit() or (offset and offset != "0") or job_id in out:
+            continue
+        exit_part = code.split(":")[0]
+        out[job_id] = (state, int(exit_part) if exit_part.isdigit() else 0)
+    return out
+
+
+_VERSION = re.compile(rb"(\d+)\.(\d+)")
+
+
+class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
+    name = "slurm"
+    description = "Slurm: one heterogeneous sbatch job per app, here or on a login node over SSH"
+    capabilities = Capabilities(
+        logs=True,
+        log_follow=True,
+        log_streams=True,
+        cancel=True,
+        delete=True,
+        list=True,
+        describe=True,
+        distributed=True,
+        retries=True,
+    )
+    Opts = SlurmOpts
+    poll_interval = 1.0
+
+    def __init__(self, session_name: str, hosts: Hosts | None = None) -> None:
+        super().__init__(session_name)
+        self._hosts = hosts or Hosts()
+        self._jobs: dict[str, SlurmJob] = {}
+        self._status: dict[str, AppStatus] = {}
+        self._changed = Pulse()  # fired whenever a status in _status changes
+        self._versions: dict[SshTarget | None, tuple[int, int]] = {}
+        self._no_accounting: set[SshTarget | None] = set()
+
+    def backend_calls(self) -> dict[str, int]:
+        return self._hosts.calls()
+
+    # -- submission -------------------------------------------------------------------------
+
+    async def _submit_dryrun(
+        self, app: AppDef, opts: SlurmOpts, ctx: SubmitContext
+    ) -> DryRunInfo[SbatchRequest]:
+        if opts.time is not None and not _TIME.match(opts.time):
+            raise InvalidArgument(
+                "cfg.time",
+                f"{opts.time!r} is not a Slurm time: minutes, m:s, h:m:s, d-h, d-h:m or d-h:m:s",
+            )
+        target = opts.ssh_target()
+        workdir = opts.job_dir or ("" if target else ctx.cwd)
+        version = (0, 0)
+        if any(r.resource.gpu > 0 for r in app.roles):
+            version = await self._version(target)
+        prefix = f"{target.host}:" if target else ""
+        script = build_script(app, opts, workdir, version, prefix)
+        replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
+        job = SlurmJob(replicas, workdir, asdict(target) if target else None)
+        req = SbatchRequest(script, job, {} if target else dict(ctx.env), bool(opts.job_dir))
+        where = f" (on {target})" if target else ""
+        return DryRunInfo(
+            app=app,
+            request=req,
+            opts=opts,
+            native=asdict(job),
+            render=lambda: f"# sbatch --parsable{where} < script\n{script}",
+        )
+
+    async def _version(self, target: SshTarget | None) -> tuple[int, int]:
+        if target not in self._versions:
+            res = await self._hosts.get(target).run(["sinfo", "--version"])
+            m = _VERSION.search(res.stdout)
+            if res.returncode != 0 or not m:
+                raise BackendUnavailable(f"cannot tell the Slurm version: {res.error()}")
+            self._versions[target] = (int(m[1]), int(m[2]))
+        return self._versions[target]
+
+    async def schedule(self, dryrun: DryRunInfo[SbatchRequest]) -> str:
+        req = dryrun.request
+        job = req.job
+        host = self._hosts.get(job.target)
+        env = req.env or None
+        if req.make_dir:
+            made = await host.run(["mkdir", "-p", "--", job.workdir])
+            if made.returncode != 0:
+                raise FailedPrecondition(f"cannot create job_dir {job.workdir}: {made.error()}")
+        res = await host.run(["sbatch", "--parsable"], input=req.script.encode(), env=env)
+        m = _JOB_ID.match(res.text.strip())
+        if res.returncode != 0 or not m:
+            raise FailedPrecondition(f"sbatch on {host.label} refused the job: {res.error()}")
+        job.job_id = m[1]
+        app_id = f"{job.target.host}:{job.job_id}" if job.target else job.job_id
+        dryrun.native.update(asdict(job))
+        self._jobs[app_id] = job
+        self._set(app_id, AppStatus(state=AppState.SUBMITTED))
+        return app_id
+
+    # -- observation ------------------------------------------------------------------------
+
+    def _set(self, app_id: str, status: AppStatus) -> None:
+        old = self._status.get(app_id)
+        self._status[app_id] = status
+        if old is None or old != status:
+            self._changed.fire()
+
+    def _job(self, app_id: str) -> SlurmJob:
+        job = self._jobs.get(app_id)
+        if job is None:
+            raise NotFound(f"slurm knows no app {app_id!r} launched by this daemon")
+        return job
+
+    async def describe(self, app_id: str) -> AppStatus | None:
+        return (await self.describe_many([app_id]))[app_id]
+
+    async def describe_many(self, app_ids: Iterable[str]) -> dict[str, AppStatus | None]:
+        """One squeue per cluster for all of `app_ids`, and one sacct for those it forgot."""
+        out: dict[str, AppStatus | None] = {}
+        by_host: dict[SshTarget | None, list[str]] = defaultdict(list)
+        for app_id in app_ids:
+            job = self._jobs.get(app_id)
+            if job is None:
+                out[app_id] = None
+            elif is_terminal((known := self._status.get(app_id, AppStatus())).state):
+                out[app_id] = known  # final: Slurm has nothing new to say
+            else:
+                by_host[job.target].append(app_id)
+        for target, ids in by_host.items():
+            host = self._hosts.get(target)
+            res = await host.run(squeue_argv())
+            if res.returncode != 0:
+                raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
+            found = parse_squeue(res.text)
+            forgotten = []
+            for app_id in ids:
+                job = self._jobs[app_id]
+                if job.job_id in found:
+                    out[app_id] = status_of(job, found[job.job_id])
+                else:
+                    forgotten.append(app_id)
+            if forgotten:
+                out.update(await self._settle_forgotten(host, target, forgotten))
+        for app_id, status in out.items():
+            if status is not None:
+                self._set(app_id, status)
+        return out
+
+    async def _settle_forgotten(
+        self, host: Host, target: SshTarget | None, app_ids: list[str]
+    ) -> dict[str, AppStatus]:
+        """Statuses of jobs squeue no longer shows: finished more than MinJobAge ago."""
+        jobs = {self._jobs[a].job_id: a for a in app_ids}
+        final: dict[str, tuple[str, int]] = {}
+        if target not in self._no_accounting:
+            res = await host.run(
+                ["sacct", "-P", "-n", "-X", "-o", "JobIDRaw,State,ExitCode", "-j", ",".join(jobs)]
+            )
+            if res.returncode != 0 or b"accounting storage is disabled" in res.stdout + res.stderr:
+                self._no_accounting.add(target)
+            else:
+                final = parse_sacct(res.text)
+        out = {}
+        for job_id, app_id in jobs.items():
+            if job_id in final:
+                state_text, code = final[job_id]
+                out[app_id] = self._settled(app_id, slurm_state(state_text), code, "sacct")
+                continue
+            code = await self._exit_mark(host, self._jobs[app_id])
+            if code is not None:
+                state = AppState.SUCCEEDED if code == 0 else AppState.FAILED
+                out[app_id] = self._settled(app_id, state, code, "its batch output")
+            else:
+                status = AppStatus(state=AppState.UNKNOWN)
+                status.msg = (
+                    f"Slurm no longer knows job {job_id} (it ended more than MinJobAge ago), "
+                    "accounting is off and its batch output has no exit code"
+                )
+                out[app_id] = status
+        return out
+
+    def _settled(self, app_id: str, state: AppState.ValueType, code: int, source: str) -> AppStatus:
+        job = self._jobs[app_id]
+        status = AppStatus(state=state)
+        status.msg = f"Slurm job {job.job_id} ended while txd was away (from {source})"
+        if state == AppState.UNKNOWN:
+            return status
+        roles: dict[str, RoleStatus] = {}
+        for role, k in job.replicas:
+            if role not in roles:
+                roles[role] = status.roles.add(role=role)
+            roles[role].replicas.append(ReplicaStatus(id=k, role=role, state=state))
+        if code:
+            status.msg += f", exit code {code}"
+        return status
+
+    async def _exit_mark(self, host: Host, job: SlurmJob) -> int | None:
+        res = await host.run(["tail", "-n", "1", "--", job.path(f"slurm-{job.job_id}.out")])
+        last = res.text.strip()
+        if res.returncode == 0 and last.startswith(EXIT_MARK):
+            code = last.removeprefix(EXIT_MARK)
+            return int(code) if code.isdigit() else None
+        return None
+
+    async def list(self) -> list[AppStatus]:
+        """Every job of yours on this host's cluster and on the login nodes in use."""
+        targets = {None} | {j.target for j in self._jobs.values()}
+        out = []
+        for target in targets:
+            host = self._hosts.get(target)
+            res = await host.run(squeue_argv())
+            if res.returncode != 0:
+                raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
+            for job_id, comps in parse_squeue(res.text).items():
+                names = [c.name.rpartition("-") for c in comps]
+                replicas = [
+                    (r, int(k)) if k.isdigit() else (c.name, 0)
+                    for (r, _, k), c in zip(names, comps, strict=True)
+                ]
+                job = SlurmJob(replicas, "", None, job_id)
+                status = status_of(job, comps)
+                status.app_id = f"{target.host}:{job_id}" if target else job_id
+                status.name = comps[0].name
+                out.append(status)
+        return out
+
+    # -- logs -------------------------------------------------------------------------------
+
+    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
+        job = self._job(app_id)
+        if (role, k) not in job.replicas:
+            raise NotFound(f"{app_id} has no replica {role}/{k}")
+        base = job.path(f"slurm-{job.job_id}-{role}-{k}")
+        paths = {
+            Stream.STDOUT: [f"{base}.out"],
+            Stream.STDERR: [f"{base}.err"],
+        }.get(query.stream, [f"{base}.out", f"{base}.err"])
+        return read_files(self._hosts.get(job.target), paths, query, lambda: self._ended(app_id))
+
+    async def _ended(self, app_id: str) -> None:
+        while not is_terminal(self._status.get(app_id, AppStatus()).state):
+            await self._changed.wait_past(self._changed.gen)
+
+    # -- control ----------------------------------------------------------------------------
+
+    async def cancel(self, app_id: str) -> None:
+        # No describe first: scancel of a finished job is harmless, and the poll will tell.
+        if app_id in self._jobs and not is_terminal(self._status.get(app_id, AppStatus()).state):
+            await self._cancel_existing(app_id)
+
+    async def _cancel_existing(self, app_id: str) -> None:
+        job = self._job(app_id)
+        host = self._hosts.get(job.target)
+        res = await host.run(["scancel", job.job_id])
+        if res.returncode != 0 and b"already completing or completed" not in res.stderr:
+            raise FailedPrecondition(f"scancel {job.job_id} on {host.label}: {res.error()}")
+
+    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
+        self._jobs[app_id] = SlurmJob.from_native(native)
+        self._status[app_id] = status
+        return status
+
+    async def close(self) -> None:
+        await self._hosts.close()
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
+    return SlurmScheduler(session_name)
