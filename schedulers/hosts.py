@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import shlex
+import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 # A scheduler command (sbatch, squeue, scancel ...) that takes longer than this is stuck.
 COMMAND_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 10.0
+# How long a streamed command gets to end after its stdin is closed, before it is killed.
+STOP_GRACE = 2.0
 CHUNK = 64 * 1024
 # The shell's "command not found" exit status (POSIX).
 NOT_FOUND = 127
@@ -124,8 +127,9 @@ class Host(abc.ABC):
         return result
 
     async def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
-        """The command's stdout in chunks as it is written; the command is killed when the
-        iteration stops early. Its stderr is dropped."""
+        """The command's stdout in chunks as it is written. Its stdin stays open until the
+        iteration stops, then is closed: a command that runs until told to stop must end on
+        that EOF (on this host it is killed soon after anyway). Its stderr is dropped."""
         self.calls[argv[0]] += 1
         async for chunk in self._stream(tuple(argv)):
             yield chunk
@@ -162,7 +166,7 @@ class LocalHost(Host):
 
     async def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]:
         try:
-            proc: Process = await anyio.open_process(argv, stdin=None, stderr=None)
+            proc: Process = await anyio.open_process(argv, stderr=subprocess.DEVNULL)
         except FileNotFoundError:
             raise self._missing(argv) from None
         try:
@@ -170,10 +174,13 @@ class LocalHost(Host):
             async for chunk in proc.stdout:
                 yield chunk
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
             with anyio.CancelScope(shield=True):
-                await proc.wait()
+                assert proc.stdin is not None
+                await proc.stdin.aclose()
+                with anyio.move_on_after(STOP_GRACE):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
                 await proc.aclose()
 
 
@@ -243,7 +250,9 @@ class SshHost(Host):
             while chunk := await proc.stdout.read(CHUNK):
                 yield chunk
         finally:
-            proc.close()  # closing the channel makes sshd hang up on the command
+            with contextlib.suppress(OSError, asyncssh.Error):
+                proc.stdin.write_eof()
+            proc.close()
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any
 
 from txd.schedulers.api import LogQuery, compile_regex
 from txd.schedulers.errors import Unsupported
@@ -20,13 +21,17 @@ from txd.schedulers.logfiles import batched, filter_lines
 
 # Chunks buffered per followed file: bounds memory when the client reads slowly.
 QUEUE_CHUNKS = 4
+# `tail -F`, ended when its stdin closes. A command whose SSH channel is closed runs on until it
+# next writes, and tail -F of a finished log may never write again: without this it would stay
+# on the login node for good. (-F also waits for a file a pending job has not created yet.)
+FOLLOW = 'tail -c +1 -F -- "$1" 2>/dev/null & t=$!; cat >/dev/null; kill "$t"'
 
 
 async def read_files(
     host: Host,
     paths: Sequence[str],
     query: LogQuery,
-    until_done: Callable[[], Awaitable[None]],
+    until_done: Callable[[], Coroutine[Any, Any, None]],
 ) -> AsyncIterator[bytes]:
     """The bytes of `paths` (one after the other, or interleaved as written when following),
     filtered by query.regex. `until_done` returns once the job is terminal."""
@@ -57,13 +62,12 @@ async def _read(host: Host, path: str, offset: int = 0) -> AsyncIterator[bytes]:
 
 
 async def _follow(
-    host: Host, path: str, until_done: Callable[[], Awaitable[None]]
+    host: Host, path: str, until_done: Callable[[], Coroutine[Any, Any, None]]
 ) -> AsyncIterator[bytes]:
     queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_CHUNKS)
 
     async def pump() -> None:
-        # -F: wait for a file that does not exist yet (a pending job) and follow it.
-        async for chunk in host.stream(["tail", "-c", "+1", "-F", "--", path]):
+        async for chunk in host.stream(["sh", "-c", FOLLOW, "txd-follow", path]):
             await queue.put(chunk)
 
     loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ batch script wrote (`txd: exit code N`), else it is reported UNKNOWN.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shlex
 from collections import defaultdict
@@ -85,7 +86,7 @@ _STATES = {
 }
 
 
-def slurm_state(text: str) -> AppState.ValueType:
+def slurm_state(text: str) -> AppState:
     """TorchX's mapping of a Slurm job state ("CANCELLED by 0" counts as CANCELLED)."""
     word = text.split()[0].rstrip("+") if text.strip() else ""
     return _STATES.get(word, AppState.UNKNOWN)
@@ -327,7 +328,7 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     return status
 
 
-def _app_state(states: list[AppState.ValueType]) -> AppState.ValueType:
+def _app_state(states: list[AppState]) -> AppState:
     if all(is_terminal(s) for s in states):
         for final in (AppState.FAILED, AppState.CANCELLED):
             if final in states:
@@ -357,6 +358,16 @@ def parse_sacct(text: str) -> dict[str, tuple[str, int]]:
 
 
 _VERSION = re.compile(rb"(\d+)\.(\d+)")
+
+
+def _sbatch_env(caller: dict[str, str]) -> dict[str, str]:
+    """sbatch hands its environment to the job, so it gets the caller's (as if the caller ran
+    it), except for the cluster's address: that is the daemon's, the cluster it polls."""
+    env = dict(caller)
+    env.pop("SLURM_CONF", None)
+    if "SLURM_CONF" in os.environ:
+        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    return env
 
 
 class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
@@ -407,7 +418,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         script = build_script(app, opts, workdir, version, prefix)
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
         job = SlurmJob(replicas, workdir, asdict(target) if target else None)
-        req = SbatchRequest(script, job, {} if target else dict(ctx.env), bool(opts.job_dir))
+        req = SbatchRequest(script, job, {} if target else _sbatch_env(ctx.env), bool(opts.job_dir))
         where = f" (on {target})" if target else ""
         return DryRunInfo(
             app=app,
@@ -515,10 +526,10 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
                 state_text, code = final[job_id]
                 out[app_id] = self._settled(app_id, slurm_state(state_text), code, "sacct")
                 continue
-            code = await self._exit_mark(host, self._jobs[app_id])
-            if code is not None:
-                state = AppState.SUCCEEDED if code == 0 else AppState.FAILED
-                out[app_id] = self._settled(app_id, state, code, "its batch output")
+            mark = await self._exit_mark(host, self._jobs[app_id])
+            if mark is not None:
+                state = AppState.SUCCEEDED if mark == 0 else AppState.FAILED
+                out[app_id] = self._settled(app_id, state, mark, "its batch output")
             else:
                 status = AppStatus(state=AppState.UNKNOWN)
                 status.msg = (
@@ -528,7 +539,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
                 out[app_id] = status
         return out
 
-    def _settled(self, app_id: str, state: AppState.ValueType, code: int, source: str) -> AppStatus:
+    def _settled(self, app_id: str, state: AppState, code: int, source: str) -> AppStatus:
         job = self._jobs[app_id]
         status = AppStatus(state=state)
         status.msg = f"Slurm job {job.job_id} ended while txd was away (from {source})"
@@ -580,10 +591,12 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         if (role, k) not in job.replicas:
             raise NotFound(f"{app_id} has no replica {role}/{k}")
         base = job.path(f"slurm-{job.job_id}-{role}-{k}")
-        paths = {
-            Stream.STDOUT: [f"{base}.out"],
-            Stream.STDERR: [f"{base}.err"],
-        }.get(query.stream, [f"{base}.out", f"{base}.err"])
+        if query.stream == Stream.STDOUT:
+            paths = [f"{base}.out"]
+        elif query.stream == Stream.STDERR:
+            paths = [f"{base}.err"]
+        else:  # combined: the two files, interleaved as written when following
+            paths = [f"{base}.out", f"{base}.err"]
         return read_files(self._hosts.get(job.target), paths, query, lambda: self._ended(app_id))
 
     async def _ended(self, app_id: str) -> None:

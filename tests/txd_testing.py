@@ -233,8 +233,15 @@ class Daemon:
     Started in its own process group; readiness is the b"ready\\n" it writes to --ready-fd.
     """
 
-    def __init__(self, root: Path, grace: float = 2.0, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        grace: float = 2.0,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         self.root = root
+        self.args = list(args)
         self.env = clean_env(**(env or {}))
         self.socket = root / "txd.sock"
         self.state_dir = root / "state"
@@ -264,6 +271,7 @@ class Daemon:
                         str(self.grace),
                         "--ready-fd",
                         str(write_end),
+                        *self.args,
                     ],
                     stdin=subprocess.DEVNULL,
                     stdout=log,

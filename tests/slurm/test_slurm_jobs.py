@@ -1,0 +1,272 @@
+"""Jobs on a real Slurm cluster through a real txd, on this host and through an SSH login node.
+
+Jobs that must be caught while running wait for a release file the test creates (jobs run on
+the cluster's nodes, which share this filesystem), so no test depends on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from txd.client import TxdError
+from txd.v1 import AppDef, AppState, Role
+from txd_testing import read_logs, read_logs_by_replica
+
+STATE = AppState.Name
+
+
+def role(name: str, script: str, replicas: int = 1, **kw: Any) -> Role:
+    return Role(name=name, entrypoint="bash", args=["-c", script], num_replicas=replicas, **kw)
+
+
+def held(release: Path, before: str = "", after: str = "") -> str:
+    """A script that runs until `release` exists."""
+    return f"{before}\nwhile [ ! -e {release} ]; do sleep 0.05; done\n{after}"
+
+
+async def until_state(client: Any, handle: str, state: int) -> Any:
+    async for status in client.watch(handle):
+        if status.state == state:
+            return status
+        assert status.state not in (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED), status
+    raise AssertionError(f"{handle} ended without reaching {STATE(state)}")
+
+
+async def test_two_roles_three_replicas_succeed(slurm_client: Any, target: Any, jobdir: Path):
+    echo = 'echo "$0 replica $1 on $SLURMD_NODENAME of $SLURM_HET_SIZE"'
+    app = AppDef(
+        name="two",
+        roles=[
+            Role(
+                name="trainer",
+                entrypoint="bash",
+                args=["-c", echo, "trainer", "${replica_id}"],
+                num_replicas=2,
+            ),
+            Role(name="ps", entrypoint="bash", args=["-c", echo, "ps", "${replica_id}"]),
+        ],
+    )
+    handle = await slurm_client.run(app, "slurm", target(jobdir))
+    status = await slurm_client.wait(handle, timeout=60)
+    assert STATE(status.state) == "SUCCEEDED", status
+    replicas = {(r.role, r.id): r for rs in status.roles for r in rs.replicas}
+    assert sorted(replicas) == [("ps", 0), ("trainer", 0), ("trainer", 1)]
+    assert all(r.exit_code == 0 and r.hostname.startswith("n") for r in replicas.values())
+    logs = await read_logs_by_replica(slurm_client, handle)
+    assert logs["trainer/1"].startswith(b"trainer replica 1 on n")
+    assert logs["trainer/1"].endswith(b" of 3\n")
+    assert logs["ps/0"].startswith(b"ps replica 0 on n")
+
+
+async def test_exit_code_gives_failed(slurm_client: Any, target: Any, jobdir: Path):
+    app = AppDef(name="fails", roles=[role("main", "echo bad >&2; exit 3")])
+    handle = await slurm_client.run(app, "slurm", target(jobdir))
+    status = await slurm_client.wait(handle, timeout=60)
+    assert STATE(status.state) == "FAILED"
+    assert status.roles[0].replicas[0].exit_code == 3
+    assert "exit code 3" in status.msg
+    assert await read_logs(slurm_client, handle, streams="stderr") == b"bad\n"
+    assert await read_logs(slurm_client, handle, streams="stdout") == b""
+
+
+async def test_cancel_gives_cancelled(slurm_client: Any, target: Any, jobdir: Path):
+    app = AppDef(name="long", roles=[role("main", "echo started; sleep 600")])
+    handle = await slurm_client.run(app, "slurm", target(jobdir))
+    await until_state(slurm_client, handle, AppState.RUNNING)
+    await slurm_client.cancel(handle)  # returns at once: Slurm signals the job's processes
+    status = await slurm_client.wait(handle, timeout=30)
+    assert STATE(status.state) == "CANCELLED", status
+    assert status.roles[0].replicas[0].exit_code == 128 + 15  # SIGTERM
+
+
+async def test_logs_of_one_replica_stream_while_running(
+    slurm_client: Any, target: Any, jobdir: Path
+):
+    release = jobdir / "release"
+    app = AppDef(
+        name="stream",
+        roles=[
+            role("first", "echo first"),
+            role(
+                "second",
+                held(release, 'echo "before $0 $1"', 'echo "after $0 $1"; echo err >&2'),
+                replicas=2,
+            ),
+        ],
+    )
+    app.roles[1].args.extend(["second", "${replica_id}"])
+    handle = await slurm_client.run(app, "slurm", target(jobdir))
+    got = b""
+    async for chunk in slurm_client.logs(handle, "second", 1, follow=True, streams="stdout"):
+        assert chunk.role == "second" and chunk.replica == 1
+        got += chunk.data
+        if got == b"before second 1\n":
+            # The job is still running, held by the release file: the bytes were streamed.
+            assert STATE((await slurm_client.status(handle)).state) == "RUNNING"
+            release.touch()
+    assert got == b"before second 1\nafter second 1\n"
+    assert STATE((await slurm_client.wait(handle, timeout=30)).state) == "SUCCEEDED"
+    combined = await read_logs(slurm_client, handle, role="second", replica=1, regex="after|err")
+    assert sorted(combined.splitlines()) == [b"after second 1", b"err"]
+
+
+PRINT_ENV = 'printf "%s|%s|%s\\n" "$TRICKY" "$1" "$TORCHX_JOB_ID"'
+
+
+async def test_env_values_and_macros_survive_quoting(slurm_client: Any, target: Any, jobdir: Path):
+    tricky = """it's "quoted", has spaces, $HOME, a,b=c and a \\ backslash"""
+    app = AppDef(
+        name="env",
+        roles=[
+            Role(
+                name="main",
+                entrypoint="bash",
+                args=["-c", PRINT_ENV, "-", "${app_id}"],
+                env={"TRICKY": tricky},
+            )
+        ],
+    )
+    handle = await slurm_client.run(app, "slurm", target(jobdir))
+    assert STATE((await slurm_client.wait(handle, timeout=60)).state) == "SUCCEEDED"
+    app_id = handle.rpartition("/")[2]
+    expected = f"{tricky}|{app_id}|{handle}\n".encode()
+    assert await read_logs(slurm_client, handle) == expected
+
+
+async def test_daemon_restart_keeps_tracking(own_slurm_daemon: Any, jobdir: Path):
+    release = jobdir / "release"
+    app = AppDef(name="survivor", roles=[role("main", held(release, "echo up", "echo done"))])
+    async with own_slurm_daemon.client() as c:
+        handle = await c.run(app, "slurm", {"job_dir": str(jobdir)})
+        await until_state(c, handle, AppState.RUNNING)
+    own_slurm_daemon.stop()
+    own_slurm_daemon.restart()
+    async with own_slurm_daemon.client() as c:
+        assert STATE((await c.status(handle)).state) == "RUNNING"
+        release.touch()
+        status = await c.wait(handle, timeout=60)
+        assert STATE(status.state) == "SUCCEEDED"
+        assert await read_logs(c, handle) == b"up\ndone\n"
+
+
+async def test_final_state_outlives_min_job_age(
+    own_slurm_daemon: Any, slurm_cluster: Any, jobdir: Path
+):
+    """Slurm forgets finished jobs after MinJobAge. One job ends while txd watches; another
+    ends while txd is down and is forgotten before it comes back: both keep their end."""
+    release = jobdir / "release"
+    seen = AppDef(name="seen", roles=[role("main", "exit 4")])
+    unseen = AppDef(name="unseen", roles=[role("main", held(release, "", "exit 0"))])
+    async with own_slurm_daemon.client() as c:
+        seen_h = await c.run(seen, "slurm", {"job_dir": str(jobdir)})
+        unseen_h = await c.run(unseen, "slurm", {"job_dir": str(jobdir)})
+        assert STATE((await c.wait(seen_h, timeout=60)).state) == "FAILED"
+        await until_state(c, unseen_h, AppState.RUNNING)
+    own_slurm_daemon.stop()
+    release.touch()
+    ids = {h.rpartition("/")[2] for h in (seen_h, unseen_h)}
+    for _ in range(600):  # slurmctld purges every few seconds; 60 s is far beyond MinJobAge
+        if not ids & slurm_cluster.squeue_ids():
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail(f"Slurm still knows {ids & slurm_cluster.squeue_ids()}")
+    own_slurm_daemon.restart()
+    async with own_slurm_daemon.client() as c:
+        status = await c.status(seen_h)
+        assert STATE(status.state) == "FAILED" and "exit code 4" in status.msg
+        status = await c.wait(unseen_h, timeout=30)
+        assert STATE(status.state) == "SUCCEEDED", status
+        assert "ended while txd was away" in status.msg
+
+
+async def test_one_squeue_per_interval_however_many_watch(
+    slurm_daemon: Any, slurm_client: Any, jobdir: Path, poll_interval: float
+):
+    release = jobdir / "release"
+    apps = [AppDef(name=f"w{i}", roles=[role("main", held(release))]) for i in range(10)]
+    handles = [await slurm_client.run(a, "slurm", {"job_dir": str(jobdir)}) for a in apps]
+    for h in handles:
+        await until_state(slurm_client, h, AppState.RUNNING)
+
+    async def squeue_calls() -> int:
+        infos = (await slurm_client.schedulers()).schedulers
+        return next(i for i in infos if i.name == "slurm").backend_calls["squeue"]
+
+    clients = [slurm_daemon.client() for _ in range(20)]
+    seen: list[list[int]] = [[] for _ in clients]
+
+    async def watch(k: int, c: Any) -> None:
+        async with c:
+            async for status in c.watch(handles[k % len(handles)]):
+                seen[k].append(status.state)
+
+    loop = asyncio.get_running_loop()
+    watchers = [loop.create_task(watch(k, c)) for k, c in enumerate(clients)]
+    before, t0 = await squeue_calls(), loop.time()
+    await asyncio.sleep(3)  # the span over which calls are counted, not a wait for an event
+    calls, elapsed = await squeue_calls() - before, loop.time() - t0
+    release.touch()
+    await asyncio.wait_for(asyncio.gather(*watchers), 60)
+    assert calls <= elapsed / poll_interval + 1, (calls, elapsed)
+    assert all(s[-1] == AppState.SUCCEEDED for s in seen)
+
+
+async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path):
+    """max_retries=1: the first attempt fails, Slurm requeues the job, the second succeeds."""
+    marker = jobdir / "attempted"
+    script = f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 5; fi"
+    app = AppDef(name="retry", roles=[role("main", script, max_retries=1)])
+    handle = await slurm_client.run(app, "slurm", {"job_dir": str(jobdir)})
+    async for status in slurm_client.watch(handle):
+        assert status.state not in (AppState.FAILED, AppState.SUCCEEDED), status
+        if status.num_restarts == 1 and status.state == AppState.PENDING:
+            break
+    # Slurm holds a requeued job for two minutes (Reason=BeginTime); an operator may let it go.
+    job_id = handle.rpartition("/")[2]
+    proc = await asyncio.create_subprocess_exec(
+        "scontrol", "update", f"JobId={job_id}", "StartTime=now", env=slurm_cluster.env()
+    )
+    assert await proc.wait() == 0
+    status = await slurm_client.wait(handle, timeout=60)
+    assert STATE(status.state) == "SUCCEEDED", status
+    assert status.num_restarts == 1
+    assert await read_logs(slurm_client, handle) == b"second\n"
+
+
+async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Path):
+    app = AppDef(name="x", roles=[role("main", "true")])
+    with pytest.raises(TxdError) as e:
+        await slurm_client.run(app, "slurm", {"time": "soon"})
+    assert e.value.code == "INVALID_ARGUMENT" and "cfg.time" in str(e.value)
+    with pytest.raises(TxdError) as e:
+        await slurm_client.run(app, "slurm", {"partition": "nope", "job_dir": str(jobdir)})
+    assert e.value.code == "FAILED_PRECONDITION"
+    assert "Invalid partition" in str(e.value)
+    with pytest.raises(TxdError) as e:
+        await slurm_client.run(app, "slurm", env={"PATH": "/nonexistent"})
+    assert e.value.code == "UNAVAILABLE"
+    assert "sbatch: command not found on this host" in str(e.value)
+    closed = {"ssh_host": "127.0.0.1", "ssh_port": "1", "job_dir": str(jobdir)}
+    with pytest.raises(TxdError) as e:
+        await slurm_client.run(app, "slurm", closed)
+    assert e.value.code == "UNAVAILABLE"
+    assert "cannot reach login node 127.0.0.1:1" in str(e.value)
+    assert await slurm_client.list("slurm") == [] or all(
+        a.name != "x" for a in await slurm_client.list("slurm")
+    )
+
+
+async def test_list_from_the_backend(slurm_client: Any, jobdir: Path):
+    release = jobdir / "release"
+    app = AppDef(name="listed", roles=[role("main", held(release))])
+    handle = await slurm_client.run(app, "slurm", {"job_dir": str(jobdir)})
+    try:
+        apps = await slurm_client.list("slurm", backend=True)
+        assert handle in [a.app_handle for a in apps]
+    finally:
+        release.touch()
+    assert STATE((await slurm_client.wait(handle, timeout=60)).state) == "SUCCEEDED"
