@@ -301,6 +301,9 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     status = AppStatus()
     roles: dict[str, RoleStatus] = {}
     states = []
+    # A component's DerivedEC is its srun step's exit; when no step reported one (cancelled,
+    # or the script failed before srun) every replica gets the batch script's exit instead.
+    steps_reported = any(c.derived_status for c in comps)
     for i, (role, k) in enumerate(job.replicas):
         comp = comps[i] if i < len(comps) else comps[0]
         state = slurm_state(comp.state)
@@ -309,7 +312,8 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
         if comp.nodes and comp.nodes not in ("(null)", "N/A"):
             rep.hostname = comp.nodes
         if is_terminal(state):
-            rep.exit_code = exit_code(comp.derived_status or comp.exit_status)
+            raw = comp.derived_status if steps_reported else comp.exit_status
+            rep.exit_code = exit_code(raw)
         if role not in roles:
             roles[role] = status.roles.add(role=role)
         roles[role].replicas.append(rep)
@@ -340,20 +344,26 @@ def _app_state(states: list[AppState]) -> AppState:
     return AppState.PENDING
 
 
+SACCT_ARGV = ["sacct", "-P", "-n", "-X", "-o", "JobID,State,ExitCode"]
+
+
 def parse_sacct(text: str) -> dict[str, tuple[str, int]]:
-    """(state, exit code) of whole jobs from `sacct -P -n -X -o JobIDRaw,State,ExitCode`;
-    a hetjob's components are `<id>+<offset>` rows: the leader's row speaks for the job."""
+    """(state, exit code) of whole jobs from SACCT_ARGV's output. A hetjob's components are
+    `<id>+<offset>` rows: the leader's speaks for the job. ExitCode is `<code>:<signal>`."""
     out: dict[str, tuple[str, int]] = {}
     for line in text.splitlines():
         parts = line.split("|")
         if len(parts) < 3:
             continue
-        raw, state, code = parts[:3]
-        job_id, _, offset = raw.partition("+")
-        if not job_id.isdigit() or (offset and offset != "0") or job_id in out:
+        jid, state, code = parts[:3]
+        job_id, _, offset = jid.partition("+")
+        if not job_id.isdigit() or offset not in ("", "0") or job_id in out:
             continue
-        exit_part = code.split(":")[0]
-        out[job_id] = (state, int(exit_part) if exit_part.isdigit() else 0)
+        status, _, signal = code.partition(":")
+        if signal.isdigit() and int(signal):
+            out[job_id] = (state, 128 + int(signal))
+        else:
+            out[job_id] = (state, int(status) if status.isdigit() else 0)
     return out
 
 
@@ -513,9 +523,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         jobs = {self._jobs[a].job_id: a for a in app_ids}
         final: dict[str, tuple[str, int]] = {}
         if target not in self._no_accounting:
-            res = await host.run(
-                ["sacct", "-P", "-n", "-X", "-o", "JobIDRaw,State,ExitCode", "-j", ",".join(jobs)]
-            )
+            res = await host.run([*SACCT_ARGV, "-j", ",".join(jobs)])
             if res.returncode != 0 or b"accounting storage is disabled" in res.stdout + res.stderr:
                 self._no_accounting.add(target)
             else:
