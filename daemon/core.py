@@ -268,6 +268,8 @@ class Core:
             if sched.poll_interval is None:
                 # Exits reported while schedule() ran found no job to update: look again now.
                 await self._refresh(job)
+            else:
+                self._kicks[name].set()  # a new job's first states matter most: poll soon
         return handle, app_id
 
     # -- status -----------------------------------------------------------------------------
@@ -324,9 +326,13 @@ class Core:
                     if (status := found.get(job.record.app_id)) is not None:
                         self._record(job, status)
                 polled.fire()
-                # The backend cannot push: waiting out the interval is the contract here.
+                # The backend cannot push: waiting out the interval is the contract here. A
+                # kick (a submit, a cancel) cuts the wait short, but never below a fifth of
+                # the interval, so a burst of submissions costs at most 5 polls per interval.
+                interval = sched.poll_interval or 1.0
+                await asyncio.sleep(interval / 5)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kick.wait(), sched.poll_interval or 1.0)
+                    await asyncio.wait_for(kick.wait(), interval * 4 / 5)
         finally:
             del self._pollers[name]
             self._poll_started[name] += 1  # counted as a poll, so the counts stay paired

@@ -270,7 +270,14 @@ async def test_filtered_reads_are_chunked_too(client: Any) -> None:
     ]
     for kw, expected in cases:
         chunks = [c.data async for c in client.logs(handle, **kw)]
-        assert b"".join(chunks) == expected, kw
+        if "since" in kw:
+            # Both pipes: their lines interleave in the order the daemon read them, which a
+            # loaded machine may swap; each stream's own order is exact.
+            got = b"".join(chunks).splitlines()
+            assert sorted(got) == sorted(expected.splitlines())
+            assert [x for x in got if int(x.split()[1]) % 2] == odd.splitlines()
+        else:
+            assert b"".join(chunks) == expected, kw
         assert len(chunks) <= 3, f"{len(chunks)} messages for {kw}: not chunked"
 
 

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from txd.schedulers.slurm import (
     SlurmJob,
     SlurmOpts,

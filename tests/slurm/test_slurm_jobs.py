@@ -79,7 +79,8 @@ async def test_cancel_gives_cancelled(slurm_client: Any, target: Any, jobdir: Pa
     await slurm_client.cancel(handle)  # returns at once: Slurm signals the job's processes
     status = await slurm_client.wait(handle, timeout=30)
     assert STATE(status.state) == "CANCELLED", status
-    assert status.roles[0].replicas[0].exit_code == 128 + 15  # SIGTERM
+    # Killed by a signal: SIGTERM (143), or SIGKILL (137) when srun's step was killed first.
+    assert status.roles[0].replicas[0].exit_code in (128 + 15, 128 + 9), status
 
 
 async def test_logs_of_one_replica_stream_while_running(

@@ -1,0 +1,683 @@
+"""lsf: every replica is one LSF job (`bsub`) running a docker container, as TorchX's prototype.
+
+A Run becomes one bash script: per replica a `bsub ... << 'EOF'` whose job body is a
+`docker run` of the role's image. The script runs on this host or on a login node over SSH
+(schedulers.hosts), so `txctl run --dryrun` prints exactly what is submitted.
+
+- Identity: the app id is the LSF project (`-P`) of every job of the app; a replica's job (and
+  container) is named `<app_id>-<role>-<k>`.
+- Placement: the first replica is pinned to a host picked from `bhosts` (`-m`); it is the rank-0
+  host every replica finds in TORCHX_RANK0_HOST. The other replicas start once it has started
+  (`-w 'started("<job>")'`) on other hosts.
+- Status: LSF cannot push, so the daemon polls (`poll_interval`). One `bjobs -a` per host
+  answers for every app at once; rows are matched to apps by project name. LSF forgets finished
+  jobs after its CLEAN_PERIOD: an app bjobs no longer shows is reported as unknown (None).
+- Logs: only with `jobdir` (a directory every execution host and the submission host share);
+  each replica's container writes `<jobdir>/<job>.out` and `.err`, read with cat / tail -F.
+
+Ignored, as in TorchX: retries, min_replicas, resource capabilities and named devices.
+Not done: delete removes nothing (LSF ages finished jobs out itself; files in the jobdir belong
+to the user), so `delete` is cancel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import shlex
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from txd.schedulers.api import (
+    DryRunInfo,
+    LogQuery,
+    Macros,
+    Scheduler,
+    SubmitContext,
+    is_terminal,
+    make_unique,
+    num_replicas,
+)
+from txd.schedulers.errors import (
+    BackendUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    TxdError,
+    Unsupported,
+)
+from txd.schedulers.hosts import Host, Hosts, SshOpts, SshTarget
+from txd.schedulers.options import opt
+from txd.schedulers.pulse import Pulse
+from txd.schedulers.remotelogs import read_files
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
+from txd.v1.runner_pb2 import Stream
+from txd.v1.scheduler_pb2 import Capabilities
+
+log = logging.getLogger(__name__)
+
+RANK0_ENV = "TORCHX_RANK0_HOST"
+
+# LSF job state -> AppState, as TorchX maps them; anything else is UNKNOWN.
+LSF_STATES: dict[str, AppState] = {
+    "DONE": AppState.SUCCEEDED,
+    "EXIT": AppState.FAILED,
+    "PEND": AppState.PENDING,
+    "PSUSP": AppState.PENDING,
+    "USUSP": AppState.PENDING,
+    "SSUSP": AppState.PENDING,
+    "RUN": AppState.RUNNING,
+}
+# bkill sends SIGINT first: a job it ended exits with 128 + 2.
+SIGINT_EXIT = 130
+
+# One query for every app: the user's jobs, finished ones included. job_name comes last so
+# that a '|' in a (foreign) job name cannot shift the other fields.
+BJOBS_FIELDS = ("jobid", "proj_name", "stat", "exit_code", "exec_host", "job_name")
+BJOBS = ("bjobs", "-noheader", "-a", "-o", " ".join(BJOBS_FIELDS) + " delimiter='|'")
+BHOSTS = ("bhosts", "-noheader", "-o", "hname max ng")
+
+_SUBMITTED = re.compile(r"^Job <(\d+)> is submitted to (?:default )?queue <[^>]*>", re.M)
+# What bjobs / bkill say about jobs that do not exist (any more): not a failure of the query.
+_NO_JOB = re.compile(
+    r"^(No (unfinished )?job found.*|Job <[\d\[\]]+> is not found"
+    r"|Job <[\d\[\]]+>: (No matching job found|Job has already finished))$"
+)
+# docker's --shm-size: a number with an optional unit (b, k, m, g, t, p; "kb", "mib" ... too).
+_SHM_SIZE = re.compile(r"^\d+(\.\d+)?([kmgtp]i?)?b?$", re.I)
+# bsub options whose values LSF parses itself (resource, GPU and dependency expressions).
+_EXPRESSIONS = frozenset({"-R", "-gpu", "-w"})
+# bsub reads a line of its job script that begins with #BSUB as an option, wherever it is.
+_BSUB_DIRECTIVE = re.compile(r"\n\s*#BSUB")
+# Characters that keep a special meaning inside double quotes in a non-interactive shell.
+_DQ_SPECIAL = re.compile(r'[$`"\\\n]')
+
+
+@dataclass
+class LsfOpts(SshOpts):
+    lsf_queue: str | None = opt(None, "queue to submit the jobs to (default: the cluster's)")
+    jobdir: str | None = opt(
+        None,
+        "absolute path of a directory shared by the submission and execution hosts: the jobs' "
+        "working directory and where their output goes (logs need it); created if missing",
+    )
+    container_workdir: str | None = opt(None, "working directory inside the containers")
+    host_network: bool = opt(
+        False, "run the containers in the host's network and IPC namespaces (--net=host)"
+    )
+    shm_size: str = opt("64m", "size of /dev/shm in the containers (docker --shm-size)")
+
+
+@dataclass(frozen=True)
+class LsfJob:
+    """One replica: one LSF job, named like its container."""
+
+    role: str
+    replica_id: int
+    name: str
+
+
+@dataclass
+class BsubRequest:
+    """The native request: the submit script and what is needed to find its jobs again."""
+
+    app_id: str
+    target: SshTarget | None
+    jobdir: str | None
+    jobs: list[LsfJob]
+    script: str
+
+
+@dataclass(frozen=True)
+class BjobsRow:
+    """One line of `bjobs -o`, fields as in BJOBS_FIELDS."""
+
+    job_id: str
+    project: str
+    stat: str
+    exit_code: str  # "-" while running, and for DONE jobs
+    exec_host: str  # "-" while pending; "host", "4*host" or "hostA:hostB"
+    name: str
+
+
+@dataclass
+class _App:
+    """What this scheduler knows of one app; rebuilt from `native` after a restart."""
+
+    app_id: str
+    target: SshTarget | None
+    jobdir: str | None
+    jobs: list[LsfJob]
+    cancelled: bool = False  # we bkilled it: its EXIT jobs are CANCELLED, whatever their code
+    live_ids: list[str] = field(default_factory=list)  # unfinished jobs at the last describe
+    # The last status described and a pulse fired on every describe: log follows wait on them.
+    status: AppStatus | None = None
+    forgotten: bool = False  # bjobs no longer shows the app: nothing will change any more
+    pulse: Pulse = field(default_factory=Pulse)
+
+    def update(self, status: AppStatus | None) -> None:
+        self.status = status
+        self.forgotten = status is None
+        self.pulse.fire()
+
+    async def until_done(self) -> None:
+        while not self.forgotten and (self.status is None or not is_terminal(self.status.state)):
+            await self.pulse.wait_past(self.pulse.gen)
+
+
+# -- the submit script -------------------------------------------------------------------------
+
+
+def clean_name(text: str) -> str:
+    """Lowercase, only [a-z0-9-_], no leading '-': valid for LSF and docker names alike."""
+    return re.sub(r"[^a-z0-9_-]", "", text.lower()).lstrip("-")
+
+
+def _arg(value: str, expression: bool = False) -> str:
+    """One shell word for the bsub line. Bare when safe, unless it is an LSF expression (the
+    value of -R, -gpu, -w), which is quoted as LSF's documentation writes it; in double quotes
+    when nothing in it is special there, else single-quoted. The script runs in a
+    non-interactive bash, where '!' is not special."""
+    quoted = shlex.quote(value)
+    if (quoted == value and not expression) or _DQ_SPECIAL.search(value):
+        return quoted
+    return f'"{value}"'
+
+
+def _heredoc_delimiter(body: str) -> str:
+    """A delimiter no line of body equals (a value with newlines could hold a line "EOF")."""
+    lines = set(body.split("\n"))
+    delim, n = "EOF", 0
+    while delim in lines:
+        n += 1
+        delim = f"EOF{n}"
+    return delim
+
+
+def docker_command(job: str, role: Role, opts: LsfOpts) -> list[str]:
+    """The argv that runs one replica's container; role has its macros substituted."""
+    argv = ["docker", "run", f"--name={job}"]
+    for mount in role.mounts:
+        kind = mount.WhichOneof("kind")
+        if kind == "bind":
+            mode = "ro" if mount.bind.read_only else "rw"
+            argv += ["-v", f"{mount.bind.src_path}:{mount.bind.dst_path}:{mode}"]
+        elif kind == "volume":
+            spec = f"type=volume,src={mount.volume.src},dst={mount.volume.dst_path}"
+            argv += ["--mount", spec + (",ro" if mount.volume.read_only else "")]
+        elif kind == "device":
+            dev = mount.device
+            argv.append(
+                f"--device={dev.src_path}:{dev.dst_path or dev.src_path}:{dev.permissions or 'rwm'}"
+            )
+    if opts.container_workdir:
+        argv += ["-w", opts.container_workdir]
+    if opts.host_network:
+        argv += ["--net=host", "--ipc=host"]
+    else:
+        for _, port in sorted(role.port_map.items()):
+            argv += ["-p", str(port)]
+    if opts.shm_size:
+        argv.append(f"--shm-size={opts.shm_size}")
+    for key, value in sorted(role.env.items()):
+        argv += ["-e", f"{key}={value}"]
+    res = role.resource
+    if res.cpu > 0:
+        argv.append(f"--cpus={res.cpu}")
+    if res.mem_mb > 0:
+        argv.append(f"--memory={res.mem_mb * 1024 * 1024}")
+    if res.gpu > 0:
+        argv += ["--gpus", "all"]
+    return [*argv, "--entrypoint", role.entrypoint, "--rm", role.image, *role.args]
+
+
+def bsub_args(
+    app_id: str, job: str, role: Role, opts: LsfOpts, head: str | None, rank0_host: str
+) -> list[str]:
+    """bsub's arguments for one replica; `head` is the first replica's job (None for itself)."""
+    argv = ["bsub", "-P", app_id, "-J", job]
+    if head is None:
+        argv += ["-m", rank0_host]
+    else:
+        # Started after the head, away from its host (TorchX's placement). The name is quoted
+        # as LSF asks for names that begin with a digit (an app named "1b", say).
+        argv += ["-w", f'started("{head}")', "-R", f"select[hname!='{rank0_host}']"]
+    if opts.jobdir:
+        d = opts.jobdir
+        argv += ["-cwd", d, "-outdir", d, "-oo", f"{d}/{job}.submit.out"]
+        argv += ["-eo", f"{d}/{job}.submit.err"]
+    if opts.lsf_queue:
+        argv += ["-q", opts.lsf_queue]
+    res = role.resource
+    if res.cpu > 0:
+        argv += ["-n", str(res.cpu)]
+    # All of a replica's slots on one host; TorchX's "span[hosts=1]]" (stray bracket) fixed.
+    span = "span[hosts=1]" + (f" rusage[mem={res.mem_mb}]" if res.mem_mb > 0 else "")
+    argv += ["-R", span]
+    if res.gpu > 0:
+        argv += ["-gpu", f"num={res.gpu}:mode=shared:j_exclusive=yes"]
+    return argv
+
+
+def build_request(app_id: str, app: AppDef, opts: LsfOpts, rank0_host: str) -> BsubRequest:
+    """The submit script for app: header, then one bsub with its docker job per replica."""
+    jobs: list[LsfJob] = []
+    blocks: list[str] = []
+    head: str | None = None
+    for role in app.roles:
+        for k in range(num_replicas(role)):
+            macros = Macros(img_root="", app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV)
+            replica = macros.apply(role)
+            replica.env[RANK0_ENV] = rank0_host
+            job = f"{app_id}-{clean_name(f'{role.name}-{k}')}"
+            jobs.append(LsfJob(role.name, k, job))
+            argv = bsub_args(app_id, job, replica, opts, head, rank0_host)
+            words = [_arg(a, expression=argv[n - 1] in _EXPRESSIONS) for n, a in enumerate(argv)]
+            bsub = " ".join(words)
+            body = shlex.join(docker_command(job, replica, opts))
+            if opts.jobdir:
+                out = shlex.quote(f"{opts.jobdir}/{job}.out")
+                err = shlex.quote(f"{opts.jobdir}/{job}.err")
+                body += f" > {out} 2> {err}"
+            # A quoted delimiter: the submitting shell expands nothing in the job body, so
+            # every value reaches the execution host's shell (and docker) exactly as written.
+            delim = _heredoc_delimiter(body)
+            blocks.append(f"{bsub} << '{delim}'\n{body}\n{delim}")
+            head = head or job
+    target = opts.ssh_target()
+    where = f"on login node {target}" if target else "on this host"
+    header = [
+        "#!/bin/bash",
+        "#",
+        f"# Generated by txd: LSF app {app_id}",
+        f"# Run with: /bin/bash -s < this script ({where})",
+        "#",
+        "set -e  # stop at the first bsub that fails",
+    ]
+    if opts.jobdir:
+        header.append(f"mkdir -p -- {shlex.quote(opts.jobdir)}")
+    script = "\n".join(header + blocks) + "\n"
+    return BsubRequest(app_id, target, opts.jobdir, jobs, script)
+
+
+def pick_rank0_host(bhosts: str, cpu: int, gpu: int) -> str | None:
+    """The first host of `bhosts -noheader -o "hname max ng"` with cpu job slots and gpu GPUs.
+    "-" means no slot limit (max) or no GPUs (ng)."""
+    for line in bhosts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        name, slots, gpus = fields[:3]
+        try:
+            fits = (slots == "-" or cpu <= int(slots)) and gpu <= (0 if gpus == "-" else int(gpus))
+        except ValueError:
+            continue
+        if fits:
+            return name
+    return None
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def parse_bjobs(text: str) -> list[BjobsRow]:
+    """The rows of a BJOBS query; lines that do not have every field are skipped."""
+    rows = []
+    for line in text.splitlines():
+        fields = line.split("|", len(BJOBS_FIELDS) - 1)
+        if len(fields) == len(BJOBS_FIELDS) and fields[0].strip().isdigit():
+            rows.append(BjobsRow(*(f.strip() for f in fields)))
+    return rows
+
+
+def replica_state(stat: str, exit_code: str, cancelled: bool = False) -> AppState:
+    state = LSF_STATES.get(stat, AppState.UNKNOWN)
+    if state == AppState.FAILED and (cancelled or exit_code == str(SIGINT_EXIT)):
+        return AppState.CANCELLED
+    return state
+
+
+def app_state(states: Sequence[AppState]) -> AppState:
+    """An app is failed (or cancelled) once any replica is, succeeded when all are, and
+    running only when no replica is pending or unknown."""
+    for final in (AppState.FAILED, AppState.CANCELLED):
+        if final in states:
+            return final
+    if states and all(s == AppState.SUCCEEDED for s in states):
+        return AppState.SUCCEEDED
+    for waiting in (AppState.UNKNOWN, AppState.PENDING):
+        if waiting in states:
+            return waiting
+    return AppState.RUNNING
+
+
+def _first_host(exec_host: str) -> str:
+    """`4*hostA:hostB` -> hostA; "-" (not dispatched) -> ""."""
+    first = exec_host.split(":")[0]
+    first = first.split("*", 1)[-1]
+    return "" if first == "-" else first
+
+
+def _replica_status(role: str, k: int, row: BjobsRow, cancelled: bool) -> ReplicaStatus:
+    state = replica_state(row.stat, row.exit_code, cancelled)
+    out = ReplicaStatus(id=k, role=role, state=state, hostname=_first_host(row.exec_host))
+    if row.stat == "DONE":
+        out.exit_code = 0  # bjobs prints "-" for a zero exit code
+    elif row.stat == "EXIT" and row.exit_code.isdigit():
+        out.exit_code = int(row.exit_code)
+    return out
+
+
+def _status(
+    app_id: str, replicas: Iterable[tuple[str, int, BjobsRow | None]], cancelled: bool
+) -> AppStatus:
+    out = AppStatus(app_id=app_id)
+    roles: dict[str, RoleStatus] = {}
+    notes: list[str] = []
+    for role, k, row in replicas:
+        if row is None:
+            replica = ReplicaStatus(id=k, role=role, state=AppState.UNKNOWN)
+            notes.append(f"{role}/{k}: LSF no longer shows its job")
+        else:
+            replica = _replica_status(role, k, row, cancelled)
+            if replica.state == AppState.FAILED:
+                code = replica.exit_code if replica.HasField("exit_code") else "?"
+                notes.append(f"{role}/{k} exited with {code}")
+            elif replica.state == AppState.UNKNOWN:
+                notes.append(f"{role}/{k}: LSF state {row.stat}")
+        roles.setdefault(role, RoleStatus(role=role)).replicas.append(replica)
+    out.roles.extend(roles.values())
+    out.state = app_state([r.state for role in out.roles for r in role.replicas])
+    if out.state == AppState.CANCELLED:
+        out.msg = "cancelled by request" if cancelled else "killed (exit code 130, as by bkill)"
+    elif notes:
+        out.msg = ", ".join(notes)
+    return out
+
+
+def _known_status(app: _App, rows: list[BjobsRow]) -> AppStatus | None:
+    """The app's status from its rows; None when bjobs shows none of its jobs."""
+    if not rows:
+        return None
+    by_name: dict[str, BjobsRow] = {}
+    for row in sorted(rows, key=lambda r: int(r.job_id)):
+        by_name[row.name] = row  # a name submitted twice: the latest job counts
+    return _status(
+        app.app_id, ((j.role, j.replica_id, by_name.get(j.name)) for j in app.jobs), app.cancelled
+    )
+
+
+def _foreign_status(project: str, rows: list[BjobsRow]) -> AppStatus:
+    """An app this daemon did not submit, from its job names `<project>-<role>-<k>`."""
+    replicas = []
+    for row in sorted(rows, key=lambda r: int(r.job_id)):
+        role, _, k = row.name[len(project) + 1 :].rpartition("-")
+        replicas.append((role, int(k), row))
+    return _status(project, replicas, cancelled=False)
+
+
+def _looks_like_app(row: BjobsRow) -> bool:
+    """Jobs named `<project>-<role>-<k>`: submitted by txd or TorchX."""
+    prefix = row.project + "-"
+    if not row.name.startswith(prefix):
+        return False
+    _, sep, k = row.name[len(prefix) :].rpartition("-")
+    return bool(sep) and k.isdigit()
+
+
+# -- the scheduler -----------------------------------------------------------------------------
+
+
+class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
+    name = "lsf"
+    description = "IBM Spectrum LSF: one bsub job per replica, running a docker container"
+    capabilities = Capabilities(
+        logs=True,  # with jobdir
+        log_follow=True,
+        log_streams=True,
+        cancel=True,
+        list=True,
+        describe=True,
+        distributed=True,
+        mounts=True,
+    )
+    Opts = LsfOpts
+    poll_interval: float | None = 1.0
+
+    def __init__(self, session_name: str, *, hosts: Hosts | None = None) -> None:
+        super().__init__(session_name)
+        self._hosts = hosts or Hosts()
+        self._apps: dict[str, _App] = {}
+
+    def backend_calls(self) -> dict[str, int]:
+        return self._hosts.calls()
+
+    # -- submission -------------------------------------------------------------------------
+
+    async def _submit_dryrun(
+        self, app: AppDef, opts: LsfOpts, ctx: SubmitContext
+    ) -> DryRunInfo[BsubRequest]:
+        _check(app, opts)
+        app_id = clean_name(make_unique(app.name))
+        rank0_host = await self._rank0_host(app.roles[0], opts)
+        req = build_request(app_id, app, opts, rank0_host)
+        return DryRunInfo(
+            app=app, request=req, opts=opts, native=_native(req), render=lambda: req.script
+        )
+
+    async def _rank0_host(self, role: Role, opts: LsfOpts) -> str:
+        host = self._hosts.get(opts.ssh_target())
+        result = await host.run(BHOSTS)
+        if result.returncode != 0:
+            raise BackendUnavailable(f"bhosts on {host.label} failed: {result.error()}")
+        cpu, gpu = max(role.resource.cpu, 1), role.resource.gpu
+        found = pick_rank0_host(result.text, cpu, gpu)
+        if found is None:
+            raise InvalidArgument(
+                "app.roles[0].resource",
+                f"no LSF host has {cpu} job slot(s) and {gpu} GPU(s) for the first replica",
+            )
+        return found
+
+    async def schedule(self, dryrun: DryRunInfo[BsubRequest]) -> str:
+        req = dryrun.request
+        host = self._hosts.get(req.target)
+        result = await host.run(["/bin/bash", "-s"], input=req.script.encode())
+        ids = _SUBMITTED.findall(result.text)
+        if result.returncode != 0 or len(ids) != len(req.jobs):
+            await self._kill_quietly(host, ids)
+            failed = req.jobs[min(len(ids), len(req.jobs) - 1)].name
+            undone = f"; killed the {len(ids)} job(s) already submitted" if ids else ""
+            raise FailedPrecondition(f"bsub of {failed} failed: {result.error()}{undone}")
+        dryrun.native["job_ids"] = ids  # for people reading the registry; bjobs finds the rest
+        self._apps[req.app_id] = _App(req.app_id, req.target, req.jobdir, req.jobs)
+        return req.app_id
+
+    async def _kill_quietly(self, host: Host, ids: list[str]) -> None:
+        """Undoes a half-done submission; a failure here must not hide bsub's error."""
+        if not ids:
+            return
+        try:
+            await host.run(["bkill", *ids])
+        except TxdError as e:
+            log.warning("could not kill jobs %s after a failed bsub: %s", " ".join(ids), e)
+
+    # -- observation ------------------------------------------------------------------------
+
+    async def _bjobs(self, host: Host) -> list[BjobsRow]:
+        result = await host.run(BJOBS)
+        said = [line for line in result.stderr.decode(errors="replace").splitlines() if line]
+        # With no job to show, bjobs exits 0 or 255 (LSB_BJOBS_CONSISTENT_EXIT_CODE) and says so.
+        if result.returncode != 0 and not all(_NO_JOB.match(line) for line in said):
+            raise BackendUnavailable(f"bjobs on {host.label} failed: {result.error()}")
+        return parse_bjobs(result.text)
+
+    async def describe(self, app_id: str) -> AppStatus | None:
+        return (await self.describe_many([app_id]))[app_id]
+
+    async def describe_many(self, app_ids: Iterable[str]) -> dict[str, AppStatus | None]:
+        """One bjobs per host for all the apps on it, matched to apps by project name.
+
+        Apps this scheduler does not know are None. When some hosts cannot be queried, their
+        apps are left out (the daemon keeps their last status); when none can, this raises.
+        """
+        ids = list(app_ids)
+        out: dict[str, AppStatus | None] = {}
+        by_target: dict[SshTarget | None, list[_App]] = defaultdict(list)
+        for app_id in ids:
+            if (app := self._apps.get(app_id)) is None:
+                out[app_id] = None
+            else:
+                by_target[app.target].append(app)
+        targets = list(by_target)
+        found = await asyncio.gather(
+            *(self._bjobs(self._hosts.get(t)) for t in targets), return_exceptions=True
+        )
+        errors = []
+        for target, rows in zip(targets, found, strict=True):
+            if isinstance(rows, BaseException):
+                if not isinstance(rows, TxdError):
+                    raise rows
+                errors.append(rows)
+                continue
+            projects = _by_project(rows)
+            for app in by_target[target]:
+                mine = projects.get(app.app_id, [])
+                app.live_ids = [r.job_id for r in mine if r.stat not in ("DONE", "EXIT")]
+                out[app.app_id] = status = _known_status(app, mine)
+                app.update(status)
+        if errors and len(errors) == len(targets):
+            raise errors[0]
+        for e in errors:
+            log.warning("lsf: status query failed: %s", e)
+        return out
+
+    async def list(self) -> list[AppStatus]:
+        """The apps among the user's jobs on every host this scheduler has used (this host if
+        none yet): jobs named `<project>-<role>-<k>`, grouped by project."""
+        targets = {app.target for app in self._apps.values()} or {None}
+        out: list[AppStatus] = []
+        for target in targets:
+            rows = [r for r in await self._bjobs(self._hosts.get(target)) if _looks_like_app(r)]
+            for project, mine in _by_project(rows).items():
+                app = self._apps.get(project)
+                # Ours: named by the replica list we keep (role names may have been cleaned).
+                status = _known_status(app, mine) if app else _foreign_status(project, mine)
+                if status is not None:
+                    out.append(status)
+        return out
+
+    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
+        app = self._apps.get(app_id)
+        if app is None:
+            raise NotFound(f"{self.name} has no logs for {app_id}")
+        job = next((j for j in app.jobs if j.role == role and j.replica_id == k), None)
+        if job is None:
+            raise NotFound(f"{app_id} has no replica {role}/{k}")
+        if not app.jobdir:
+            raise Unsupported(
+                f"{app_id} was submitted without a jobdir, so LSF kept no log files for it; "
+                "run with -c jobdir=<a directory the cluster's hosts share> to get logs"
+            )
+        if query.stream == Stream.STDOUT:
+            suffixes = [".out"]
+        elif query.stream == Stream.STDERR:
+            suffixes = [".err"]
+        else:  # COMBINED: both files, one after the other (interleaved as written if following)
+            suffixes = [".out", ".err"]
+        paths = [f"{app.jobdir}/{job.name}{s}" for s in suffixes]
+        return read_files(self._hosts.get(app.target), paths, query, app.until_done)
+
+    # -- control ----------------------------------------------------------------------------
+
+    async def _cancel_existing(self, app_id: str) -> None:
+        app = self._apps[app_id]  # cancel() described it first: live_ids are current
+        app.cancelled = True
+        if not app.live_ids:
+            return
+        host = self._hosts.get(app.target)
+        result = await host.run(["bkill", *app.live_ids])
+        # bkill exits non-zero when any job could not be killed; jobs that ended meanwhile
+        # ("already finished", "No matching job found") are no failure of the cancel.
+        said = result.stderr.decode(errors="replace").splitlines()
+        trouble = [line for line in said if line.strip() and not _NO_JOB.match(line)]
+        if result.returncode != 0 and (trouble or not said):
+            raise FailedPrecondition(f"bkill on {host.label} failed: {result.error()}")
+
+    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
+        ssh = native.get("ssh")
+        self._apps[app_id] = _App(
+            app_id=app_id,
+            target=SshTarget(**ssh) if ssh else None,
+            jobdir=native.get("jobdir"),
+            jobs=[LsfJob(j["role"], j["replica_id"], j["job"]) for j in native["replicas"]],
+            status=status,
+        )
+        return status
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._hosts.close()
+
+
+def _by_project(rows: list[BjobsRow]) -> dict[str, list[BjobsRow]]:
+    out: dict[str, list[BjobsRow]] = defaultdict(list)
+    for row in rows:
+        out[row.project].append(row)
+    return out
+
+
+def _check(app: AppDef, opts: LsfOpts) -> None:
+    """Rejects what LSF or docker would reject later, or what would be misread."""
+    if opts.shm_size and not _SHM_SIZE.match(opts.shm_size):
+        raise InvalidArgument(
+            "cfg.shm_size", f"{opts.shm_size!r} is not a size such as 64m, 512k or 2g"
+        )
+    for name in ("jobdir", "container_workdir"):
+        path = getattr(opts, name)
+        if path is not None and (not path.startswith("/") or "\n" in path):
+            raise InvalidArgument(f"cfg.{name}", f"must be an absolute path, got {path!r}")
+    if opts.lsf_queue is not None and (not opts.lsf_queue or re.search(r"\s", opts.lsf_queue)):
+        raise InvalidArgument("cfg.lsf_queue", f"{opts.lsf_queue!r} is not a queue name")
+    seen: dict[str, str] = {}
+    for i, role in enumerate(app.roles):
+        if not role.image:
+            raise InvalidArgument(
+                f"app.roles[{i}].image", "lsf runs every replica in a docker container: set one"
+            )
+        values = [(f"app.roles[{i}].args[{j}]", a) for j, a in enumerate(role.args)]
+        values += [(f"app.roles[{i}].env[{k}]", v) for k, v in sorted(role.env.items())]
+        for where, value in values:
+            if _BSUB_DIRECTIVE.search(value):
+                raise InvalidArgument(
+                    where, "has a line beginning with #BSUB, which bsub would take for an option"
+                )
+        cleaned = clean_name(role.name)
+        if cleaned in seen:
+            raise InvalidArgument(
+                f"app.roles[{i}].name",
+                f"{role.name!r} and {seen[cleaned]!r} give the same LSF job names "
+                f"({cleaned!r}: lowercase, [a-z0-9_-] only); rename one",
+            )
+        seen[cleaned] = role.name
+
+
+def _native(req: BsubRequest) -> dict[str, Any]:
+    """What the registry keeps to find the app's jobs and logs after a restart."""
+    t = req.target
+    ssh = None if t is None else {"host": t.host, "user": t.user, "port": t.port, "key": t.key}
+    return {
+        "app_id": req.app_id,
+        "ssh": ssh,
+        "jobdir": req.jobdir,
+        "replicas": [{"role": j.role, "replica_id": j.replica_id, "job": j.name} for j in req.jobs],
+    }
+
+
+def create_scheduler(session_name: str, **kwargs: Any) -> LsfScheduler:
+    # state_dir is not needed: LSF keeps the jobs, the registry keeps `native`.
+    return LsfScheduler(session_name)

@@ -1,0 +1,129 @@
+"""Test doubles for the lsf scheduler: a Host that answers with recorded LSF output and keeps
+every command it was asked to run, and Hosts that hand out one such Host per login node.
+
+Registered as the module `lsf_fakes` by tests/lsf/conftest.py (the suite runs with
+--import-mode=importlib, which puts no test folder on sys.path).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from txd.schedulers.hosts import Host, Hosts, Result, SshTarget
+
+RECORDED = Path(__file__).with_name("recorded")
+
+
+def recorded(name: str) -> bytes:
+    return (RECORDED / name).read_bytes()
+
+
+@dataclass(frozen=True)
+class Reply:
+    stdout: bytes = b""
+    stderr: bytes = b""
+    returncode: int = 0
+
+
+Responder = Callable[[tuple[str, ...], bytes | None], Reply]
+
+
+class FakeHost(Host):
+    """Answers `run` from replies set per program (the last one repeats) or from a responder
+    function, and `stream` (cat / tail) from `files`. A program in `missing` is not installed."""
+
+    def __init__(self, label: str = "fake host") -> None:
+        super().__init__()
+        self.label = label
+        self.runs: list[tuple[tuple[str, ...], bytes | None]] = []
+        self.streams: list[tuple[str, ...]] = []
+        self.replies: dict[str, list[Reply]] = {}
+        self.responders: dict[str, Responder] = {}
+        self.files: dict[str, bytes] = {}
+        self.missing: set[str] = set()
+        self.closed = False
+
+    def reply(self, program: str, *replies: Reply) -> None:
+        self.replies[program] = list(replies)
+
+    def respond(self, program: str, responder: Responder) -> None:
+        self.responders[program] = responder
+
+    def argvs(self, program: str) -> list[tuple[str, ...]]:
+        return [argv for argv, _ in self.runs if argv[0] == program]
+
+    async def _run(
+        self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None = None
+    ) -> Result:
+        self.runs.append((argv, input))
+        if argv[0] in self.missing:
+            raise self._missing(argv)
+        if argv[0] in self.responders:
+            reply = self.responders[argv[0]](argv, input)
+        else:
+            queue = self.replies.get(argv[0])
+            assert queue, f"unexpected command {argv}"
+            reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        return Result(argv, reply.returncode, reply.stdout, reply.stderr)
+
+    async def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]:
+        self.streams.append(argv)
+        if argv[0] in self.missing:
+            raise self._missing(argv)
+        path = argv[-1]
+        data = self.files.get(path, b"")
+        if argv[0] == "cat":
+            if data:
+                yield data
+        elif "-F" in " ".join(argv):
+            # tail -F (maybe inside `sh -c`): what is there now, then nothing until stopped
+            # (bytes added later are read by the catch-up read once the job is over).
+            if data:
+                yield data
+            await asyncio.Event().wait()
+        else:  # tail -c +N -- path
+            offset = int(argv[2].lstrip("+")) - 1
+            if data[offset:]:
+                yield data[offset:]
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeHosts(Hosts):
+    """One FakeHost per target, created on first use (or placed beforehand with `put`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: dict[SshTarget | None, FakeHost] = {}
+
+    def put(self, target: SshTarget | None, host: FakeHost) -> FakeHost:
+        self.made[target] = host
+        return host
+
+    def get(self, target: SshTarget | None) -> Host:
+        if target not in self.made:
+            self.made[target] = FakeHost(f"fake {target or 'this host'}")
+        return self.made[target]
+
+    def calls(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for host in self.made.values():
+            for program, n in host.calls.items():
+                total[program] = total.get(program, 0) + n
+        return total
+
+    async def close(self) -> None:
+        for host in self.made.values():
+            await host.close()
+
+
+def submitted(argv: tuple[str, ...], script: bytes | None, first_id: int = 5000) -> Reply:
+    """What the submit script prints when every bsub in it succeeds (as bsub_three.stdout)."""
+    assert script is not None
+    n = sum(1 for line in script.decode().splitlines() if line.startswith("bsub "))
+    lines = [f"Job <{first_id + i}> is submitted to queue <normal>.\n" for i in range(n)]
+    return Reply(stdout="".join(lines).encode())

@@ -1,0 +1,486 @@
+"""The lsf scheduler against fake hosts that answer with recorded LSF output: what it runs,
+where, how often, and what it makes of the answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import lsf_fakes
+import pytest
+from lsf_fakes import FakeHost, FakeHosts, Reply, recorded
+from txd.schedulers.api import LogQuery, SubmitContext
+from txd.schedulers.errors import (
+    BackendUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    Unsupported,
+)
+from txd.schedulers.hosts import SshTarget
+from txd.schedulers.lsf import BHOSTS, BJOBS, LsfScheduler, create_scheduler
+from txd.schedulers.options import to_cfg_value
+from txd.v1 import AppDef, AppState, AppStatus, Resource, Role, Stream
+
+CTX = SubmitContext(cwd="/home/alice", env={})
+LOGIN1 = SshTarget("login1", "alice")
+
+
+def make_app(
+    name: str, roles: dict[str, int], cpu: int = 0, gpu: int = 0, mem_mb: int = 0
+) -> AppDef:
+    res = Resource(cpu=cpu, gpu=gpu, mem_mb=mem_mb)
+    return AppDef(
+        name=name,
+        roles=[
+            Role(name=r, image="img:1", entrypoint="run", num_replicas=n, resource=res)
+            for r, n in roles.items()
+        ],
+    )
+
+
+def cfg(**values: Any) -> dict[str, Any]:
+    return {k: to_cfg_value(v) for k, v in values.items()}
+
+
+async def submit(sched: LsfScheduler, app: AppDef, **opts: Any) -> tuple[str, dict[str, Any]]:
+    info = await sched.submit_dryrun(app, cfg(**opts), CTX)
+    app_id = await sched.schedule(info)
+    return app_id, info.native
+
+
+def cluster(hosts: FakeHosts, target: SshTarget | None) -> FakeHost:
+    """A fake login node where bhosts answers and every bsub succeeds."""
+    host = hosts.put(target, FakeHost(f"fake {target}"))
+    host.reply("bhosts", Reply(recorded("bhosts.txt")))
+    host.respond("/bin/bash", lsf_fakes.submitted)
+    return host
+
+
+def bjobs_row(job_id: int, app_id: str, job: str, stat: str, code: str = "-") -> str:
+    return f"{job_id}|{app_id}|{stat}|{code}|cpu-node-01|{app_id}-{job}\n"
+
+
+def replicas(status: AppStatus | None) -> dict[str, Any]:
+    assert status is not None
+    return {f"{r.role}/{r.id}": r for role in status.roles for r in role.replicas}
+
+
+async def collect(chunks: Any) -> bytes:
+    return b"".join([c async for c in chunks])
+
+
+# -- submission ---------------------------------------------------------------------------------
+
+
+async def test_dryrun_asks_bhosts_for_the_rank0_host_and_submits_nothing(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    info = await sched.submit_dryrun(make_app("ddp", {"trainer": 2}, cpu=8, gpu=2), {}, CTX)
+    assert local.argvs("bhosts") == [BHOSTS]
+    assert local.argvs("/bin/bash") == []
+    assert info.text == info.request.script
+    assert "-m gpu-node-01" in info.text  # the first host with 8 slots and 2 GPUs
+    assert info.native == {
+        "app_id": "ddp-bcdfghjklmnp",
+        "ssh": None,
+        "jobdir": None,
+        "replicas": [
+            {"role": "trainer", "replica_id": 0, "job": "ddp-bcdfghjklmnp-trainer-0"},
+            {"role": "trainer", "replica_id": 1, "job": "ddp-bcdfghjklmnp-trainer-1"},
+        ],
+    }
+    json.dumps(info.native)  # the registry stores it as JSON
+
+
+async def test_dryrun_lowercases_the_app_id(
+    sched: LsfScheduler, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txd.schedulers import lsf
+
+    monkeypatch.setattr(lsf, "make_unique", lambda name: f"{name}-b2c4d6")
+    info = await sched.submit_dryrun(make_app("My.Big_App", {"Main": 1}), {}, CTX)
+    assert info.request.app_id == "mybig_app-b2c4d6"
+    assert info.request.jobs[0].name == "mybig_app-b2c4d6-main-0"
+    assert info.request.jobs[0].role == "Main"  # statuses keep the role's own name
+
+
+def app_with(change: Any) -> AppDef:
+    app = make_app("a", {"r": 1})
+    change(app)
+    return app
+
+
+@pytest.mark.parametrize(
+    ("opts", "app", "field"),
+    [
+        ({"shm_size": "64 megs"}, None, "cfg.shm_size"),
+        ({"shm_size": "-1g"}, None, "cfg.shm_size"),
+        ({"jobdir": "jobs"}, None, "cfg.jobdir"),
+        ({"container_workdir": "work"}, None, "cfg.container_workdir"),
+        ({"lsf_queue": "gpu normal"}, None, "cfg.lsf_queue"),
+        ({"no_such_option": "x"}, None, "cfg.no_such_option"),
+        ({}, app_with(lambda a: a.roles[0].ClearField("image")), "app.roles[0].image"),
+        ({}, make_app("a", {"Trainer": 1, "trainer": 1}), "app.roles[1].name"),
+        ({}, app_with(lambda a: a.roles[0].env.update(X="a\n#BSUB -q x")), "app.roles[0].env[X]"),
+        ({}, app_with(lambda a: a.roles[0].args.append("\n #BSUB -x")), "app.roles[0].args[0]"),
+        ({}, make_app("a", {"r": 1}, gpu=16), "app.roles[0].resource"),  # no host has 16 GPUs
+    ],
+)
+async def test_bad_input_is_an_invalid_argument_naming_the_field(
+    sched: LsfScheduler, local: FakeHost, opts: dict[str, Any], app: AppDef | None, field: str
+) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        await sched.submit_dryrun(app or make_app("a", {"r": 1}), cfg(**opts), CTX)
+    assert err.value.field == field
+    assert local.argvs("/bin/bash") == []
+
+
+async def test_schedule_runs_the_script_and_keeps_the_job_ids(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    info = await sched.submit_dryrun(make_app("ddp", {"trainer": 2}), {}, CTX)
+    app_id = await sched.schedule(info)
+    assert app_id == "ddp-bcdfghjklmnp"
+    [(argv, script)] = [run for run in local.runs if run[0][0] == "/bin/bash"]
+    assert argv == ("/bin/bash", "-s")
+    assert script == info.request.script.encode()
+    assert info.native["job_ids"] == ["5000", "5001"]
+
+
+async def test_schedule_reads_the_default_queue_answer(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    local.responders.clear()
+    local.reply("/bin/bash", Reply(recorded("bsub_default_queue.stdout")))
+    _, native = await submit(sched, make_app("echo", {"hello": 1}))
+    assert native["job_ids"] == ["4201"]
+
+
+async def test_a_refused_bsub_kills_what_was_submitted(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    local.responders.clear()
+    local.reply(
+        "/bin/bash",
+        Reply(recorded("bsub_partial.stdout"), recorded("bsub_partial.stderr"), returncode=255),
+    )
+    local.reply("bkill", Reply(b"Job <4301> is being terminated\n"))
+    with pytest.raises(FailedPrecondition) as err:
+        await submit(sched, make_app("ddp", {"trainer": 2}))
+    assert "bsub of ddp-bcdfghjklmnp-trainer-1 failed" in str(err.value)
+    assert "Bad resource requirement syntax. Job not submitted." in str(err.value)
+    assert local.argvs("bkill") == [("bkill", "4301")]
+
+
+async def test_a_failed_cleanup_does_not_hide_bsubs_error(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    local.responders.clear()
+    local.reply(
+        "/bin/bash",
+        Reply(recorded("bsub_partial.stdout"), recorded("bsub_partial.stderr"), returncode=255),
+    )
+    local.missing.add("bkill")
+    with pytest.raises(FailedPrecondition, match="Bad resource requirement syntax"):
+        await submit(sched, make_app("ddp", {"trainer": 2}))
+
+
+# -- status -------------------------------------------------------------------------------------
+
+
+APPS = {
+    "ddp": {"trainer": 2},
+    "echo": {"hello": 1},
+    "fail": {"worker": 2},
+    "stop": {"worker": 1},
+    "susp": {"a": 1, "b": 1},
+    "odd": {"a": 1},
+}
+
+
+async def test_describe_many_asks_bjobs_once_for_every_app(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    ids = {name: (await submit(sched, make_app(name, roles)))[0] for name, roles in APPS.items()}
+    local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    found = await sched.describe_many([*ids.values(), "never-submitted"])
+    assert local.argvs("bjobs") == [BJOBS]
+    assert sched.backend_calls()["bjobs"] == 1
+
+    assert found["never-submitted"] is None
+    ddp = found[ids["ddp"]]
+    assert ddp is not None and ddp.state == AppState.PENDING and ddp.app_id == ids["ddp"]
+    r = replicas(ddp)
+    assert (r["trainer/0"].state, r["trainer/0"].hostname) == (AppState.RUNNING, "gpu-node-01")
+    assert not r["trainer/0"].HasField("exit_code")
+    assert (r["trainer/1"].state, r["trainer/1"].hostname) == (AppState.PENDING, "")
+
+    echo = found[ids["echo"]]
+    assert echo is not None and echo.state == AppState.SUCCEEDED
+    assert replicas(echo)["hello/0"].exit_code == 0
+
+    fail = found[ids["fail"]]
+    assert fail is not None and fail.state == AppState.FAILED
+    assert fail.msg == "worker/0 exited with 1"
+    r = replicas(fail)
+    assert (r["worker/0"].exit_code, r["worker/0"].hostname) == (1, "gpu-node-01")
+    assert (r["worker/1"].state, r["worker/1"].hostname) == (AppState.RUNNING, "gpu-node-02")
+
+    stop = found[ids["stop"]]
+    assert stop is not None and stop.state == AppState.CANCELLED
+    assert replicas(stop)["worker/0"].exit_code == 130
+
+    susp = found[ids["susp"]]
+    assert susp is not None and susp.state == AppState.PENDING  # a/0 is suspended (USUSP)
+    assert [role.role for role in susp.roles] == ["a", "b"]
+
+    odd = found[ids["odd"]]
+    assert odd is not None and odd.state == AppState.UNKNOWN
+    assert odd.msg == "a/0: LSF state UNKWN"
+
+
+async def test_describe_many_asks_each_login_node_once(
+    sched: LsfScheduler, hosts: FakeHosts, local: FakeHost
+) -> None:
+    login1 = cluster(hosts, LOGIN1)
+    on_login1 = [
+        (await submit(sched, make_app(name, APPS[name]), ssh_host="login1", ssh_user="alice"))[0]
+        for name in ("echo", "fail")
+    ]
+    here, _ = await submit(sched, make_app("stop", APPS["stop"]))
+    assert login1.argvs("bhosts") and login1.argvs("/bin/bash")  # submitted over there
+    for host in (login1, local):
+        host.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    found = await sched.describe_many([*on_login1, here])
+    assert len(login1.argvs("bjobs")) == 1
+    assert len(local.argvs("bjobs")) == 1
+    states = {i: s.state for i, s in found.items() if s is not None}
+    assert [states[i] for i in (*on_login1, here)] == [
+        AppState.SUCCEEDED,
+        AppState.FAILED,
+        AppState.CANCELLED,
+    ]
+
+    # login1's LSF is down: its apps are left out, the others still reported
+    login1.reply("bjobs", Reply(stderr=recorded("bjobs_down.stderr"), returncode=255))
+    found = await sched.describe_many([*on_login1, here])
+    assert set(found) == {here}
+    with pytest.raises(BackendUnavailable, match="batch system daemon not responding"):
+        await sched.describe(on_login1[0])
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(stderr=recorded("bjobs_no_job.stderr")),  # LSB_BJOBS_CONSISTENT_EXIT_CODE=N
+        Reply(stderr=recorded("bjobs_no_job.stderr"), returncode=255),  # ... =Y
+        Reply(stderr=recorded("bjobs_not_found.stderr"), returncode=255),
+        Reply(recorded("bjobs_apps.stdout")),  # other apps only
+    ],
+)
+async def test_an_app_bjobs_no_longer_shows_is_forgotten(
+    sched: LsfScheduler, local: FakeHost, reply: Reply
+) -> None:
+    app_id, _ = await submit(sched, make_app("gone", {"a": 1}))
+    local.reply("bjobs", reply)
+    assert await sched.describe(app_id) is None
+
+
+async def test_a_missing_lsf_command_is_backend_unavailable(
+    sched: LsfScheduler, hosts: FakeHosts, local: FakeHost
+) -> None:
+    app_id, _ = await submit(sched, make_app("echo", {"hello": 1}))
+    local.missing.add("bjobs")
+    with pytest.raises(BackendUnavailable, match="bjobs: command not found on fake"):
+        await sched.describe(app_id)
+    local.missing.add("bhosts")
+    with pytest.raises(BackendUnavailable, match="bhosts: command not found"):
+        await sched.submit_dryrun(make_app("echo", {"hello": 1}), {}, CTX)
+    # over SSH, the remote shell says so with exit status 127
+    login1 = hosts.put(LOGIN1, FakeHost("login node alice@login1"))
+    said = b"bash: line 1: bhosts: command not found\n"
+    login1.reply("bhosts", Reply(stderr=said, returncode=127))
+    opts = cfg(ssh_host="login1", ssh_user="alice")
+    with pytest.raises(BackendUnavailable, match="bhosts: command not found on login node"):
+        await sched.submit_dryrun(make_app("echo", {"hello": 1}), opts, CTX)
+
+
+async def test_list_groups_the_users_jobs_by_project(sched: LsfScheduler, local: FakeHost) -> None:
+    ddp, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
+    local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    apps = {s.app_id: s for s in await sched.list()}
+    assert local.argvs("bjobs") == [BJOBS]
+    # jobs not named <project>-<role>-<k> (project "default") are no app
+    assert set(apps) == {
+        "dist_app-c6v2phgkc2j2tc",
+        ddp,
+        "echo-cdfghjklmnpq",
+        "fail-dfghjklmnpqr",
+        "stop-fghjklmnpqrs",
+        "susp-ghjklmnpqrst",
+        "odd-hjklmnpqrstv",
+    }
+    torchx_app = apps["dist_app-c6v2phgkc2j2tc"]  # submitted by TorchX, not by this daemon
+    assert torchx_app.state == AppState.SUCCEEDED
+    assert list(replicas(torchx_app)) == ["dist_app/0", "dist_app/1"]
+    assert apps[ddp].state == AppState.PENDING
+    assert apps["fail-dfghjklmnpqr"].state == AppState.FAILED
+
+
+# -- cancel -------------------------------------------------------------------------------------
+
+
+async def test_cancel_bkills_the_unfinished_jobs_and_reports_cancelled(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    app_id, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
+    done = bjobs_row(4101, app_id, "trainer-1", "DONE")
+    running = bjobs_row(4100, app_id, "trainer-0", "RUN")
+    killed = bjobs_row(4100, app_id, "trainer-0", "EXIT", "1")
+    local.reply("bjobs", Reply((running + done).encode()), Reply((killed + done).encode()))
+    local.reply("bkill", Reply(recorded("bkill_terminated.stdout")))
+    await sched.cancel(app_id)
+    assert local.argvs("bkill") == [("bkill", "4100")]  # the finished job is left alone
+    status = await sched.describe(app_id)
+    assert status is not None and status.state == AppState.CANCELLED  # exit code 1, but we asked
+    assert status.msg == "cancelled by request"
+
+
+async def test_cancel_of_an_ended_or_unknown_app_does_nothing(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]))
+    local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))  # echo: DONE
+    await sched.cancel(app_id)
+    await sched.cancel("never-submitted")
+    assert local.argvs("bkill") == []
+    assert len(local.argvs("bjobs")) == 1
+
+
+async def test_cancel_tolerates_jobs_that_ended_meanwhile(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    app_id, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
+    local.reply("bjobs", Reply(bjobs_row(4101, app_id, "trainer-0", "RUN").encode()))
+    local.reply("bkill", Reply(stderr=recorded("bkill_finished.stderr"), returncode=255))
+    await sched.cancel(app_id)
+    assert local.argvs("bkill") == [("bkill", "4101")]
+
+
+async def test_cancel_reports_what_bkill_refused(sched: LsfScheduler, local: FakeHost) -> None:
+    app_id, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
+    local.reply("bjobs", Reply(bjobs_row(4102, app_id, "trainer-0", "RUN").encode()))
+    local.reply("bkill", Reply(stderr=recorded("bkill_denied.stderr"), returncode=255))
+    with pytest.raises(FailedPrecondition, match="Job <4102>: User permission denied"):
+        await sched.cancel(app_id)
+
+
+# -- logs ---------------------------------------------------------------------------------------
+
+JOBDIR = "/shared/jobs"
+# A follow that misses the end of its app would wait forever: fail fast instead.
+FOLLOW_DEADLINE = 10
+
+
+async def test_logs_need_a_jobdir(sched: LsfScheduler) -> None:
+    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]))
+    with pytest.raises(Unsupported, match=r"without a jobdir.*-c jobdir="):
+        sched.log_iter(app_id, "hello", 0, LogQuery())
+    with pytest.raises(NotFound):
+        sched.log_iter("never-submitted", "hello", 0, LogQuery())
+    with pytest.raises(NotFound):
+        sched.log_iter(app_id, "hello", 1, LogQuery())
+
+
+async def test_logs_read_the_jobdir_files_by_stream(sched: LsfScheduler, local: FakeHost) -> None:
+    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
+    out, err = f"{JOBDIR}/{app_id}-hello-0.out", f"{JOBDIR}/{app_id}-hello-0.err"
+    local.files[out] = b"hello\r\nworld\n"
+    local.files[err] = b"warning: x\nlast line without newline"
+
+    def logs(**query: Any) -> Any:
+        return collect(sched.log_iter(app_id, "hello", 0, LogQuery(**query)))
+
+    assert await logs(stream=Stream.STDOUT) == b"hello\r\nworld\n"
+    assert await logs(stream=Stream.STDERR) == b"warning: x\nlast line without newline"
+    assert await logs() == b"hello\r\nworld\nwarning: x\nlast line without newline"
+    assert await logs(regex="^w") == b"world\nwarning: x\n"
+    assert ("cat", "--", out) in local.streams
+
+
+async def test_a_follow_ends_once_the_app_is_over_with_every_byte(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
+    path = f"{JOBDIR}/{app_id}-hello-0.out"
+    local.files[path] = b"line 1\n"
+    local.reply("bjobs", Reply(bjobs_row(5000, app_id, "hello-0", "RUN").encode()))
+    await sched.describe_many([app_id])
+
+    chunks = sched.log_iter(app_id, "hello", 0, LogQuery(follow=True, stream=Stream.STDOUT))
+    assert await anext(chunks) == b"line 1\n"
+    local.files[path] += b"line 2, written as the job ended\n"
+    local.reply("bjobs", Reply(bjobs_row(5000, app_id, "hello-0", "DONE").encode()))
+    await sched.describe_many([app_id])  # what the daemon's poller does once per interval
+    async with asyncio.timeout(FOLLOW_DEADLINE):
+        assert await collect(chunks) == b"line 2, written as the job ended\n"
+    assert ("tail", "-c", "+8", "--", path) in local.streams  # the rest, from where it stopped
+
+
+async def test_a_follow_ends_when_lsf_forgets_the_app(sched: LsfScheduler, local: FakeHost) -> None:
+    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
+    local.files[f"{JOBDIR}/{app_id}-hello-0.out"] = b"only line\n"
+    chunks = sched.log_iter(app_id, "hello", 0, LogQuery(follow=True, stream=Stream.STDOUT))
+    assert await anext(chunks) == b"only line\n"
+    local.reply("bjobs", Reply(stderr=recorded("bjobs_no_job.stderr")))
+    await sched.describe_many([app_id])
+    async with asyncio.timeout(FOLLOW_DEADLINE):
+        assert await collect(chunks) == b""
+
+
+# -- restart, lifecycle -------------------------------------------------------------------------
+
+
+async def test_reattach_restores_the_app_from_native(hosts: FakeHosts, local: FakeHost) -> None:
+    login1 = cluster(hosts, LOGIN1)
+    before = LsfScheduler("test", hosts=hosts)
+    app_id, native = await submit(
+        before, make_app("ddp", APPS["ddp"]), jobdir=JOBDIR, ssh_host="login1", ssh_user="alice"
+    )
+    stored = json.loads(json.dumps(native))  # as the registry keeps it
+    assert stored["ssh"] == {"host": "login1", "user": "alice", "port": None, "key": None}
+
+    after = LsfScheduler("test", hosts=hosts)  # a new daemon
+    last = AppStatus(state=AppState.RUNNING, app_id=app_id)
+    assert await after.reattach(app_id, stored, last) == last
+    login1.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    status = await after.describe(app_id)
+    assert status is not None and status.state == AppState.PENDING
+    assert local.argvs("bjobs") == []  # asked where the app lives
+    login1.files[f"{JOBDIR}/{app_id}-trainer-1.err"] = b"oops\n"
+    stderr = after.log_iter(app_id, "trainer", 1, LogQuery(stream=Stream.STDERR))
+    assert await collect(stderr) == b"oops\n"
+
+
+async def test_the_scheduler_as_the_daemon_builds_it(tmp_path: Any) -> None:
+    sched = create_scheduler("sess", state_dir=tmp_path)
+    assert isinstance(sched, LsfScheduler)
+    assert sched.name == "lsf"
+    assert sched.poll_interval == 1.0  # LSF cannot push
+    caps = sched.capabilities
+    assert caps.logs and caps.log_follow and caps.log_streams and caps.cancel and caps.list
+    assert not caps.push_status and not caps.log_since_until and not caps.retries
+    names = [o.name for o in sched.run_opts()]
+    assert names[:4] == ["ssh_host", "ssh_user", "ssh_port", "ssh_key"]
+    assert names[4:] == ["lsf_queue", "jobdir", "container_workdir", "host_network", "shm_size"]
+    assert {o.name: o.default.str for o in sched.run_opts()}["shm_size"] == "64m"
+    await sched.close()
+    await sched.close()  # twice is fine
+
+
+async def test_close_closes_the_hosts(sched: LsfScheduler, hosts: FakeHosts) -> None:
+    login1 = cluster(hosts, LOGIN1)
+    await sched.close()
+    assert login1.closed
