@@ -27,6 +27,7 @@ from txd.daemon import validate
 from txd.daemon.registry import JobRecord, Registry
 from txd.schedulers import options
 from txd.schedulers import registry as sched_registry
+from txd.schedulers.aiters import merge
 from txd.schedulers.api import LogQuery, Scheduler, SubmitContext, is_terminal, num_replicas
 from txd.schedulers.errors import (
     BackendUnavailable,
@@ -479,11 +480,11 @@ class Core:
         iters = [(role, k, sched.log_iter(rec.app_id, role, k, query)) for role, k in targets]
         if not req.follow or len(iters) == 1:
             # Replica after replica: finished output reads best grouped.
-            for role, k, it in iters:
-                async for chunk in it:
-                    yield LogsResponse(data=chunk, role=role, replica=k)
+            for i in iters:
+                async for msg in _tagged(*i):
+                    yield msg
             return
-        async for msg in _merge(iters):
+        async for msg in merge([_tagged(*i) for i in iters], MERGE_QUEUE_CHUNKS):
             yield msg
 
 
@@ -504,30 +505,9 @@ def _log_targets(rec: JobRecord, req: LogsRequest) -> list[tuple[str, int]]:
     return targets
 
 
-async def _merge(iters: list[tuple[str, int, AsyncIterator[bytes]]]) -> AsyncIterator[LogsResponse]:
-    """Interleaves several replicas' chunks as they come. The queue is bounded, so a slow client
-    makes the readers wait (on the files, never on the jobs) instead of buffering."""
-    queue: asyncio.Queue[LogsResponse | None] = asyncio.Queue(MERGE_QUEUE_CHUNKS)
-
-    async def pump(role: str, k: int, it: AsyncIterator[bytes]) -> None:
-        async for chunk in it:
-            await queue.put(LogsResponse(data=chunk, role=role, replica=k))
-
-    async def run_all() -> None:
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for role, k, it in iters:
-                    tg.create_task(pump(role, k, it))
-        finally:
-            await queue.put(None)
-
-    runner = asyncio.get_running_loop().create_task(run_all())
-    try:
-        while (msg := await queue.get()) is not None:
-            yield msg
-        await runner  # re-raises a reader's error
-    finally:
-        runner.cancel()
+async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[LogsResponse]:
+    async for chunk in it:
+        yield LogsResponse(data=chunk, role=role, replica=k)
 
 
 def cfg_values(cfg: dict[str, Any]) -> dict[str, CfgValue]:

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any
 
+from txd.schedulers.aiters import merge
 from txd.schedulers.api import LogQuery, compile_regex
 from txd.schedulers.errors import Unsupported
 from txd.schedulers.hosts import Host
@@ -47,7 +48,7 @@ async def read_files(
         return filter_lines(((b, 0) async for b in raw), regex, None, None)
 
     if query.follow and len(paths) > 1:
-        chunks = _merge([one(p) for p in paths])
+        chunks = merge([one(p) for p in paths], QUEUE_CHUNKS)
     else:
         chunks = _chain([one(p) for p in paths])
     async for chunk in batched(chunks):
@@ -107,28 +108,3 @@ async def _chain(iters: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
     for it in iters:
         async for chunk in it:
             yield chunk
-
-
-async def _merge(iters: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
-    """Chunks of several iterators as they come."""
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_CHUNKS)
-
-    async def pump(it: AsyncIterator[bytes]) -> None:
-        async for chunk in it:
-            await queue.put(chunk)
-
-    async def run_all() -> None:
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for it in iters:
-                    tg.create_task(pump(it))
-        finally:
-            await queue.put(None)
-
-    runner = asyncio.get_running_loop().create_task(run_all())
-    try:
-        while (chunk := await queue.get()) is not None:
-            yield chunk
-        await runner
-    finally:
-        runner.cancel()
