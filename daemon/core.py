@@ -59,6 +59,17 @@ class LiveJob:
         return self.record.status
 
 
+@dataclass
+class Poller:
+    """The status cache of one polling scheduler: a task that asks it about every live job."""
+
+    task: asyncio.Task[None]
+    kick: asyncio.Event = field(default_factory=asyncio.Event)  # set: poll soon
+    polled: Pulse = field(default_factory=Pulse)  # fired after each poll: gen counts them
+    started: int = 0  # polls started
+    stopped: bool = False  # no poll will come: the task has no live job left
+
+
 def _now() -> Timestamp:
     ts = Timestamp()
     ts.GetCurrentTime()
@@ -90,10 +101,7 @@ class Core:
         self._live: dict[str, LiveJob] = {}
         self._attached: set[str] = set()
         self._pending_runs: dict[str, asyncio.Future[tuple[str, str]]] = {}
-        self._pollers: dict[str, asyncio.Task[None]] = {}
-        self._kicks: dict[str, asyncio.Event] = {}  # set: poll now rather than at the interval
-        self._polled: dict[str, Pulse] = {}  # fired after every poll of a scheduler
-        self._poll_started: dict[str, int] = {}  # polls started (Pulse.gen counts finished)
+        self._pollers: dict[str, Poller] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -130,7 +138,7 @@ class Core:
     async def close(self) -> None:
         """Closes schedulers (in reverse order of creation) and the registry."""
         for poller in self._pollers.values():
-            poller.cancel()
+            poller.task.cancel()
         for sched in reversed(list(self._schedulers.values())):
             try:
                 await sched.close()
@@ -270,7 +278,7 @@ class Core:
                 # Exits reported while schedule() ran found no job to update: look again now.
                 await self._refresh(job)
             else:
-                self._kicks[name].set()  # a new job's first states matter most: poll soon
+                self._pollers[name].kick.set()  # a new job's first states matter most
         return handle, app_id
 
     # -- status -----------------------------------------------------------------------------
@@ -304,20 +312,18 @@ class Core:
         self._live[job.record.handle] = job
         name = job.record.scheduler
         if self.scheduler(name).poll_interval is not None and name not in self._pollers:
-            self._kicks.setdefault(name, asyncio.Event())
-            self._polled.setdefault(name, Pulse())
-            self._poll_started.setdefault(name, self._polled[name].gen)
-            self._pollers[name] = asyncio.get_running_loop().create_task(self._poll(name))
+            self._pollers[name] = Poller(asyncio.get_running_loop().create_task(self._poll(name)))
 
     async def _poll(self, name: str) -> None:
         """One batched status query per interval for every live job of a polling scheduler,
         however many clients wait on or watch them; ends when none is left."""
         sched = self.scheduler(name)
-        kick, polled = self._kicks[name], self._polled[name]
+        poller = self._pollers[name]  # recorded by _track before this task's first step
+        kick, polled = poller.kick, poller.polled
         try:
             while live := [j for j in self._live.values() if j.record.scheduler == name]:
                 kick.clear()
-                self._poll_started[name] += 1
+                poller.started += 1
                 try:
                     found = await sched.describe_many([j.record.app_id for j in live])
                 except TxdError as e:
@@ -336,19 +342,21 @@ class Core:
                     await asyncio.wait_for(kick.wait(), interval * 4 / 5)
         finally:
             del self._pollers[name]
-            self._poll_started[name] += 1  # counted as a poll, so the counts stay paired
+            poller.stopped = True
             polled.fire()  # wakes _poll_now callers: no poll will come
 
     async def _poll_now(self, name: str) -> None:
         """Has the poller of `name` start a poll now, and returns once it is done."""
-        polled = self._polled[name]
+        poller = self._pollers.get(name)
+        if poller is None:
+            return
         # A poll under way may have queried the backend before the caller's change: the one
         # that counts is the next to start. Polls start and finish in turn, so it is done when
-        # the finished count passes the started count of now.
-        target = self._poll_started[name] + 1
-        self._kicks[name].set()
-        while polled.gen < target and name in self._pollers:
-            await polled.wait_past(polled.gen)
+        # the finished count (polled.gen) passes the started count of now.
+        target = poller.started + 1
+        poller.kick.set()
+        while poller.polled.gen < target and not poller.stopped:
+            await poller.polled.wait_past(poller.polled.gen)
 
     def _on_notify(self, scheduler: str, app_id: str) -> None:
         job = self._live.get(f"{scheduler}://{self.session}/{app_id}")
