@@ -56,11 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.poll_interval:
         name, _, value = item.partition("=")
         try:
-            intervals[name] = float(value)
+            seconds = float(value)
         except ValueError:
+            seconds = 0.0
+        if not name or not seconds > 0:
             parser.error(f"--poll-interval {item!r}: expected SCHEDULER=SECONDS, e.g. slurm=2")
-        if not name or not intervals[name] > 0:
-            parser.error(f"--poll-interval {item!r}: expected SCHEDULER=SECONDS, e.g. slurm=2")
+        intervals[name] = seconds
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
