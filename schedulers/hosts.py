@@ -13,7 +13,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import logging
 import shlex
 import subprocess
 from collections import Counter
@@ -28,8 +27,6 @@ from txd.schedulers.options import opt
 
 if TYPE_CHECKING:
     import asyncssh
-
-log = logging.getLogger(__name__)
 
 # A scheduler command (sbatch, squeue, scancel ...) that takes longer than this is stuck.
 COMMAND_TIMEOUT = 60.0

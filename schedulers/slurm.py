@@ -15,7 +15,6 @@ batch script wrote (`txd: exit code N`), else it is reported UNKNOWN.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shlex
@@ -46,8 +45,6 @@ from txd.schedulers.remotelogs import read_files
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
 from txd.v1.runner_pb2 import Stream
 from txd.v1.scheduler_pb2 import Capabilities
-
-log = logging.getLogger(__name__)
 
 RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
 # Slurm 24.11 replaced per-task GPU requests in hetjobs with per-node ones.
@@ -151,6 +148,11 @@ class SbatchRequest:
     job: SlurmJob
     env: dict[str, str] = field(default_factory=dict)  # sbatch's environment on this host
     make_dir: bool = False  # create job.workdir first (an explicit job_dir)
+
+
+def app_id_of(target: SshTarget | None, job_id: str) -> str:
+    """Slurm job ids are unique per cluster only: a login node's jobs carry its name."""
+    return f"{target.host}:{job_id}" if target else job_id
 
 
 def _quote(token: str) -> str:
@@ -299,7 +301,7 @@ def parse_squeue(text: str) -> dict[str, list[Component]]:
 def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     """The app's status from its components (matched to replicas by hetjob offset)."""
     status = AppStatus()
-    roles: dict[str, RoleStatus] = {}
+    replicas = []
     states = []
     # A component's DerivedEC is its srun step's exit; when no step reported one (cancelled,
     # or the script failed before srun) every replica gets the batch script's exit instead.
@@ -314,9 +316,8 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
         if is_terminal(state):
             raw = comp.derived_status if steps_reported else comp.exit_status
             rep.exit_code = exit_code(raw)
-        if role not in roles:
-            roles[role] = status.roles.add(role=role)
-        roles[role].replicas.append(rep)
+        replicas.append(rep)
+    _group(status, replicas)
     leader = comps[0]
     status.num_restarts = leader.restarts
     status.state = _app_state(states)
@@ -330,6 +331,15 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     elif status.state == AppState.PENDING and leader.reason not in ("", "None"):
         status.msg = f"pending: {leader.reason}"
     return status
+
+
+def _group(status: AppStatus, replicas: Iterable[ReplicaStatus]) -> None:
+    """Adds replicas to status.roles, a RoleStatus per role in order of first appearance."""
+    roles: dict[str, RoleStatus] = {}
+    for rep in replicas:
+        if rep.role not in roles:
+            roles[rep.role] = status.roles.add(role=rep.role)
+        roles[rep.role].replicas.append(rep)
 
 
 def _app_state(states: list[AppState]) -> AppState:
@@ -397,14 +407,15 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
     Opts = SlurmOpts
     poll_interval = 1.0
 
-    def __init__(self, session_name: str, hosts: Hosts | None = None) -> None:
+    def __init__(self, session_name: str) -> None:
         super().__init__(session_name)
-        self._hosts = hosts or Hosts()
+        self._hosts = Hosts()
         self._jobs: dict[str, SlurmJob] = {}
         self._status: dict[str, AppStatus] = {}
         self._changed = Pulse()  # fired whenever a status in _status changes
         self._versions: dict[SshTarget | None, tuple[int, int]] = {}
         self._no_accounting: set[SshTarget | None] = set()
+        self._lost: set[str] = set()  # forgotten by Slurm and unsettled: UNKNOWN for good
 
     def backend_calls(self) -> dict[str, int]:
         return self._hosts.calls()
@@ -461,7 +472,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         if res.returncode != 0 or not m:
             raise FailedPrecondition(f"sbatch on {host.label} refused the job: {res.error()}")
         job.job_id = m[1]
-        app_id = f"{job.target.host}:{job.job_id}" if job.target else job.job_id
+        app_id = app_id_of(job.target, job.job_id)
         dryrun.native.update(asdict(job))
         self._jobs[app_id] = job
         self._set(app_id, AppStatus(state=AppState.SUBMITTED))
@@ -474,6 +485,10 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         self._status[app_id] = status
         if old is None or old != status:
             self._changed.fire()
+
+    def _final(self, app_id: str) -> bool:
+        known = self._status.get(app_id)
+        return known is not None and (is_terminal(known.state) or app_id in self._lost)
 
     def _job(self, app_id: str) -> SlurmJob:
         job = self._jobs.get(app_id)
@@ -492,16 +507,12 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
             job = self._jobs.get(app_id)
             if job is None:
                 out[app_id] = None
-            elif is_terminal((known := self._status.get(app_id, AppStatus())).state):
-                out[app_id] = known  # final: Slurm has nothing new to say
+            elif self._final(app_id):
+                out[app_id] = self._status[app_id]  # Slurm has nothing new to say
             else:
                 by_host[job.target].append(app_id)
         for target, ids in by_host.items():
-            host = self._hosts.get(target)
-            res = await host.run(squeue_argv())
-            if res.returncode != 0:
-                raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
-            found = parse_squeue(res.text)
+            found = await self._squeue(target)
             forgotten = []
             for app_id in ids:
                 job = self._jobs[app_id]
@@ -510,16 +521,26 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
                 else:
                     forgotten.append(app_id)
             if forgotten:
-                out.update(await self._settle_forgotten(host, target, forgotten))
+                out.update(await self._settle_forgotten(target, forgotten))
         for app_id, status in out.items():
             if status is not None:
                 self._set(app_id, status)
         return out
 
+    async def _squeue(self, target: SshTarget | None) -> dict[str, list[Component]]:
+        """Every job of the user that the cluster still knows, by job id: one squeue call."""
+        host = self._hosts.get(target)
+        res = await host.run(squeue_argv())
+        if res.returncode != 0:
+            raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
+        return parse_squeue(res.text)
+
     async def _settle_forgotten(
-        self, host: Host, target: SshTarget | None, app_ids: list[str]
+        self, target: SshTarget | None, app_ids: list[str]
     ) -> dict[str, AppStatus]:
-        """Statuses of jobs squeue no longer shows: finished more than MinJobAge ago."""
+        """Statuses of jobs squeue no longer shows: finished more than MinJobAge ago. A job
+        nothing can settle is UNKNOWN for good, and never looked up again."""
+        host = self._hosts.get(target)
         jobs = {self._jobs[a].job_id: a for a in app_ids}
         final: dict[str, tuple[str, int]] = {}
         if target not in self._no_accounting:
@@ -545,6 +566,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
                     "accounting is off and its batch output has no exit code"
                 )
                 out[app_id] = status
+                self._lost.add(app_id)
         return out
 
     def _settled(self, app_id: str, state: AppState, code: int, source: str) -> AppStatus:
@@ -553,11 +575,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         status.msg = f"Slurm job {job.job_id} ended while txd was away (from {source})"
         if state == AppState.UNKNOWN:
             return status
-        roles: dict[str, RoleStatus] = {}
-        for role, k in job.replicas:
-            if role not in roles:
-                roles[role] = status.roles.add(role=role)
-            roles[role].replicas.append(ReplicaStatus(id=k, role=role, state=state))
+        _group(status, [ReplicaStatus(id=k, role=r, state=state) for r, k in job.replicas])
         if code:
             status.msg += f", exit code {code}"
         return status
@@ -575,11 +593,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         targets = {None} | {j.target for j in self._jobs.values()}
         out = []
         for target in targets:
-            host = self._hosts.get(target)
-            res = await host.run(squeue_argv())
-            if res.returncode != 0:
-                raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
-            for job_id, comps in parse_squeue(res.text).items():
+            for job_id, comps in (await self._squeue(target)).items():
                 names = [c.name.rpartition("-") for c in comps]
                 replicas = [
                     (r, int(k)) if k.isdigit() else (c.name, 0)
@@ -587,7 +601,7 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
                 ]
                 job = SlurmJob(replicas, "", None, job_id)
                 status = status_of(job, comps)
-                status.app_id = f"{target.host}:{job_id}" if target else job_id
+                status.app_id = app_id_of(target, job_id)
                 status.name = comps[0].name
                 out.append(status)
         return out
@@ -608,14 +622,14 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         return read_files(self._hosts.get(job.target), paths, query, lambda: self._ended(app_id))
 
     async def _ended(self, app_id: str) -> None:
-        while not is_terminal(self._status.get(app_id, AppStatus()).state):
+        while not self._final(app_id):
             await self._changed.wait_past(self._changed.gen)
 
     # -- control ----------------------------------------------------------------------------
 
     async def cancel(self, app_id: str) -> None:
         # No describe first: scancel of a finished job is harmless, and the poll will tell.
-        if app_id in self._jobs and not is_terminal(self._status.get(app_id, AppStatus()).state):
+        if app_id in self._jobs and not self._final(app_id):
             await self._cancel_existing(app_id)
 
     async def _cancel_existing(self, app_id: str) -> None:
