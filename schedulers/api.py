@@ -1,14 +1,33 @@
 """The Scheduler contract: what every backend implements, async throughout.
 
-A scheduler turns a validated AppDef into a native job and reports on it. It knows nothing of
-gRPC, the registry or clients; the daemon core owns those. Public methods hold the policy
-(option checking, cancel-only-if-live); the `_`-prefixed hooks do the backend part.
+A scheduler turns a validated AppDef into a native job, and reports on jobs it is told about. It
+knows nothing of gRPC, the job store or clients; the daemon owns those, and the daemon keeps the
+only copy of every job's status. What a backend author writes is: build the request
+(`_submit_dryrun`), submit it (`schedule`), describe jobs (`describe_many`), cancel them, read
+their logs. The rules every method follows:
 
-Status reaches the daemon in one of two ways:
-- push: the scheduler calls `self.notify(app_id)` whenever a job's state may have changed
-  (local_cwd learns of every exit at once), and `poll_interval` is None;
-- poll: `poll_interval` is set, and the daemon's status cache calls `describe_many` with every
-  live job of this scheduler once per interval, however many clients are watching.
+- **Stateless per job.** Every per-job call receives a `Job`: the app id and the native facts
+  `schedule` returned, which the daemon persists with the job. A scheduler keeps no per-job
+  table it would need after a daemon restart; caches are allowed, dependence on them is not.
+- **Status reaches the daemon one of two ways** (`feeds` in the daemon runs one feed per
+  scheduler, started when its first job is tracked):
+  - poll (the default): the daemon calls `describe_many` with every live job of this scheduler
+    once per `settings.poll_interval`, however many clients watch;
+  - push: `changes()` yields each job's new status as the backend reports it (process exits,
+    Docker events, a Kubernetes watch). The daemon reconnects a dropped stream after
+    `settings.poll_interval` and then resyncs with one `describe_many`.
+- **One rule folds replica states into an app state** (`txd.schedulers.status.fold`): an app is
+  terminal only when every replica is. A backend that fails fast stops the survivors itself
+  before it may report the app FAILED.
+- **Capabilities are facts.** A claimed capability works; an unclaimed one raises Unsupported.
+  `push_status` is derived from whether `changes` is overridden. The contract suite
+  (tests/contract) checks all of this, for third-party schedulers too.
+- **Credentials come from the daemon**, never from a caller's Run: a backend's client (kubeconfig,
+  AWS profile, Docker host, SLURM_CONF, SSH keys) is configured by the daemon's environment and
+  its settings section, because the feed talks to the backend with no caller around. The
+  caller's environment (`SubmitContext.env`) is the job's environment, nothing more.
+- **Errors** are the closed set of txd.schedulers.errors; a backend that cannot be reached
+  raises BackendUnavailable, which never crashes the daemon's feeds or its shutdown.
 """
 
 from __future__ import annotations
@@ -18,9 +37,9 @@ import asyncio
 import datetime as dt
 import re
 import string
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from txd.schedulers import options
 from txd.schedulers.errors import Unsupported
@@ -32,16 +51,66 @@ from txd.v1.scheduler_pb2 import Capabilities, CfgValue, RunOpt
 OptsT = TypeVar("OptsT")
 ReqT = TypeVar("ReqT")
 
-TERMINAL = TERMINAL_STATES
-
 
 def is_terminal(state: int) -> bool:
-    return state in TERMINAL
+    return state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as every per-job call receives it: what `schedule` returned, as persisted."""
+
+    app_id: str
+    native: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What `schedule` submitted: the app id and the JSON-able facts needed to find the job
+    again (native job ids, log paths, the login node ...). The daemon records both before it
+    returns the handle, and hands them back in every `Job`."""
+
+    app_id: str
+    native: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NoAnswer:
+    """`describe_many`'s value for a job it could not ask about (its login node is down, say):
+    the daemon keeps the job's last status and marks it stale with `reason`."""
+
+    reason: str
+
+
+# A value of describe_many: the job's status, None when the backend does not know the job
+# (it will never report on it again), or NoAnswer.
+Described = AppStatus | None | NoAnswer
+
+
+@dataclass(frozen=True)
+class Change:
+    """A job's new status, as a push scheduler's `changes()` reports it. `status` None: the
+    backend no longer knows the job."""
+
+    app_id: str
+    status: AppStatus | None
+
+
+class Subscribed:
+    """Yielded by `changes()` once it is subscribed (again): the daemon then describes every
+    live job, so nothing that changed before the subscription is missed."""
+
+    def __repr__(self) -> str:
+        return "SUBSCRIBED"
+
+
+SUBSCRIBED: Final = Subscribed()
 
 
 @dataclass
 class SubmitContext:
-    """Where a Run comes from: the caller's working directory and environment."""
+    """Where a Run comes from: the caller's working directory and environment, which become the
+    job's. They are not the backend's credentials (see the module docstring)."""
 
     cwd: str
     env: dict[str, str]
@@ -49,17 +118,11 @@ class SubmitContext:
 
 @dataclass
 class DryRunInfo(Generic[ReqT]):
-    """A native request, ready for `schedule`, and how to print it.
-
-    `native` is a JSON-able dict the daemon persists with the job and hands back to `reattach`
-    after a restart (log paths, job directories ...): whatever the scheduler needs to find the
-    job again without its in-memory state.
-    """
+    """A native request, ready for `schedule`, and how to print it."""
 
     app: AppDef
     request: ReqT
     opts: Any
-    native: dict[str, Any] = field(default_factory=dict)
     # Builds the printable form; only DryRun pays for it.
     render: Callable[[], str] = field(default=lambda: "")
 
@@ -79,34 +142,73 @@ class LogQuery:
     stream: int = Stream.COMBINED
 
 
-class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
-    """Base class of every scheduler. Subclasses set the class attributes and the hooks.
+# Returns once the daemon's status cache holds a terminal status for the job.
+Ended = Callable[[], Coroutine[Any, Any, None]]
 
-    Contracts that hold for every method taking an app_id: it may be called for any job this
-    scheduler ever returned from `schedule` (after a daemon restart, `reattach` comes first).
+
+@dataclass
+class Settings:
+    """Per-daemon settings of a scheduler: `[schedulers.<name>]` in the daemon's config file,
+    overridden by `txd --set <name>.<key>=<value>`. Schedulers that need more (a Kubernetes
+    context, an AWS region) subclass this and set `Settings` on their class."""
+
+    poll_interval: float = options.opt(
+        1.0,
+        "seconds between status queries of a polled scheduler; for a scheduler that pushes, "
+        "how long to wait before reconnecting a dropped change stream",
+    )
+
+    def __post_init__(self) -> None:
+        if not self.poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0, got {self.poll_interval!r}")
+
+
+class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
+    """Base class of every scheduler. Subclasses set the class attributes and implement the
+    abstract methods; everything else has a sensible default.
+
+    Built by a factory `create_scheduler(session_name, **kwargs)` (TorchX's signature) that
+    passes `settings=` (a mapping, checked here against `Settings`) and may take `state_dir=`
+    (a directory this scheduler may keep files in).
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
-    Opts: ClassVar[type]
-    # None: the scheduler pushes state changes through notify(); otherwise seconds between polls
-    # (the default; `txd --poll-interval NAME=SECONDS` sets it per daemon).
-    poll_interval: float | None = None
+    Opts: ClassVar[type]  # per run: the cfg a Run may pass (schedulers.options)
+    Settings: ClassVar[type[Settings]] = Settings  # per daemon
 
-    def __init__(self, session_name: str) -> None:
+    def __init__(self, session_name: str, settings: Mapping[str, Any] | None = None) -> None:
         self.session_name = session_name
-        self._listeners: list[Callable[[str], None]] = []
+        self.settings = resolve_settings(type(self).Settings, settings or {})
+        self._tasks: asyncio.TaskGroup | None = None
 
-    # -- status push ------------------------------------------------------------------------
+    # -- lifecycle ----------------------------------------------------------------------------
 
-    def subscribe(self, listener: Callable[[str], None]) -> None:
-        """Registers a callback that receives an app_id whenever its state may have changed."""
-        self._listeners.append(listener)
+    async def start(self, tasks: asyncio.TaskGroup) -> None:
+        """Called once, before any other call, with the daemon's task group: background tasks
+        go there (`spawn`), so that shutdown ends them and none is left unawaited."""
+        self._tasks = tasks
 
-    def notify(self, app_id: str) -> None:
-        for listener in self._listeners:
-            listener(app_id)
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        if self._tasks is None:
+            coro.close()
+            raise RuntimeError(f"{self.name}: spawn() before start()")
+        return self._tasks.create_task(coro, name=f"{self.name}: {name}")
+
+    async def recover(self, jobs: Sequence[tuple[Job, AppStatus]]) -> dict[str, AppStatus]:
+        """Called once at daemon start with every job recorded as live, and its last status.
+        Returns the statuses to record now, by app id: schedulers whose jobs cannot outlive the
+        daemon settle them here (see local_cwd). The default changes nothing: the status feed
+        asks the backend as usual."""
+        return {}
+
+    async def shutdown(self, grace: float) -> None:
+        """The daemon is stopping: end whatever this scheduler runs on this host itself, giving
+        it `grace` seconds before it is killed. Jobs that live on a cluster are left running."""
+
+    async def aclose(self) -> None:
+        """Releases clients and connections. Safe to call twice; never raises."""
 
     def backend_calls(self) -> dict[str, int]:
         """Calls made to the backend so far, by kind (`squeue`, `sbatch` ...): the counter that
@@ -136,36 +238,52 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     ) -> DryRunInfo[ReqT]: ...
 
     @abc.abstractmethod
-    async def schedule(self, dryrun: DryRunInfo[ReqT]) -> str:
-        """Submits the request and returns the app_id. On failure nothing is left running."""
+    async def schedule(self, dryrun: DryRunInfo[ReqT]) -> Submitted:
+        """Submits the request. On failure nothing is left running."""
 
     # -- observation ------------------------------------------------------------------------
 
     @abc.abstractmethod
-    async def describe(self, app_id: str) -> AppStatus | None:
-        """The job's status with per-replica detail, or None if the backend does not know it."""
+    async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
+        """The status of each job, by app id, with per-replica detail, from as few backend
+        queries as the backend allows (one squeue per cluster, not one per job).
 
-    async def describe_many(self, app_ids: Iterable[str]) -> dict[str, AppStatus | None]:
-        """Statuses of many jobs; polling schedulers override it with one batched query."""
-        ids = list(app_ids)
-        found = await asyncio.gather(*(self.describe(i) for i in ids))
-        return dict(zip(ids, found, strict=True))
+        A job's value is None when the backend does not know it, NoAnswer when it could not be
+        asked; a job left out counts as NoAnswer. Raises BackendUnavailable when no job could
+        be asked at all.
+        """
+
+    def changes(self) -> AsyncIterator[Change | Subscribed]:
+        """Status changes as the backend pushes them, for schedulers that can push (override
+        it, and the daemon stops polling). The iterator yields SUBSCRIBED first, once it is
+        subscribed, then a Change whenever a job's status changes; changes of jobs the daemon
+        does not track are ignored. It ends, or raises BackendUnavailable, when the stream
+        drops; the daemon opens a new one after `settings.poll_interval`."""
+        raise Unsupported(f"{self.name} cannot push status changes")
+
+    @classmethod
+    def pushes(cls) -> bool:
+        """Whether status is pushed (`changes` is implemented) rather than polled."""
+        return cls.changes is not Scheduler.changes
 
     async def list(self) -> list[AppStatus]:
-        """Jobs the backend knows of. The daemon lists its registry; this is for backends whose
-        jobs may have been submitted by other tools."""
+        """Jobs the backend knows of (each with its app_id), including ones txd did not launch.
+        Raises Unsupported unless `capabilities.list`."""
         raise Unsupported(f"{self.name} cannot list jobs")
 
-    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
+    def log_iter(
+        self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
+    ) -> AsyncIterator[bytes]:
         """Raw log bytes of replica k of `role`, in chunks.
 
         1. Bytes arrive exactly as written: no decoding, `\\r` and very long lines kept.
         2. With `query.regex`, only whole matching lines are sent (a final line without `\\n` is
            tested once the job is over).
         3. With `query.follow`, the iterator ends only when the job is terminal and every byte
-           was sent; otherwise it ends at the current end of the log.
+           was sent; otherwise it ends at the current end of the log. `ended()` returns once
+           the daemon knows the job is terminal: the scheduler keeps no status of its own.
         4. `since`/`until` select lines by when they were written, where the scheduler knows it
-           (Capabilities.log_since_until); otherwise they are ignored.
+           (Capabilities.log_since_until); otherwise they raise Unsupported.
         5. Each call is independent; a slow consumer slows only its own iterator.
         Raises NotFound for an unknown role or replica, Unsupported if there are no logs.
         """
@@ -173,38 +291,41 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
 
     # -- control ----------------------------------------------------------------------------
 
-    async def cancel(self, app_id: str) -> None:
-        """Requests cancellation and returns without waiting for it.
-
-        A no-op for an unknown or terminal job."""
-        status = await self.describe(app_id)
-        if status is not None and not is_terminal(status.state):
-            await self._cancel_existing(app_id)
-
     @abc.abstractmethod
-    async def _cancel_existing(self, app_id: str) -> None: ...
+    async def cancel(self, job: Job) -> None:
+        """Requests cancellation and returns without waiting for it. Idempotent: a no-op for a
+        job that has ended or that the backend no longer knows."""
 
-    async def delete(self, app_id: str) -> None:
-        """Cancels the job if live and removes what the backend keeps of it (definitions, logs)."""
-        await self.cancel(app_id)
-
-    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
-        """Called once per job after a daemon restart, before any other call for that job.
-
-        `status` is the last one recorded. Returns the status to record now: schedulers whose
-        jobs cannot outlive the daemon settle them here (see local_cwd).
-        """
-        return status
-
-    async def shutdown(self, grace: float) -> None:
-        """The daemon is stopping: end whatever this scheduler runs on this host, giving it
-        `grace` seconds to exit before it is killed."""
-
-    async def close(self) -> None:
-        """Releases clients and connections. Safe to call twice; never raises."""
+    async def delete(self, job: Job) -> None:
+        """Cancels the job if live and removes what the backend keeps of it (definitions, logs).
+        Idempotent. The default only cancels."""
+        await self.cancel(job)
 
 
 # -- helpers shared by schedulers ------------------------------------------------------------
+
+SettingsT = TypeVar("SettingsT", bound=Settings)
+
+
+def resolve_settings(cls: type[SettingsT], raw: Mapping[str, Any]) -> SettingsT:
+    """`raw` (from TOML or `--set`: typed values or strings) checked against the settings
+    dataclass. Raises InvalidArgument naming the key for an unknown key or a bad value."""
+    from txd.cfgvalue import to_cfg_value
+    from txd.schedulers.errors import InvalidArgument
+
+    cfg = {}
+    for key, value in raw.items():
+        try:
+            cfg[key] = to_cfg_value(value)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument(key, str(e)) from None
+    try:
+        return options.resolve(cls, cfg)
+    except InvalidArgument as e:
+        raise InvalidArgument(e.field.removeprefix("cfg."), e.reason) from None
+    except ValueError as e:  # __post_init__'s checks
+        raise InvalidArgument(", ".join(raw) or "settings", str(e)) from None
+
 
 _ID_FIRST = "bcdfghjklmnpqrstvwxz"
 _ID_REST = _ID_FIRST + "012345679"
@@ -255,3 +376,17 @@ def num_replicas(role: Role) -> int:
 
 def compile_regex(pattern: str) -> re.Pattern[bytes] | None:
     return re.compile(pattern.encode()) if pattern else None
+
+
+async def gather_limited(
+    calls: Sequence[Callable[[], Awaitable[Any]]], limit: int
+) -> list[Any | BaseException]:
+    """Runs the calls with at most `limit` at once; each result is its value or its exception
+    (a backend queried per job must not get a thousand requests at once)."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[Any]]) -> Any:
+        async with gate:
+            return await call()
+
+    return await asyncio.gather(*(one(c) for c in calls), return_exceptions=True)

@@ -13,15 +13,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import dataclasses
 import shlex
-import subprocess
+from asyncio.subprocess import DEVNULL, PIPE
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio
-from anyio.abc import Process
 from txd.schedulers.errors import BackendUnavailable
 from txd.schedulers.options import opt
 
@@ -89,6 +88,15 @@ class SshOpts:
         return SshTarget(self.ssh_host, self.ssh_user, self.ssh_port, self.ssh_key)
 
 
+def target_to_native(target: SshTarget | None) -> dict[str, Any] | None:
+    """How a job's login node is kept in its native facts (`native["ssh"]`)."""
+    return None if target is None else dataclasses.asdict(target)
+
+
+def target_from_native(value: Mapping[str, Any] | None) -> SshTarget | None:
+    return None if value is None else SshTarget(**value)
+
+
 class Host(abc.ABC):
     """Runs commands somewhere. `calls` counts the commands started, by program name: the
     backend-call counter the daemon reports and tests and benchmarks read."""
@@ -113,7 +121,7 @@ class Host(abc.ABC):
         """
         self.calls[argv[0]] += 1
         try:
-            with anyio.fail_after(timeout):
+            async with asyncio.timeout(timeout):
                 result = await self._run(tuple(argv), input, env)
         except TimeoutError:
             raise BackendUnavailable(
@@ -155,30 +163,46 @@ class LocalHost(Host):
     async def _run(
         self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None
     ) -> Result:
+        proc = await self._start(argv, env, stdin=PIPE if input is not None else DEVNULL)
         try:
-            done = await anyio.run_process(argv, input=input, env=env, check=False)
-        except FileNotFoundError:
-            raise self._missing(argv) from None
-        return Result(argv, done.returncode, done.stdout, done.stderr)
+            stdout, stderr = await proc.communicate(input)
+        finally:
+            await _reap(proc, 0)  # cancelled (a timeout): kill it at once
+        assert proc.returncode is not None
+        return Result(argv, proc.returncode, stdout, stderr)
 
     async def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]:
+        proc = await self._start(argv, None, stdin=PIPE, stderr=DEVNULL)
+        assert proc.stdout is not None and proc.stdin is not None
         try:
-            proc: Process = await anyio.open_process(argv, stderr=subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise self._missing(argv) from None
-        try:
-            assert proc.stdout is not None
-            async for chunk in proc.stdout:
+            while chunk := await proc.stdout.read(CHUNK):
                 yield chunk
         finally:
-            with anyio.CancelScope(shield=True):
-                assert proc.stdin is not None
-                await proc.stdin.aclose()
-                with anyio.move_on_after(STOP_GRACE):
+            proc.stdin.close()  # the EOF a follow waits for
+            await _reap(proc, STOP_GRACE)
+
+    async def _start(
+        self, argv: tuple[str, ...], env: Mapping[str, str] | None, stdin: int, stderr: int = PIPE
+    ) -> asyncio.subprocess.Process:
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv, stdin=stdin, stdout=PIPE, stderr=stderr, env=env
+            )
+        except FileNotFoundError:
+            raise self._missing(argv) from None
+
+
+async def _reap(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """Waits up to `grace` seconds for the process to exit, then kills it; always reaps it."""
+    try:
+        if proc.returncode is None and grace > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
                     await proc.wait()
-                if proc.returncode is None:
-                    proc.kill()
-                await proc.aclose()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await asyncio.shield(proc.wait())
 
 
 class SshHost(Host):

@@ -1,0 +1,119 @@
+"""The shared base of command-driven batch schedulers (slurm, lsf): commands run on this host or
+on login nodes over SSH (schedulers.hosts), status comes from one query per login node per
+poll, and logs are files the batch system writes, read where they lie (schedulers.remotelogs).
+
+A subclass writes only what differs: build and submit the request, `_query` (the statuses of
+the jobs on one host, from one command), `_log_files` and `cancel`.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from txd.schedulers.api import (
+    Described,
+    Ended,
+    Job,
+    LogQuery,
+    NoAnswer,
+    OptsT,
+    ReqT,
+    Scheduler,
+    gather_limited,
+)
+from txd.schedulers.errors import BackendUnavailable, NotFound
+from txd.schedulers.hosts import Host, Hosts, SshTarget, target_from_native
+from txd.schedulers.remotelogs import read_files
+from txd.v1 import AppStatus
+from txd.v1.runner_pb2 import Stream
+
+log = logging.getLogger(__name__)
+
+# Login nodes queried at once in one poll.
+HOSTS_AT_ONCE = 8
+
+
+class BatchScheduler(Scheduler[OptsT, ReqT]):
+    """A scheduler over Hosts. A job's login node is `native["ssh"]` (hosts.target_to_native;
+    None: this host)."""
+
+    def __init__(
+        self,
+        session_name: str,
+        settings: Any = None,
+        *,
+        hosts: Hosts | None = None,
+    ) -> None:
+        super().__init__(session_name, settings)
+        self.hosts = hosts or Hosts()
+
+    def backend_calls(self) -> dict[str, int]:
+        return self.hosts.calls()
+
+    def host_of(self, job: Job) -> Host:
+        return self.hosts.get(target_from_native(job.native.get("ssh")))
+
+    async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
+        """One `_query` per login node, at most HOSTS_AT_ONCE at a time. A host that fails
+        leaves its jobs NoAnswer (the daemon keeps their last status); when every host failed,
+        this raises the first failure."""
+        by_target: dict[SshTarget | None, list[Job]] = defaultdict(list)
+        for job in jobs:
+            by_target[target_from_native(job.native.get("ssh"))].append(job)
+        targets = list(by_target)
+        results = await gather_limited(
+            [
+                lambda t=t: self._query(self.hosts.get(t), by_target[t])  # type: ignore[misc]
+                for t in targets
+            ],
+            HOSTS_AT_ONCE,
+        )
+        out: dict[str, Described] = {}
+        failures: list[BackendUnavailable] = []
+        for target, result in zip(targets, results, strict=True):
+            if isinstance(result, BackendUnavailable):
+                failures.append(result)
+                out.update((j.app_id, NoAnswer(str(result))) for j in by_target[target])
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                out.update(result)
+        if failures and len(failures) == len(targets):
+            raise failures[0]
+        for e in failures:
+            log.warning("%s: status query failed: %s", self.name, e)
+        return out
+
+    @abc.abstractmethod
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+        """The statuses of `jobs`, all on `host`, from one backend query (plus whatever settles
+        jobs the backend has forgotten). Raises BackendUnavailable if the host cannot answer."""
+
+    def log_iter(
+        self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
+    ) -> AsyncIterator[bytes]:
+        out, err = self._log_files(job, role, k)
+        if query.stream == Stream.STDOUT:
+            paths = [out]
+        elif query.stream == Stream.STDERR:
+            paths = [err]
+        else:  # combined: the two files, interleaved as written when following
+            paths = [out, err]
+        return read_files(self.host_of(job), paths, query, ended)
+
+    @abc.abstractmethod
+    def _log_files(self, job: Job, role: str, k: int) -> tuple[str, str]:
+        """The stdout and stderr files of replica k of `role`. Raises NotFound for a replica the
+        job does not have, Unsupported when the job keeps no log files."""
+
+    async def aclose(self) -> None:
+        await self.hosts.close()
+
+
+def check_replica(job: Job, replicas: Sequence[tuple[str, int]], role: str, k: int) -> None:
+    if (role, k) not in replicas:
+        raise NotFound(f"{job.app_id} has no replica {role}/{k}")
