@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from txd.client._async import AsyncClient
     from txd.client._errors import (
+        AlreadyExistsError,
         DeadlineExceededError,
         FailedPreconditionError,
         InvalidArgumentError,
@@ -36,6 +37,7 @@ _WHERE = {
     "Client": "_sync",
     **dict.fromkeys(
         [
+            "AlreadyExistsError",
             "DeadlineExceededError",
             "FailedPreconditionError",
             "InvalidArgumentError",

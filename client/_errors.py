@@ -23,6 +23,12 @@ class NotFoundError(TxdError):
     code = "NOT_FOUND"
 
 
+class AlreadyExistsError(TxdError):
+    """A request id given to Run already belongs to another job."""
+
+    code = "ALREADY_EXISTS"
+
+
 class FailedPreconditionError(TxdError):
     code = "FAILED_PRECONDITION"
 
@@ -46,6 +52,7 @@ _BY_CODE = {
     for cls in (
         InvalidArgumentError,
         NotFoundError,
+        AlreadyExistsError,
         FailedPreconditionError,
         UnimplementedError,
         UnavailableError,

@@ -10,6 +10,7 @@ import sys
 import warnings
 
 from txd import defaults
+from txd.daemon import config
 
 
 def _use_pidfd_child_watcher() -> None:
@@ -43,16 +44,28 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds given to replicas and calls at shutdown (default %(default)s)",
     )
     parser.add_argument(
+        "--config",
+        help=f"TOML file with a [schedulers.NAME] table of settings per scheduler (env "
+        f"TXD_CONFIG; default {config.default_path()} if it exists)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SCHEDULER.KEY=VALUE",
+        help="a scheduler setting, over the config file's; repeatable",
+    )
+    parser.add_argument(
         "--poll-interval",
         action="append",
         default=[],
         metavar="SCHEDULER=SECONDS",
-        help="seconds between status polls of a polling scheduler (slurm, lsf ...); repeatable",
+        help="short for --set SCHEDULER.poll_interval=SECONDS; repeatable",
     )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
-    intervals = {}
+    sets = list(args.set)
     for item in args.poll_interval:
         name, _, value = item.partition("=")
         try:
@@ -61,10 +74,15 @@ def main(argv: list[str] | None = None) -> int:
             seconds = 0.0
         if not name or not seconds > 0:
             parser.error(f"--poll-interval {item!r}: expected SCHEDULER=SECONDS, e.g. slurm=2")
-        intervals[name] = seconds
+        sets.append(f"{name}.poll_interval={value}")
+    try:
+        settings = config.load(args.config, sets)
+    except config.ConfigError as e:
+        parser.error(str(e))
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
+    from txd.daemon.schedulers import SettingsError
     from txd.daemon.server import AlreadyRunning, serve
 
     _use_pidfd_child_watcher()
@@ -76,12 +94,15 @@ def main(argv: list[str] | None = None) -> int:
                 args.session,
                 args.grace,
                 args.ready_fd,
-                intervals,
+                settings,
             )
         )
     except AlreadyRunning as e:
         print(f"txd: {e}", file=sys.stderr)
         return 1
+    except SettingsError as e:
+        print(f"txd: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -17,6 +18,7 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from txd.daemon.core import Core
 from txd.daemon.servicer import RunnerServicer
+from txd.daemon.tasks import Tasks
 from txd.v1 import runner_pb2, runner_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -89,13 +91,39 @@ async def serve(
     session: str,
     grace: float,
     ready_fd: int | None = None,
-    poll_intervals: dict[str, float] | None = None,
+    settings: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
-    stopped and recorded, in-flight calls given `grace` seconds, schedulers and registry closed."""
+    stopped and recorded, status feeds stopped, in-flight calls given `grace` seconds, the
+    remaining background tasks cancelled and awaited, schedulers and job store closed. A
+    backend that fails on the way is logged; the shutdown goes on."""
     lock = _lock_state_dir(state_dir)
-    _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
-    core = Core(state_dir, session, poll_intervals)
+    try:
+        _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
+    except BaseException:
+        os.close(lock)
+        raise
+    core: Core | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = Tasks(group)
+            try:
+                core = Core(state_dir, session, settings, tasks)
+                await _serve(core, socket_path, state_dir, grace, ready_fd)
+            finally:
+                tasks.cancel_all()
+    finally:
+        if core is not None:
+            await core.aclose()
+        with contextlib.suppress(FileNotFoundError):
+            socket_path.unlink()
+        os.close(lock)
+    log.info("stopped")
+
+
+async def _serve(
+    core: Core, socket_path: Path, state_dir: Path, grace: float, ready_fd: int | None
+) -> None:
     await core.start()
     server, health = await create_server(core, socket_path)
     stop = asyncio.Event()
@@ -108,13 +136,8 @@ async def serve(
         os.close(ready_fd)
     await stop.wait()
     log.info("shutting down")
-    await health.enter_graceful_shutdown()
     try:
-        await core.stop_jobs(grace)
-        await server.stop(grace)  # calls still running (waits, log follows) get `grace` seconds
+        await health.enter_graceful_shutdown()
+        await core.shutdown(grace)
     finally:
-        await core.close()
-        with contextlib.suppress(FileNotFoundError):
-            socket_path.unlink()
-        os.close(lock)
-    log.info("stopped")
+        await server.stop(grace)  # calls still running (waits, log follows) get `grace` seconds

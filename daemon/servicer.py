@@ -11,7 +11,6 @@ from typing import Any
 import grpc
 from txd.daemon.core import Core, cfg_values
 from txd.schedulers import errors
-from txd.schedulers.registry import DEFAULT_SCHEDULER
 from txd.v1 import runner_pb2 as pb
 from txd.v1 import runner_pb2_grpc
 
@@ -20,6 +19,7 @@ log = logging.getLogger(__name__)
 _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     errors.NotFound: grpc.StatusCode.NOT_FOUND,
+    errors.AlreadyExists: grpc.StatusCode.ALREADY_EXISTS,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.Unsupported: grpc.StatusCode.UNIMPLEMENTED,
     errors.BackendUnavailable: grpc.StatusCode.UNAVAILABLE,
@@ -122,10 +122,11 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         self, request: pb.SchedulersRequest, context: Any
     ) -> pb.SchedulersResponse:
         return pb.SchedulersResponse(
-            schedulers=self.core.scheduler_infos(), default_scheduler=DEFAULT_SCHEDULER
+            schedulers=await self.core.scheduler_infos(),
+            default_scheduler=self.core.default_scheduler,
         )
 
     @_mapped
     async def RunOpts(self, request: pb.RunOptsRequest, context: Any) -> pb.RunOptsResponse:
-        opts = self.core.run_opts(request.scheduler)
+        opts = await self.core.run_opts(request.scheduler)
         return pb.RunOptsResponse(scheduler=request.scheduler, opts=opts)

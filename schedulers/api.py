@@ -37,9 +37,17 @@ import asyncio
 import datetime as dt
 import re
 import string
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Generic, TypeVar
+from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from txd.schedulers import options
 from txd.schedulers.errors import Unsupported
@@ -146,6 +154,14 @@ class LogQuery:
 Ended = Callable[[], Coroutine[Any, Any, None]]
 
 
+class TaskGroupLike(Protocol):
+    """Where background tasks go: the daemon's task group (an asyncio.TaskGroup will do)."""
+
+    def create_task(
+        self, coro: Coroutine[Any, Any, Any], *, name: str | None = None
+    ) -> asyncio.Task[Any]: ...
+
+
 @dataclass
 class Settings:
     """Per-daemon settings of a scheduler: `[schedulers.<name>]` in the daemon's config file,
@@ -181,11 +197,11 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     def __init__(self, session_name: str, settings: Mapping[str, Any] | None = None) -> None:
         self.session_name = session_name
         self.settings = resolve_settings(type(self).Settings, settings or {})
-        self._tasks: asyncio.TaskGroup | None = None
+        self._tasks: TaskGroupLike | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
-    async def start(self, tasks: asyncio.TaskGroup) -> None:
+    async def start(self, tasks: TaskGroupLike) -> None:
         """Called once, before any other call, with the daemon's task group: background tasks
         go there (`spawn`), so that shutdown ends them and none is left unawaited."""
         self._tasks = tasks
@@ -253,7 +269,7 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         be asked at all.
         """
 
-    def changes(self) -> AsyncIterator[Change | Subscribed]:
+    def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
         """Status changes as the backend pushes them, for schedulers that can push (override
         it, and the daemon stops polling). The iterator yields SUBSCRIBED first, once it is
         subscribed, then a Change whenever a job's status changes; changes of jobs the daemon

@@ -25,6 +25,10 @@ class NotFound(TxdError):
     """An unknown app handle, scheduler, role or replica."""
 
 
+class AlreadyExists(TxdError):
+    """Something the request would create exists already (a request id used for another job)."""
+
+
 class FailedPrecondition(TxdError):
     """The request is valid but cannot be carried out in the current state."""
 

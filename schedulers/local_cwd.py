@@ -18,17 +18,25 @@ import os
 import pprint
 import shutil
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from txd.schedulers.api import (
+    SUBSCRIBED,
+    Change,
+    Described,
     DryRunInfo,
+    Ended,
+    Job,
     LogQuery,
     Macros,
     Scheduler,
     SubmitContext,
+    Submitted,
+    Subscribed,
     is_terminal,
     make_unique,
     num_replicas,
@@ -36,7 +44,8 @@ from txd.schedulers.api import (
 from txd.schedulers.errors import InvalidArgument, NotFound
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.schedulers.options import opt
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, RoleStatus
+from txd.schedulers.status import fold, group_replicas
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)
@@ -46,6 +55,9 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 # still hold its pipes): SIGTERM to each group, SIGKILL after this many seconds, and the pipes
 # closed after as long again. Daemon shutdown uses its own --grace instead.
 DRAIN_GRACE = 2.0
+# Final statuses kept after an app ends, for a describe that races its end (a job that ends
+# before the daemon follows it). The daemon records the final status; this is only a buffer.
+RECENT_FINISHED = 1024
 
 
 @dataclass
@@ -103,17 +115,6 @@ def _killpg(pgid: int, sig: int) -> bool:
         return False
 
 
-@dataclass(slots=True)
-class _Finished:
-    """What is kept of an app once it has ended, or when it is known only from a previous
-    daemon run: where its logs are, and (when it ended in this run) its final status. A few
-    hundred bytes, so 10,000 finished jobs cost the daemon little memory."""
-
-    app_dir: str
-    logs: dict[tuple[str, int], str]
-    status: bytes = b""
-
-
 class _Replica(asyncio.SubprocessProtocol):
     """One running replica: feeds its pipes into its LogWriter and tells its app when it ends."""
 
@@ -124,6 +125,7 @@ class _Replica(asyncio.SubprocessProtocol):
         self.transport: asyncio.SubprocessTransport | None = None
         self.pid = 0
         self.returncode: int | None = None
+        self.exited_after_cancel = False
         self._open_pipes = 2
         # Set once the process has exited AND its pipes are closed: all its output is on disk.
         self.ended = asyncio.Event()
@@ -144,6 +146,7 @@ class _Replica(asyncio.SubprocessProtocol):
     def process_exited(self) -> None:
         assert self.transport is not None
         self.returncode = self.transport.get_returncode()
+        self.exited_after_cancel = self.app.cancelled
         self._check_ended()
         self.app.replica_exited()
 
@@ -152,12 +155,17 @@ class _Replica(asyncio.SubprocessProtocol):
             self.ended.set()
 
     def status(self) -> ReplicaStatus:
+        """RUNNING until the process has exited and all its output is on disk; then
+        SUCCEEDED or FAILED by its exit, or CANCELLED if it exited after a cancel."""
         msg = ReplicaStatus(id=self.spec.replica_id, role=self.spec.role, hostname="localhost")
-        if self.returncode is None:
-            # Still running, unless the app has ended around a process it could not reap.
-            msg.state = self.app.terminal_state or AppState.RUNNING
-        else:
+        if self.returncode is not None:
             msg.exit_code = _exit_code(self.returncode)
+        if not self.ended.is_set():
+            msg.state = AppState.RUNNING
+        elif self.returncode is None or self.exited_after_cancel:
+            # Cancelled, or stopped around a process that could not be reaped.
+            msg.state = AppState.CANCELLED if self.app.cancelled else AppState.FAILED
+        else:
             msg.state = AppState.SUCCEEDED if self.returncode == 0 else AppState.FAILED
         return msg
 
@@ -172,13 +180,12 @@ class _App:
         self.replicas: list[_Replica] = []
         self.cancelled = False
         self.cancel_msg = ""
-        self.terminal_state: AppState | None = None
         self.finisher: asyncio.Task[None] | None = None
         self.grace = DRAIN_GRACE
 
     def replica_exited(self) -> None:
         self.maybe_finish()
-        self.sched.notify(self.req.app_id)
+        self.sched.changed(self.req.app_id, self.status())
 
     def maybe_finish(self) -> None:
         """Starts the finisher once every replica was started and has exited (a replica may
@@ -198,12 +205,11 @@ class _App:
 
     def _start_finisher(self) -> None:
         if self.finisher is None:
-            self.finisher = asyncio.get_running_loop().create_task(self._finish())
+            self.finisher = self.sched.spawn(self._finish(), f"finish {self.req.app_id}")
 
     async def _finish(self) -> None:
         await self.stop(self.grace)
-        self.terminal_state = self._computed_state()
-        self.sched._retire(self)
+        self.sched.retire(self)
 
     async def stop(self, grace: float) -> None:
         """SIGTERM to every replica's group, SIGKILL after `grace`; returns once every replica
@@ -231,30 +237,20 @@ class _App:
         except TimeoutError:
             return False
 
-    def _computed_state(self) -> AppState:
-        if self.cancelled:
-            return AppState.CANCELLED
-        if any(r.returncode not in (0, None) for r in self.replicas):
-            return AppState.FAILED
-        return AppState.SUCCEEDED
-
     def status(self) -> AppStatus:
-        state = AppState.RUNNING if self.terminal_state is None else self.terminal_state
+        replicas = [r.status() for r in self.replicas]
+        state = fold([r.state for r in replicas])
         out = AppStatus(state=state, app_id=self.req.app_id, ui_url=f"file://{self.req.app_dir}")
         if state == AppState.CANCELLED:
             out.msg = self.cancel_msg
         elif state == AppState.FAILED:
-            failed = [r for r in self.replicas if r.returncode]
             out.msg = ", ".join(
-                f"{r.spec.role}/{r.spec.replica_id} exited with {_exit_code(r.returncode or 0)}"
-                for r in failed
+                f"{r.role}/{r.id} exited with {r.exit_code}"
+                for r in replicas
+                if r.state == AppState.FAILED
             )
             out.structured_error_msg = _first_error_file(self.req)
-        by_role: dict[str, RoleStatus] = {}
-        for r in self.replicas:
-            role = by_role.setdefault(r.spec.role, RoleStatus(role=r.spec.role))
-            role.replicas.append(r.status())
-        out.roles.extend(by_role.values())
+        out.roles.extend(group_replicas(replicas))
         return out
 
 
@@ -282,11 +278,18 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     )
     Opts = LocalOpts
 
-    def __init__(self, session_name: str, *, state_dir: str | os.PathLike[str]) -> None:
-        super().__init__(session_name)
+    def __init__(
+        self,
+        session_name: str,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        state_dir: str | os.PathLike[str],
+    ) -> None:
+        super().__init__(session_name, settings)
         self.log_base = Path(state_dir) / "logs"
-        self._apps: dict[str, _App] = {}  # live
-        self._finished: dict[str, _Finished] = {}
+        self._apps: dict[str, _App] = {}  # live: processes this daemon supervises
+        self._recent: OrderedDict[str, AppStatus] = OrderedDict()  # see RECENT_FINISHED
+        self._subscribers: set[asyncio.Queue[Change]] = set()
 
     # -- submission -------------------------------------------------------------------------
 
@@ -339,13 +342,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     )
                 )
         req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
-        return DryRunInfo(
-            app=app,
-            request=req,
-            opts=opts,
-            native=_native(req),
-            render=lambda: _render(req, ctx.env),
-        )
+        return DryRunInfo(app=app, request=req, opts=opts, render=lambda: _render(req, ctx.env))
 
     async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
         """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
@@ -364,7 +361,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             next_dev += n
         return out
 
-    async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> str:
+    async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> Submitted:
         req = dryrun.request
         app = _App(self, req)
         self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
@@ -390,81 +387,99 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     "app", f"could not start replica {spec.role}/{spec.replica_id}: {e}"
                 ) from e
             app.replicas.append(replica)
-        # Recorded with the job (the registry stores `native` once schedule returns): crash
-        # recovery identifies a replica by pid and start time, so a reused pid is never hit.
-        for entry, r in zip(dryrun.native["replicas"], app.replicas, strict=True):
-            entry["pid"], entry["start_ticks"] = r.pid, _start_ticks(r.pid)
         app.maybe_finish()  # every replica may have exited during the spawns
-        return req.app_id
+        # Crash recovery identifies a replica's process group by its leader's pid and start
+        # time, so a reused pid is never hit.
+        return Submitted(req.app_id, _native(req, app.replicas))
 
     async def _abort(self, app: _App) -> None:
         """Undoes a half-done schedule: stops what started, then forgets the app and its logs."""
         app.cancel("could not start every replica")
         assert app.finisher is not None
         await app.finisher
-        if (done := self._finished.pop(app.req.app_id, None)) is not None:
-            shutil.rmtree(done.app_dir, ignore_errors=True)
+        self._recent.pop(app.req.app_id, None)
+        shutil.rmtree(app.req.app_dir, ignore_errors=True)
 
     # -- observation ------------------------------------------------------------------------
 
-    def _retire(self, app: _App) -> None:
-        """An app has ended: keep only its _Finished record, then tell the daemon."""
+    def changed(self, app_id: str, status: AppStatus) -> None:
+        for queue in self._subscribers:
+            queue.put_nowait(Change(app_id, status))
+
+    def retire(self, app: _App) -> None:
+        """An app has ended: report its final status and let go of its processes."""
         for r in app.replicas:
             if r.transport is not None:
                 r.transport.close()
         app_id = app.req.app_id
-        self._finished[app_id] = _Finished(
-            app.req.app_dir,
-            {(s.role, s.replica_id): s.log for s in app.req.replicas},
-            app.status().SerializeToString(),
-        )
+        status = app.status()
+        self._recent[app_id] = status
+        while len(self._recent) > RECENT_FINISHED:
+            self._recent.popitem(last=False)
         del self._apps[app_id]
-        self.notify(app_id)
+        self.changed(app_id, status)
 
-    async def describe(self, app_id: str) -> AppStatus | None:
-        if (app := self._apps.get(app_id)) is not None:
-            return app.status()
-        done = self._finished.get(app_id)
-        return AppStatus.FromString(done.status) if done and done.status else None
+    async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
+        # Unbounded, but fed only by process exits: at most a few items per replica.
+        queue: asyncio.Queue[Change] = asyncio.Queue()
+        self._subscribers.add(queue)
+        try:
+            yield SUBSCRIBED
+            while True:
+                yield await queue.get()
+        finally:
+            self._subscribers.discard(queue)
 
-    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
-        if (app := self._apps.get(app_id)) is not None:
+    async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
+        out: dict[str, Described] = {}
+        for job in jobs:
+            if (app := self._apps.get(job.app_id)) is not None:
+                out[job.app_id] = app.status()
+            else:
+                out[job.app_id] = self._recent.get(job.app_id)
+        return out
+
+    async def list(self) -> list[AppStatus]:
+        """The apps whose processes run on this host now."""
+        return [app.status() for app in self._apps.values()]
+
+    def log_iter(
+        self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
+    ) -> AsyncIterator[bytes]:
+        # Whether more output can come is the replica's own business: its writer closes once
+        # its pipes have, so `ended` (the daemon's view) is not needed here.
+        if (app := self._apps.get(job.app_id)) is not None:
             for r in app.replicas:
                 if r.spec.role == role and r.spec.replica_id == k:
-                    # Once the writer is closed the replica's pipes are, so no byte can follow.
                     src = LogSource(Path(r.spec.log), r.writer.pulse, _closed(r.writer))
                     return read_log(src, query)
-        elif (done := self._finished.get(app_id)) is not None:
-            if (role, k) in done.logs:
-                return read_log(LogSource(Path(done.logs[(role, k)]), None, lambda: True), query)
         else:
-            raise NotFound(f"{self.name} has no logs for {app_id}")
-        raise NotFound(f"{app_id} has no replica {role}/{k}")
+            for rep in job.native.get("replicas", []):
+                if rep["role"] == role and rep["replica_id"] == k:
+                    return read_log(LogSource(Path(rep["log"]), None, lambda: True), query)
+        raise NotFound(f"{job.app_id} has no replica {role}/{k}")
 
     # -- control ----------------------------------------------------------------------------
 
-    async def _cancel_existing(self, app_id: str) -> None:
+    async def cancel(self, job: Job) -> None:
         # Returns at once; the exits are pushed as they happen.
-        self._apps[app_id].cancel("cancelled by request")
+        if (app := self._apps.get(job.app_id)) is not None:
+            app.cancel("cancelled by request")
 
-    async def delete(self, app_id: str) -> None:
-        app = self._apps.get(app_id)
+    async def delete(self, job: Job) -> None:
+        app = self._apps.get(job.app_id)
         if app is not None:
-            await self.cancel(app_id)
+            app.cancel("cancelled by request")
             if app.finisher is not None:
                 await app.finisher  # retires the app
-        done = self._finished.pop(app_id, None)
-        if done is not None:
-            shutil.rmtree(done.app_dir, ignore_errors=True)
+        self._recent.pop(job.app_id, None)
+        if app_dir := job.native.get("app_dir"):
+            shutil.rmtree(app_dir, ignore_errors=True)
 
-    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
-        self._finished[app_id] = _Finished(
-            native["app_dir"],
-            {(r["role"], r["replica_id"]): r["log"] for r in native["replicas"]},
-        )
-        if is_terminal(status.state):
-            return status
-        return await _settle_after_crash(native["replicas"], status)
+    async def recover(self, jobs: Sequence[tuple[Job, AppStatus]]) -> dict[str, AppStatus]:
+        """Jobs the previous daemon left running: their replicas cannot outlive it, so stop
+        whatever of them still runs, and record what happened."""
+        return {job.app_id: await _settle_after_crash(job, status) for job, status in jobs}
 
     async def shutdown(self, grace: float) -> None:
         live = list(self._apps.values())
@@ -472,42 +487,69 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             app.cancel("cancelled by txd shutdown", grace)
         await asyncio.gather(*(a.finisher for a in live if a.finisher))
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         for app in self._apps.values():
             for r in app.replicas:
                 if r.transport is not None:
                     r.transport.close()
 
 
-async def _settle_after_crash(recorded: list[dict[str, Any]], status: AppStatus) -> AppStatus:
-    """A job the previous daemon left running: stop the replicas still alive, record why."""
-    alive = [
-        r["pid"]
-        for r in recorded
-        if r.get("start_ticks") is not None and _start_ticks(r["pid"]) == r["start_ticks"]
-    ]
-    await _stop_strangers(alive)
+async def _settle_after_crash(job: Job, status: AppStatus) -> AppStatus:
+    """Stops every recorded process group that still has a member, and records why."""
+    groups: dict[str, tuple[int, list[int]]] = {}  # replica -> (pgid, live members)
+    for r in job.native.get("replicas", []):
+        if members := _group_members(r.get("pid"), r.get("start_ticks")):
+            groups[f"{r['role']}/{r['replica_id']}"] = (r["pid"], members)
+    members = [pid for _, live in groups.values() for pid in live]
+    await _stop_strangers([pgid for pgid, _ in groups.values()], members)
     out = AppStatus()
     out.CopyFrom(status)
-    if alive:
+    if groups:
         out.state = AppState.CANCELLED
         out.msg = (
-            f"txd restarted after a crash; stopped {len(alive)} replica(s) "
-            f"still running from before"
+            f"txd restarted after a crash; stopped {len(members)} process(es) of replica(s) "
+            f"{', '.join(groups)} still running from before"
         )
     else:
         out.state = AppState.FAILED
         out.msg = "txd stopped unexpectedly while the job ran; its outcome is unknown"
     for role in out.roles:
         for replica in role.replicas:
-            if replica.state not in (AppState.SUCCEEDED, AppState.FAILED):
+            if not is_terminal(replica.state):
                 replica.state = out.state
     return out
 
 
-async def _stop_strangers(pids: list[int]) -> None:
+def _group_members(pgid: int | None, leader_ticks: int | None) -> list[int]:
+    """The live processes of the process group a replica led. Its leader may have exited while
+    others of the group run on; the group's id cannot be handed to a new process while any
+    member lives, so members found are the replica's. Only a leader alive with another start
+    time is a stranger: the pid was reused after the whole group had gone."""
+    if pgid is None or leader_ticks is None:
+        return []
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _pgrp(int(entry.name)) == pgid:
+            members.append(int(entry.name))
+    if pgid in members and _start_ticks(pgid) != leader_ticks:
+        return []
+    return members
+
+
+def _pgrp(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # Field 5; the command name (field 2) may contain spaces, so count from its closing paren.
+    return int(stat[stat.rindex(b")") + 2 :].split()[2])
+
+
+async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:
     """SIGTERM, then SIGKILL after the grace period, to process groups that are not our
-    children; their exits are awaited through pidfds, which the loop watches (no polling)."""
+    children; the exits of their members are awaited through pidfds, which the loop watches
+    (no polling)."""
     loop = asyncio.get_running_loop()
     waits = []
     for pid in pids:
@@ -518,7 +560,8 @@ async def _stop_strangers(pids: list[int]) -> None:
         gone = loop.create_future()
         loop.add_reader(fd, _resolve, gone)
         waits.append((fd, gone))
-        _killpg(pid, signal.SIGTERM)
+    for pgid in pgids:
+        _killpg(pgid, signal.SIGTERM)
     try:
         for sig in (signal.SIGKILL, None):
             try:
@@ -527,20 +570,27 @@ async def _stop_strangers(pids: list[int]) -> None:
                 return
             except TimeoutError:
                 if sig is not None:
-                    for pid in pids:
-                        _killpg(pid, sig)
+                    for pgid in pgids:
+                        _killpg(pgid, sig)
     finally:
         for fd, _ in waits:
             loop.remove_reader(fd)
             os.close(fd)
 
 
-def _native(req: PopenRequest) -> dict[str, Any]:
-    """What the registry keeps to find the job's logs after a restart."""
+def _native(req: PopenRequest, replicas: list[_Replica]) -> dict[str, Any]:
+    """What the job store keeps: where the logs are, and each replica's process group."""
     return {
         "app_dir": req.app_dir,
         "replicas": [
-            {"role": s.role, "replica_id": s.replica_id, "log": s.log} for s in req.replicas
+            {
+                "role": r.spec.role,
+                "replica_id": r.spec.replica_id,
+                "log": r.spec.log,
+                "pid": r.pid,
+                "start_ticks": _start_ticks(r.pid),
+            }
+            for r in replicas
         ],
     }
 
@@ -590,4 +640,4 @@ async def _gpu_count() -> int:
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
-    return LocalScheduler(session_name, state_dir=kwargs["state_dir"])
+    return LocalScheduler(session_name, kwargs.get("settings"), state_dir=kwargs["state_dir"])

@@ -98,6 +98,19 @@ def _shared_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
+def plugin_daemon() -> Iterator[Any]:
+    """A daemon of the test's own that can load the fakepoll test scheduler (tests/plugins)."""
+    root = txd_testing.short_tmpdir()
+    txd_testing.install_plugin(root / "site")
+    d = Daemon(root, env={"PYTHONPATH": str(root / "site")}).start()
+    try:
+        yield d
+    finally:
+        d.close()
+        txd_testing.remove_tree(root)
+
+
+@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     """The caller's working directory for txctl runs and client runs."""
     path = tmp_path / "cwd"

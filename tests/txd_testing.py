@@ -454,3 +454,19 @@ __all__: Sequence[str] = [
     "short_tmpdir",
     "unique",
 ]
+
+
+PLUGIN = Path(__file__).resolve().parent / "plugins" / "txd_fakepoll.py"
+
+
+def install_plugin(site: Path) -> None:
+    """A minimal installed distribution of the fakepoll test scheduler: the module, and a
+    dist-info with its entry point."""
+    site.mkdir(parents=True)
+    shutil.copy(PLUGIN, site / "txd_fakepoll.py")
+    info = site / "txd_fakepoll-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakepoll\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[txd.schedulers]\nfakepoll = txd_fakepoll:create_scheduler\n"
+    )

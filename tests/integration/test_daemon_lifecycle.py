@@ -101,8 +101,9 @@ async def test_restart_keeps_registry(daemon: Any, workdir: Path) -> None:
             assert await read_logs(c, bad, follow=True) == b"failing\n"
             assert (await c.wait(ok)).state == AppState.SUCCEEDED
             assert [s.state async for s in c.watch(bad)] == [AppState.FAILED]
-        # The request id is remembered too.
-        assert await c.run(sh_app("echo again", name="keep"), request_id=rid) == ok
+        # The request id is remembered too: the same request is the same job.
+        same = sh_app("echo before-restart; echo on-stderr >&2", name="keep")
+        assert await c.run(same, cwd=str(workdir), request_id=rid) == ok
         assert len(await c.list()) == 2
         # New jobs run, and old ones can be deleted.
         new = await c.run(sh_app("echo after-restart"), cwd=str(workdir))

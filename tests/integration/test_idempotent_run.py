@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from txd.client import InvalidArgumentError
+from txd.client import AlreadyExistsError, InvalidArgumentError
 from txd.v1 import AppDef, AppState, Role
 from txd_testing import first_line, sh_app, unique
 
@@ -54,16 +54,49 @@ async def test_different_request_ids_make_different_jobs(client: Any) -> None:
         await client.wait(h, timeout=30)
 
 
-async def test_same_request_id_other_app_returns_first_handle(client: Any) -> None:
+async def test_same_request_id_other_app_is_already_exists(client: Any) -> None:
     rid = uuid.uuid4().hex
     name_a, name_b = unique("ida"), unique("idb")
     first = await client.run(sh_app("true", name=name_a), request_id=rid)
-    again = await client.run(
-        AppDef(name=name_b, roles=[Role(name="x", entrypoint="true")]), request_id=rid
+    with pytest.raises(AlreadyExistsError) as err:
+        await client.run(
+            AppDef(name=name_b, roles=[Role(name="x", entrypoint="true")]), request_id=rid
+        )
+    assert err.value.message == (
+        f"request id {rid!r} belongs to job {first}, submitted with another app; "
+        "use a new request id for a new job"
     )
-    assert again == first
     assert await _count(client, name_b) == 0
     await client.wait(first, timeout=30)
+
+
+async def test_same_request_id_other_scheduler_is_already_exists(plugin_daemon: Any) -> None:
+    rid = uuid.uuid4().hex
+    async with plugin_daemon.client() as c:
+        first = await c.run(sh_app("true", name="ids"), request_id=rid, cwd="/")
+        with pytest.raises(AlreadyExistsError, match="submitted with another scheduler"):
+            await c.run(sh_app("true", name="ids"), "fakepoll", request_id=rid, cwd="/")
+        assert [a.app_handle for a in await c.list()] == [first]
+        await c.wait(first, timeout=30)
+
+
+async def test_same_request_id_while_first_is_submitting_checks_the_app(client: Any) -> None:
+    rid = uuid.uuid4().hex
+    name = unique("idw")
+    same, other = sh_app("true", name=name), sh_app("false", name=name)
+    results = await asyncio.gather(
+        client.run(same, request_id=rid),
+        client.run(other, request_id=rid),
+        return_exceptions=True,
+    )
+    # Which of the two reaches the daemon first is up to the network: exactly one is
+    # submitted, and the other is refused naming it.
+    handles = [r for r in results if isinstance(r, str)]
+    refused = [r for r in results if isinstance(r, AlreadyExistsError)]
+    assert len(handles) == 1 and len(refused) == 1, results
+    assert f"belongs to job {handles[0]}," in refused[0].message
+    assert await _count(client, name) == 1
+    await client.wait(handles[0], timeout=30)
 
 
 async def test_rejected_run_does_not_burn_the_request_id(client: Any) -> None:

@@ -9,11 +9,20 @@ call, to <state_dir>/calls.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txd.schedulers.api import DryRunInfo, Scheduler, SubmitContext, make_unique
+from txd.schedulers.api import (
+    Described,
+    DryRunInfo,
+    Job,
+    Scheduler,
+    SubmitContext,
+    Submitted,
+    make_unique,
+)
 from txd.schedulers.options import opt
 from txd.v1 import AppDef, AppState, AppStatus, Capabilities
 
@@ -30,10 +39,11 @@ class FakePoll(Scheduler[FakeOpts, str]):
     description = "test double: jobs are files, status is polled"
     capabilities = Capabilities(cancel=True, describe=True)
     Opts = FakeOpts
-    poll_interval = 0.1
 
-    def __init__(self, session_name: str, *, state_dir: str | os.PathLike[str]) -> None:
-        super().__init__(session_name)
+    def __init__(
+        self, session_name: str, settings: Any = None, *, state_dir: str | os.PathLike[str]
+    ) -> None:
+        super().__init__(session_name, {"poll_interval": 0.1, **(settings or {})})
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.calls = 0
@@ -44,11 +54,11 @@ class FakePoll(Scheduler[FakeOpts, str]):
         app_id = make_unique(app.name)
         return DryRunInfo(app=app, request=app_id, opts=opts, render=lambda: f"fake {app_id}")
 
-    async def schedule(self, dryrun: DryRunInfo[str]) -> str:
+    async def schedule(self, dryrun: DryRunInfo[str]) -> Submitted:
         (self.dir / f"{dryrun.request}.job").write_text("RUNNING")
-        return dryrun.request
+        return Submitted(dryrun.request)
 
-    async def describe(self, app_id: str) -> AppStatus | None:
+    def _describe(self, app_id: str) -> AppStatus | None:
         path = self.dir / f"{app_id}.job"
         if not path.exists():
             return None
@@ -57,16 +67,18 @@ class FakePoll(Scheduler[FakeOpts, str]):
             state = "SUCCEEDED"
         return AppStatus(state=AppState.Value(state))
 
-    async def describe_many(self, app_ids: Any) -> dict[str, AppStatus | None]:
-        ids = list(app_ids)
+    async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
+        ids = [j.app_id for j in jobs]
         self.calls += 1
         with (self.dir / "calls").open("a") as f:
             f.write(" ".join(ids) + "\n")
-        return {i: await self.describe(i) for i in ids}
+        return {i: self._describe(i) for i in ids}
 
-    async def _cancel_existing(self, app_id: str) -> None:
-        (self.dir / f"{app_id}.job").write_text("CANCELLED")
+    async def cancel(self, job: Job) -> None:
+        path = self.dir / f"{job.app_id}.job"
+        if path.exists() and path.read_text() == "RUNNING":
+            path.write_text("CANCELLED")
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> FakePoll:
-    return FakePoll(session_name, state_dir=kwargs["state_dir"])
+    return FakePoll(session_name, kwargs.get("settings"), state_dir=kwargs["state_dir"])

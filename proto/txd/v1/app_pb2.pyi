@@ -201,7 +201,7 @@ class RoleStatus(_message.Message):
     def __init__(self, role: _Optional[str] = ..., replicas: _Optional[_Iterable[_Union[ReplicaStatus, _Mapping]]] = ...) -> None: ...
 
 class AppStatus(_message.Message):
-    __slots__ = ("state", "num_restarts", "msg", "structured_error_msg", "ui_url", "roles", "app_handle", "scheduler", "app_id", "name", "created", "updated")
+    __slots__ = ("state", "num_restarts", "msg", "structured_error_msg", "ui_url", "roles", "app_handle", "scheduler", "app_id", "name", "created", "updated", "stale_since", "stale_msg")
     STATE_FIELD_NUMBER: _ClassVar[int]
     NUM_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     MSG_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +214,8 @@ class AppStatus(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     UPDATED_FIELD_NUMBER: _ClassVar[int]
+    STALE_SINCE_FIELD_NUMBER: _ClassVar[int]
+    STALE_MSG_FIELD_NUMBER: _ClassVar[int]
     state: AppState
     num_restarts: int
     msg: str
@@ -226,4 +228,6 @@ class AppStatus(_message.Message):
     name: str
     created: _timestamp_pb2.Timestamp
     updated: _timestamp_pb2.Timestamp
-    def __init__(self, state: _Optional[_Union[AppState, str]] = ..., num_restarts: _Optional[int] = ..., msg: _Optional[str] = ..., structured_error_msg: _Optional[str] = ..., ui_url: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[RoleStatus, _Mapping]]] = ..., app_handle: _Optional[str] = ..., scheduler: _Optional[str] = ..., app_id: _Optional[str] = ..., name: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    stale_since: _timestamp_pb2.Timestamp
+    stale_msg: str
+    def __init__(self, state: _Optional[_Union[AppState, str]] = ..., num_restarts: _Optional[int] = ..., msg: _Optional[str] = ..., structured_error_msg: _Optional[str] = ..., ui_url: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[RoleStatus, _Mapping]]] = ..., app_handle: _Optional[str] = ..., scheduler: _Optional[str] = ..., app_id: _Optional[str] = ..., name: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stale_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stale_msg: _Optional[str] = ...) -> None: ...

@@ -2,7 +2,8 @@
 ones registered under the entry-point group `txd.schedulers`.
 
 A factory has TorchX's signature, `create_scheduler(session_name, **kwargs) -> Scheduler`; the
-daemon passes `state_dir` (a directory the scheduler may keep files in) among the kwargs.
+daemon passes `settings` (the scheduler's section of the daemon config, a mapping checked by
+`Scheduler.__init__`) and `state_dir` (a directory the scheduler may keep files in).
 """
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ Factory = Callable[..., Scheduler[Any, Any]]
 
 @dataclass
 class Entry:
-    """A scheduler that can be built, or the reason it cannot (`error`)."""
+    """A scheduler that can be built: `load()` imports its module and returns its factory."""
 
     name: str
     load: Callable[[], Factory]
-    error: str = ""
 
 
 def _load(module: str) -> Factory:

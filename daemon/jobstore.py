@@ -1,4 +1,4 @@
-"""The job registry: every job the daemon submitted, in SQLite (WAL), so status, describe, list
+"""The job store: every job the daemon submitted, in SQLite (WAL), so status, describe, list
 and logs survive a daemon restart and terminal states are remembered.
 
 Calls are synchronous and short (one indexed statement, one commit); WAL with synchronous=NORMAL
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txd.schedulers.api import TERMINAL
 from txd.schedulers.options import CfgVal
+from txd.v1 import TERMINAL_STATES as TERMINAL
 from txd.v1.app_pb2 import AppDef, AppStatus
 
 _SCHEMA = """
@@ -48,7 +48,7 @@ class JobRecord:
     request_id: str | None = None
 
 
-class Registry:
+class JobStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

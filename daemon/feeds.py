@@ -1,0 +1,181 @@
+"""Status feeds: how each scheduler's job statuses reach the status cache.
+
+One feed per scheduler, of one of two kinds, chosen by the scheduler (`Scheduler.pushes()`):
+- PollFeed asks `describe_many` about every followed job once per poll interval, however many
+  clients wait on or watch those jobs;
+- ChangeFeed consumes the scheduler's `changes()` stream, describes every followed job once
+  each time the stream is (re)subscribed, and reopens a dropped stream after the interval.
+
+A feed runs as one task in the daemon's task group, started when its scheduler's first job is
+followed and ended when none is left. Both kinds offer `refresh()`: "make these jobs' statuses
+current now" (after a submit or a cancel), so the job service never asks which kind it has.
+Backend trouble never escapes a feed: the jobs' statuses are marked stale and the feed goes on.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from txd.daemon.status import LiveJob, StatusCache
+from txd.schedulers.api import Described, NoAnswer, Scheduler, Subscribed
+from txd.schedulers.errors import TxdError
+from txd.schedulers.pulse import Pulse
+
+log = logging.getLogger(__name__)
+
+NOT_DESCRIBED = NoAnswer("the backend's answer left this job out")
+
+
+class Feed(abc.ABC):
+    def __init__(
+        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: Any
+    ) -> None:
+        self.name = name
+        self.sched = sched
+        self.cache = cache
+        self._tasks = tasks  # the daemon's task group
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def interval(self) -> float:
+        return float(self.sched.settings.poll_interval)
+
+    def start(self) -> None:
+        """Makes sure the feed runs (a job of its scheduler is followed now)."""
+        if self._task is None:
+            self._task = self._tasks.create_task(self._main(), name=f"{self.name} status feed")
+
+    async def stop(self) -> None:
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _main(self) -> None:
+        try:
+            await self._run()
+        finally:
+            self._task = None
+            self._ended()
+
+    @abc.abstractmethod
+    async def _run(self) -> None:
+        """Keeps statuses current until no job of the scheduler is followed."""
+
+    def _ended(self) -> None:  # noqa: B027 (optional hook)
+        """The task has ended (no job left, or stopped)."""
+
+    @abc.abstractmethod
+    async def refresh(self, jobs: Sequence[LiveJob], *, wait: bool = True) -> None:
+        """Has these jobs' statuses asked of the backend now; with `wait`, returns once they
+        were (a polled scheduler is otherwise only nudged)."""
+
+    async def _describe(self, jobs: Sequence[LiveJob]) -> None:
+        """One describe_many for `jobs`, applied to the cache; never raises a backend error."""
+        if not jobs:
+            return
+        try:
+            found = await self.sched.describe_many([j.job for j in jobs])
+        except TxdError as e:
+            log.warning("%s: status query failed, keeping the last statuses: %s", self.name, e)
+            self.cache.mark_stale(list(jobs), self.name, str(e))
+            return
+        except Exception as e:  # a scheduler's bug must not stop its feed
+            log.exception("%s: status query raised", self.name)
+            self.cache.mark_stale(list(jobs), self.name, f"internal error: {e!r}")
+            return
+        self._apply(jobs, found)
+
+    def _apply(self, jobs: Sequence[LiveJob], found: Mapping[str, Described]) -> None:
+        for job in jobs:
+            value = found.get(job.record.app_id, NOT_DESCRIBED)
+            if isinstance(value, NoAnswer):
+                self.cache.mark_stale([job], self.name, value.reason)
+            elif value is None:
+                self.cache.forgotten(job, self.name)
+            else:
+                self.cache.record(job, value)
+
+
+class PollFeed(Feed):
+    """One batched query per interval. A refresh (a submit, a cancel) cuts the wait short, but
+    never below a fifth of the interval: a burst of submissions costs at most 5 polls per
+    interval."""
+
+    def __init__(
+        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: Any
+    ) -> None:
+        super().__init__(name, sched, cache, tasks)
+        self._kick = asyncio.Event()  # set: poll soon
+        self._polled = Pulse()  # fired after each poll, and when the task ends
+        self._started = 0  # polls started so far
+        self.polls = 0  # polls done so far
+
+    async def _run(self) -> None:
+        while jobs := self.cache.followed(self.name):
+            self._kick.clear()
+            self._started += 1
+            await self._describe(jobs)
+            self.polls += 1
+            self._polled.fire()
+            await asyncio.sleep(self.interval / 5)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval * 4 / 5):
+                    await self._kick.wait()
+
+    def _ended(self) -> None:
+        self._polled.fire()  # wakes refresh callers: no poll will come
+
+    async def refresh(self, jobs: Sequence[LiveJob], *, wait: bool = True) -> None:
+        self.start()
+        if not wait:
+            self._kick.set()
+            return
+        # A poll under way may have queried the backend before the caller's change: the one
+        # that counts is the next to start. Polls start and finish in turn, so it is done when
+        # the finished count passes the started count of now.
+        target = self._started + 1
+        self._kick.set()
+        while self.polls < target and self._task is not None:
+            await self._polled.wait_past(self._polled.gen)
+
+
+class ChangeFeed(Feed):
+    """The informer pattern: subscribe, describe everything once, then apply pushed changes."""
+
+    async def _run(self) -> None:
+        while self.cache.followed(self.name):
+            try:
+                async with contextlib.aclosing(self.sched.changes()) as changes:
+                    async for item in changes:
+                        if isinstance(item, Subscribed):
+                            await self._describe(self.cache.followed(self.name))
+                        elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
+                            self._apply([job], {item.app_id: item.status})
+                        if not self.cache.followed(self.name):
+                            return
+                reason = "its change stream ended"
+            except TxdError as e:
+                reason = str(e)
+            except Exception as e:  # a scheduler's bug must not stop its feed
+                log.exception("%s: change stream raised", self.name)
+                reason = f"internal error: {e!r}"
+            jobs = self.cache.followed(self.name)
+            log.warning("%s: %s; reconnecting in %g s", self.name, reason, self.interval)
+            self.cache.mark_stale(jobs, self.name, reason)
+            await asyncio.sleep(self.interval)
+
+    async def refresh(self, jobs: Sequence[LiveJob], *, wait: bool = True) -> None:
+        self.start()
+        await self._describe([j for j in jobs if j.followed])
+
+
+def feed_for(name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: Any) -> Feed:
+    kind = ChangeFeed if sched.pushes() else PollFeed
+    return kind(name, sched, cache, tasks)

@@ -1,0 +1,67 @@
+"""Log reads: which replicas a LogsRequest names, and their bytes from the scheduler, tagged with
+the replica and merged as they come when following several."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from txd.schedulers.aiters import merge
+from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
+from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.v1.app_pb2 import AppDef
+from txd.v1.runner_pb2 import LogsRequest, LogsResponse
+
+# Bounds the bytes buffered per merged log stream (chunks are at most 64 KiB).
+MERGE_QUEUE_CHUNKS = 16
+
+
+async def read(
+    sched: Scheduler[Any, Any], job: Job, app: AppDef, req: LogsRequest, ended: Ended
+) -> AsyncIterator[LogsResponse]:
+    targets = _targets(req.app_handle, app, req)
+    if req.regex:
+        try:
+            re.compile(req.regex.encode())
+        except re.error as e:
+            raise InvalidArgument("regex", f"invalid regular expression: {e}") from None
+    query = LogQuery(
+        regex=req.regex,
+        since=req.since.ToDatetime(dt.UTC) if req.HasField("since") else None,
+        until=req.until.ToDatetime(dt.UTC) if req.HasField("until") else None,
+        follow=req.follow,
+        stream=req.streams,
+    )
+    iters = [(role, k, sched.log_iter(job, role, k, query, ended)) for role, k in targets]
+    if not req.follow or len(iters) == 1:
+        # Replica after replica: finished output reads best grouped.
+        for i in iters:
+            async for msg in _tagged(*i):
+                yield msg
+        return
+    async for msg in merge([_tagged(*i) for i in iters], MERGE_QUEUE_CHUNKS):
+        yield msg
+
+
+def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]]:
+    roles = [r for r in app.roles if not req.role or r.name == req.role]
+    if not roles:
+        names = ", ".join(r.name for r in app.roles)
+        raise NotFound(f"{handle} has no role {req.role!r} (roles: {names})")
+    targets = []
+    for role in roles:
+        n = num_replicas(role)
+        if req.HasField("replica"):
+            if not 0 <= req.replica < n:
+                raise NotFound(f"role {role.name!r} has replicas 0..{n - 1}, not {req.replica}")
+            targets.append((role.name, req.replica))
+        else:
+            targets.extend((role.name, k) for k in range(n))
+    return targets
+
+
+async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[LogsResponse]:
+    async for chunk in it:
+        yield LogsResponse(data=chunk, role=role, replica=k)

@@ -1,0 +1,157 @@
+"""The daemon's scheduler instances: each built on first use (a backend's module is imported only
+when it is used) with its settings section, started in the daemon's task group, and paired with
+its status feed."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import logging
+from pathlib import Path
+from typing import Any
+
+from txd.daemon.feeds import Feed, feed_for
+from txd.daemon.status import StatusCache
+from txd.schedulers import plugins
+from txd.schedulers.api import Scheduler
+from txd.schedulers.errors import FailedPrecondition, InvalidArgument, NotFound, TxdError
+from txd.v1.scheduler_pb2 import Capabilities, SchedulerInfo
+
+log = logging.getLogger(__name__)
+
+
+class SettingsError(Exception):
+    """A scheduler's settings section is wrong: the daemon refuses to start."""
+
+
+class Schedulers:
+    def __init__(
+        self,
+        session: str,
+        state_dir: Path,
+        settings: dict[str, dict[str, Any]],
+        cache: StatusCache,
+        tasks: Any,
+    ) -> None:
+        self.session = session
+        self._state_dir = state_dir
+        self._settings = settings
+        self._cache = cache
+        self._tasks = tasks  # the daemon's task group
+        self._entries = plugins.discover()
+        self._instances: dict[str, Scheduler[Any, Any]] = {}
+        self._feeds: dict[str, Feed] = {}
+        self._load_errors: dict[str, str] = {}
+        self._building: dict[str, asyncio.Lock] = {}
+
+    def names(self) -> list[str]:
+        return list(self._entries)
+
+    def check(self, name: str) -> None:
+        """Raises NotFound for a scheduler nobody registered."""
+        if name not in self._entries:
+            close = difflib.get_close_matches(name, self._entries, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            known = ", ".join(sorted(self._entries))
+            raise NotFound(f"unknown scheduler {name!r} (known: {known}){hint}")
+
+    async def check_settings(self) -> None:
+        """Builds every scheduler that has a settings section, so a wrong one stops the daemon
+        at start instead of surfacing at the first Run."""
+        for name in self._settings:
+            if name not in self._entries:
+                known = ", ".join(sorted(self._entries))
+                raise SettingsError(f"settings for unknown scheduler {name!r} (known: {known})")
+            try:
+                await self.get(name)
+            except TxdError as e:
+                raise SettingsError(str(e)) from None
+
+    async def get(self, name: str) -> Scheduler[Any, Any]:
+        """The scheduler called `name`, built and started on first use."""
+        if (sched := self._instances.get(name)) is not None:
+            return sched
+        self.check(name)
+        async with self._building.setdefault(name, asyncio.Lock()):
+            if (sched := self._instances.get(name)) is not None:
+                return sched
+            if name in self._load_errors:
+                raise FailedPrecondition(f"scheduler {name} is unusable: {self._load_errors[name]}")
+            try:
+                factory = self._entries[name].load()
+                sched = factory(
+                    self.session,
+                    settings=self._settings.get(name, {}),
+                    state_dir=self._state_dir / "schedulers" / name,
+                )
+                await sched.start(self._tasks)
+            except InvalidArgument as e:  # a bad settings key or value
+                self._load_errors[name] = f"settings [schedulers.{name}] {e}"
+                raise FailedPrecondition(self._load_errors[name]) from None
+            except Exception as e:
+                self._load_errors[name] = f"{type(e).__name__}: {e}"
+                log.exception("scheduler %s failed to load", name)
+                raise FailedPrecondition(
+                    f"scheduler {name} is unusable: {self._load_errors[name]}"
+                ) from None
+            self._instances[name] = sched
+            self._feeds[name] = feed_for(name, sched, self._cache, self._tasks)
+            return sched
+
+    def feed(self, name: str) -> Feed:
+        """The status feed of a scheduler already built (every followed job's is)."""
+        return self._feeds[name]
+
+    async def infos(self) -> list[SchedulerInfo]:
+        out = []
+        for name in self._entries:
+            try:
+                sched = await self.get(name)
+            except TxdError:
+                out.append(SchedulerInfo(name=name, load_error=self._load_errors.get(name, "")))
+                continue
+            caps = Capabilities()
+            caps.CopyFrom(sched.capabilities)
+            caps.push_status = sched.pushes()  # a fact, whatever the class claims
+            out.append(
+                SchedulerInfo(
+                    name=name,
+                    description=sched.description,
+                    capabilities=caps,
+                    backend_calls=sched.backend_calls(),
+                )
+            )
+        return out
+
+    # -- shutdown, in order -----------------------------------------------------------------
+
+    async def shutdown(self, grace: float) -> None:
+        """Each scheduler ends what it runs on this host; then the final statuses of pushing
+        schedulers' jobs (this host's processes and containers) are settled through their
+        feeds, within `grace` seconds: what can be recorded is. Polled jobs live on a cluster
+        and keep running. Backend errors are logged, never raised."""
+        for name, sched in self._instances.items():
+            try:
+                await sched.shutdown(grace)
+            except Exception:
+                log.exception("%s: shutdown failed", name)
+        try:
+            async with asyncio.timeout(grace):
+                for name, feed in self._feeds.items():
+                    jobs = self._cache.followed(name)
+                    if jobs and self._instances[name].pushes():
+                        await feed.refresh(jobs)
+        except TimeoutError:
+            log.warning("shutdown: could not settle every job's status within %g s", grace)
+
+    async def stop_feeds(self) -> None:
+        for feed in self._feeds.values():
+            await feed.stop()
+
+    async def aclose(self) -> None:
+        """Closes schedulers in reverse order of creation; a failure is logged and skipped."""
+        for name, sched in reversed(self._instances.items()):
+            try:
+                await sched.aclose()
+            except Exception:
+                log.exception("%s: close failed", name)

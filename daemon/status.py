@@ -1,0 +1,191 @@
+"""The status cache: the daemon's only copy of every job's status.
+
+A job is *followed* from submission until nothing about it can change any more: it reached a
+terminal state, the backend no longer knows it, or it was deleted. A followed job lives here
+with a Pulse that wakes its Wait/Watch callers and log follows the moment its status changes;
+every status is written through to the job store, so a job that is no longer followed costs no
+memory (10,000 finished jobs live only in SQLite). The feeds (daemon.feeds) are the only
+writers; clients only read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from txd.daemon.jobstore import JobRecord, JobStore
+from txd.schedulers.api import Job, is_terminal
+from txd.schedulers.pulse import Pulse
+from txd.v1.app_pb2 import AppState, AppStatus
+
+
+@dataclass(eq=False)
+class LiveJob:
+    record: JobRecord
+    pulse: Pulse = field(default_factory=Pulse)
+    followed: bool = True  # False once nothing can change: waiters return, watchers end
+
+    @property
+    def status(self) -> AppStatus:
+        return self.record.status
+
+    @property
+    def job(self) -> Job:
+        return Job(self.record.app_id, self.record.native)
+
+
+def now() -> Timestamp:
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+def _same(a: AppStatus, b: AppStatus) -> bool:
+    """Equal apart from what the daemon stamps on (updated, stale marks)."""
+    a2, b2 = AppStatus(), AppStatus()
+    a2.CopyFrom(a)
+    b2.CopyFrom(b)
+    for s in (a2, b2):
+        s.ClearField("updated")
+        s.ClearField("stale_since")
+        s.ClearField("stale_msg")
+    return a2 == b2
+
+
+class StatusCache:
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+        self._followed: dict[str, LiveJob] = {}  # by handle
+        self._by_app: dict[tuple[str, str], LiveJob] = {}  # by (scheduler, app_id)
+
+    def follow(self, rec: JobRecord) -> LiveJob:
+        """Starts following a live job (a new one, or one recorded live before a restart)."""
+        job = LiveJob(rec)
+        self._fill_identity(rec, rec.status)
+        self._followed[rec.handle] = job
+        self._by_app[(rec.scheduler, rec.app_id)] = job
+        return job
+
+    def get(self, handle: str) -> LiveJob | None:
+        return self._followed.get(handle)
+
+    def by_app_id(self, scheduler: str, app_id: str) -> LiveJob | None:
+        return self._by_app.get((scheduler, app_id))
+
+    def followed(self, scheduler: str) -> list[LiveJob]:
+        return [j for j in self._followed.values() if j.record.scheduler == scheduler]
+
+    # -- writers (the feeds) ----------------------------------------------------------------
+
+    def record(self, job: LiveJob, status: AppStatus) -> None:
+        """Stores the backend's new status if it differs (a terminal status is final), clears
+        a stale mark, and wakes everyone waiting on the job."""
+        if not job.followed:
+            return
+        self._fill_identity(job.record, status)
+        old = job.record.status
+        if _same(old, status):
+            if old.HasField("stale_since"):
+                old.ClearField("stale_since")
+                old.ClearField("stale_msg")
+                job.pulse.fire()
+            return
+        if old.state != status.state or not old.HasField("updated"):
+            status.updated.CopyFrom(now())
+        else:
+            status.updated.CopyFrom(old.updated)
+        job.record.status = status
+        self._store.update_status(job.record.handle, status)
+        if is_terminal(status.state):
+            self._unfollow(job)
+        job.pulse.fire()
+
+    def forgotten(self, job: LiveJob, scheduler: str) -> None:
+        """The backend no longer knows the job: nothing will change, record UNKNOWN."""
+        old = job.record.status
+        status = AppStatus()
+        status.CopyFrom(old)
+        status.ClearField("stale_since")
+        status.ClearField("stale_msg")
+        status.state = AppState.UNKNOWN
+        status.msg = (
+            f"{scheduler} no longer knows this job; its last known state was "
+            f"{AppState.Name(old.state)}" + (f" ({old.msg})" if old.msg else "")
+        )
+        self.record(job, status)
+        self._unfollow(job)
+        job.pulse.fire()
+
+    def mark_stale(self, jobs: list[LiveJob], scheduler: str, reason: str) -> None:
+        """The backend did not answer for these jobs: their statuses may be out of date. The
+        first failure's time is kept until the backend answers again."""
+        for job in jobs:
+            status = job.record.status
+            if not job.followed or status.HasField("stale_since"):
+                continue
+            status.stale_since.CopyFrom(now())
+            since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            status.stale_msg = f"{scheduler} has not answered since {since}: {reason}"
+            job.pulse.fire()
+
+    def drop(self, handle: str, msg: str) -> None:
+        """The job was deleted: wake anyone still waiting with a final status."""
+        job = self._followed.get(handle)
+        if job is None:
+            return
+        final = AppStatus()
+        final.CopyFrom(job.status)
+        if not is_terminal(final.state):
+            final.state = AppState.CANCELLED
+        final.msg = msg
+        job.record.status = final
+        self._unfollow(job)
+        job.pulse.fire()
+
+    def _unfollow(self, job: LiveJob) -> None:
+        job.followed = False
+        self._followed.pop(job.record.handle, None)
+        self._by_app.pop((job.record.scheduler, job.record.app_id), None)
+
+    @staticmethod
+    def _fill_identity(rec: JobRecord, status: AppStatus) -> None:
+        status.app_handle = rec.handle
+        status.scheduler = rec.scheduler
+        status.app_id = rec.app_id
+        status.name = rec.app.name
+        status.created.FromNanoseconds(int(rec.created * 1e9))
+
+    # -- readers (clients, log follows) -----------------------------------------------------
+
+    async def wait(self, rec: JobRecord) -> AppStatus:
+        """The job's status once nothing can change any more."""
+        job = self._followed.get(rec.handle)
+        if job is None:
+            return rec.status
+        while job.followed:
+            await job.pulse.wait_past(job.pulse.gen)
+        return job.status
+
+    async def watch(self, rec: JobRecord) -> AsyncIterator[AppStatus]:
+        """The current status, then every change, until nothing can change any more."""
+        job = self._followed.get(rec.handle)
+        if job is None:
+            yield rec.status
+            return
+        while True:
+            gen = job.pulse.gen
+            status = job.status
+            ended = not job.followed
+            yield status
+            # Test what was sent: the job may have ended during the yield.
+            if ended:
+                return
+            await job.pulse.wait_past(gen)
+
+    async def until_ended(self, handle: str) -> None:
+        """Returns once the job is no longer followed (terminal, forgotten or deleted)."""
+        job = self._followed.get(handle)
+        while job is not None and job.followed:
+            await job.pulse.wait_past(job.pulse.gen)
