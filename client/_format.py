@@ -42,6 +42,8 @@ def status_text(status: AppStatus) -> str:
         f"  created:  {_when(status.created)}",
         f"  updated:  {_when(status.updated)}",
     ]
+    if status.stale_msg:
+        lines.append(f"  STALE:    {status.stale_msg}")
     if status.num_restarts:
         lines.append(f"  restarts: {status.num_restarts}")
     if status.msg:

@@ -537,13 +537,16 @@ def _group_members(pgid: int | None, leader_ticks: int | None) -> list[int]:
 
 
 def _pgrp(pid: int) -> int | None:
+    """The process group of a live process; None for a zombie (it has ended, only its exit
+    status waits to be collected) or a process that is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    # Field 5; the command name (field 2) may contain spaces, so count from its closing paren.
-    return int(stat[stat.rindex(b")") + 2 :].split()[2])
+    # Fields 3 and 5; the command name (field 2) may contain spaces: count from its paren.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return None if fields[0] == b"Z" else int(fields[2])
 
 
 async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:

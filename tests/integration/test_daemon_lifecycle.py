@@ -253,6 +253,41 @@ async def test_crash_recovery_ends_leftover_replicas(daemon: Any, workdir: Path)
         assert (await c.status(live)) == status
 
 
+async def test_crash_recovery_ends_a_group_whose_leader_died(daemon: Any, workdir: Path) -> None:
+    """Defect 5 of issue 7: the replica's leader died while no daemon ran, but a child of its
+    process group runs on. Recovery ends the whole group and says so."""
+    marker = _marker()
+    async with daemon.client() as c:
+        handle = await c.run(
+            AppDef(
+                name="orphans",
+                roles=[
+                    Role(name="l", entrypoint="sh", args=["-c", f"sleep {marker} & echo up; wait"])
+                ],
+            ),
+            cwd=str(workdir),
+        )
+        await _wait_for_output(c, handle, b"up", count=1)
+    # The shell (the group's leader, pid == pgid) and its sleep both name the marker.
+    [child] = [p for p in pids_with_marker(marker) if proc_stat(p)[2] != p]  # type: ignore[index]
+    leader = proc_stat(child)[2]  # type: ignore[index]
+    assert daemon.kill() == -signal.SIGKILL
+    with PidWatch([leader]) as watch:
+        os.kill(leader, signal.SIGKILL)
+        assert watch.wait(5) == []
+    assert is_running(child, proc_stat(child)[3])  # type: ignore[index]
+    with PidWatch([child]) as watch:
+        daemon.restart()
+        assert watch.wait(2.0) == [], "the group's surviving member still runs"
+    async with daemon.client() as c:
+        status = await c.status(handle)
+    assert status.state == AppState.CANCELLED
+    assert status.msg == (
+        "txd restarted after a crash; stopped 1 process(es) of replica(s) l/0 "
+        "still running from before"
+    )
+
+
 async def test_crash_recovery_never_kills_a_reused_pid(daemon: Any, workdir: Path) -> None:
     marker = _marker()
     async with daemon.client() as c:

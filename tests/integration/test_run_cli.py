@@ -231,6 +231,20 @@ def test_list_text_json_newest_first(txctl: Any, finished: str) -> None:
     assert finished in [a["app_handle"] for a in by_sched]
 
 
+def test_list_backend_local_cwd(txctl: Any) -> None:
+    """local_cwd claims `list`: it lists the apps whose processes run now (defect 3)."""
+    handle = first_line(txctl("run", "utils.sh", "sleep", "600", check=0).stdout)
+    try:
+        data = json.loads(txctl("list", "--backend", "-s", "local_cwd", "--json", check=0).stdout)
+        mine = [a for a in data if a["app_handle"] == handle]
+        assert len(mine) == 1 and mine[0]["state"] == "RUNNING", data
+    finally:
+        txctl("cancel", handle, check=0)
+    txctl("wait", handle, check=1)
+    data = json.loads(txctl("list", "--backend", "-s", "local_cwd", "--json", check=0).stdout)
+    assert handle not in [a["app_handle"] for a in data]
+
+
 def test_list_unknown_scheduler(txctl: Any) -> None:
     proc = txctl("list", "-s", "nosuchsched", check=2)
     no_traceback(proc)

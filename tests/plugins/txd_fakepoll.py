@@ -3,7 +3,8 @@ entry-point group. Its jobs are files; it cannot push, so the daemon polls it.
 
 A job reports RUNNING until the scheduler has answered FINISH_AFTER batched status queries in
 all, then SUCCEEDED. Every describe_many call appends the ids it was asked about, one line per
-call, to <state_dir>/calls.
+call, to <state_dir>/calls. While a file <state_dir>/down exists, the backend cannot be reached:
+describe_many raises BackendUnavailable (and the failed query does not count).
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from txd.schedulers.api import (
     Submitted,
     make_unique,
 )
+from txd.schedulers.errors import BackendUnavailable
 from txd.schedulers.options import opt
 from txd.v1 import AppDef, AppState, AppStatus, Capabilities
 
 FINISH_AFTER = 5
+DOWN = "fakepoll's backend is down (test)"
 
 
 @dataclass
@@ -68,6 +71,8 @@ class FakePoll(Scheduler[FakeOpts, str]):
         return AppStatus(state=AppState.Value(state))
 
     async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
+        if (self.dir / "down").exists():
+            raise BackendUnavailable(DOWN)
         ids = [j.app_id for j in jobs]
         self.calls += 1
         with (self.dir / "calls").open("a") as f:
