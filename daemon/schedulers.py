@@ -12,7 +12,7 @@ from typing import Any
 
 from txd.daemon.feeds import Feed, feed_for
 from txd.daemon.status import StatusCache
-from txd.schedulers import plugins
+from txd.schedulers import options, plugins
 from txd.schedulers.api import Scheduler
 from txd.schedulers.errors import FailedPrecondition, InvalidArgument, NotFound, TxdError
 from txd.v1.scheduler_pb2 import Capabilities, SchedulerInfo
@@ -119,6 +119,7 @@ class Schedulers:
                     description=sched.description,
                     capabilities=caps,
                     backend_calls=sched.backend_calls(),
+                    settings=options.as_cfg(sched.settings),
                 )
             )
         return out

@@ -105,13 +105,20 @@ async def serve(
         raise
     core: Core | None = None
     try:
-        async with asyncio.TaskGroup() as group:
-            tasks = Tasks(group)
-            try:
-                core = Core(state_dir, session, settings, tasks)
-                await _serve(core, socket_path, state_dir, grace, ready_fd)
-            finally:
-                tasks.cancel_all()
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = Tasks(group)
+                try:
+                    core = Core(state_dir, session, settings, tasks)
+                    await _serve(core, socket_path, state_dir, grace, ready_fd)
+                finally:
+                    tasks.cancel_all()
+        except BaseExceptionGroup as group_error:
+            # Tasks log their own errors, so this is the body's one (a SettingsError, say),
+            # which the task group wraps: raise it as it is.
+            if len(group_error.exceptions) == 1:
+                raise group_error.exceptions[0] from None
+            raise
     finally:
         if core is not None:
             await core.aclose()

@@ -48,8 +48,11 @@ def unique(prefix: str) -> str:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the txd variables that would redirect clients."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TXD_SOCKET", "TXD_NO_AUTOSTART")}
+    """This process's environment without the txd variables that would redirect clients or
+    configure daemons (a user's own txd.toml is never read: XDG_CONFIG_HOME points nowhere)."""
+    drop = ("TXD_SOCKET", "TXD_NO_AUTOSTART", "TXD_CONFIG")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["XDG_CONFIG_HOME"] = "/nonexistent/txd-tests"
     env.update(extra)
     return env
 
