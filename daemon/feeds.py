@@ -150,7 +150,7 @@ class ChangeFeed(Feed):
     """The informer pattern: subscribe, describe everything once, then apply pushed changes."""
 
     async def _run(self) -> None:
-        while self.cache.followed(self.name):
+        while self.cache.any_followed(self.name):
             try:
                 async with contextlib.aclosing(self.sched.changes()) as changes:
                     async for item in changes:
@@ -158,7 +158,7 @@ class ChangeFeed(Feed):
                             await self._describe(self.cache.followed(self.name))
                         elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
                             self._apply([job], {item.app_id: item.status})
-                        if not self.cache.followed(self.name):
+                        if not self.cache.any_followed(self.name):
                             return
                 reason = "its change stream ended"
             except TxdError as e:

@@ -11,6 +11,7 @@ writers; clients only read.
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -59,6 +60,7 @@ class StatusCache:
         self._store = store
         self._followed: dict[str, LiveJob] = {}  # by handle
         self._by_app: dict[tuple[str, str], LiveJob] = {}  # by (scheduler, app_id)
+        self._count: Counter[str] = Counter()  # followed jobs by scheduler
 
     def follow(self, rec: JobRecord) -> LiveJob:
         """Starts following a live job (a new one, or one recorded live before a restart)."""
@@ -66,6 +68,7 @@ class StatusCache:
         self._fill_identity(rec, rec.status)
         self._followed[rec.handle] = job
         self._by_app[(rec.scheduler, rec.app_id)] = job
+        self._count[rec.scheduler] += 1
         return job
 
     def get(self, handle: str) -> LiveJob | None:
@@ -75,7 +78,12 @@ class StatusCache:
         return self._by_app.get((scheduler, app_id))
 
     def followed(self, scheduler: str) -> list[LiveJob]:
+        if not self._count[scheduler]:
+            return []
         return [j for j in self._followed.values() if j.record.scheduler == scheduler]
+
+    def any_followed(self, scheduler: str) -> bool:
+        return self._count[scheduler] > 0
 
     # -- writers (the feeds) ----------------------------------------------------------------
 
@@ -145,9 +153,10 @@ class StatusCache:
         job.pulse.fire()
 
     def _unfollow(self, job: LiveJob) -> None:
+        if self._followed.pop(job.record.handle, None) is not None:
+            self._by_app.pop((job.record.scheduler, job.record.app_id), None)
+            self._count[job.record.scheduler] -= 1
         job.followed = False
-        self._followed.pop(job.record.handle, None)
-        self._by_app.pop((job.record.scheduler, job.record.app_id), None)
 
     @staticmethod
     def _fill_identity(rec: JobRecord, status: AppStatus) -> None:
