@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -454,3 +455,57 @@ __all__: Sequence[str] = [
     "short_tmpdir",
     "unique",
 ]
+
+
+# -- gates: a job waits, the test decides when it goes on -------------------------------------
+
+
+class Gate:
+    """A named pipe a job blocks on until the test opens the gate: the job runs `gate.wait`
+    (`read _ < path`), which sleeps in the kernel, without polling, until a line arrives.
+
+    The test holds the pipe open for reading and writing from the start, so the job's open of
+    it never blocks, and a line written before the job reads stays in the pipe until it does.
+    Each open() lets one wait through. close() gives a job still waiting EOF, which also lets
+    it go: a failed test leaves no job blocked for ever."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR)
+
+    @property
+    def wait(self) -> str:
+        """The shell command that waits for the gate."""
+        return f"read _ < {shlex.quote(str(self.path))}"
+
+    def open(self) -> None:
+        os.write(self._fd, b"\n")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class Gates:
+    """Makes gates in a directory and closes them all at the end of a `with` block."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._gates: list[Gate] = []
+
+    def new(self, name: str) -> Gate:
+        gate = Gate(self.directory / f"gate-{name}")
+        self._gates.append(gate)
+        return gate
+
+    def __enter__(self) -> Gates:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for gate in self._gates:
+            gate.close()
+
+
+__all__ = [*__all__, "Gate", "Gates"]
