@@ -508,4 +508,12 @@ class Gates:
             gate.close()
 
 
-__all__ = [*__all__, "Gate", "Gates"]
+def job_replicas(state_dir: Path, handle: str) -> list[dict[str, Any]]:
+    """The replicas local_cwd recorded for one job under state_dir (pid, start_ticks ...)."""
+    with contextlib.closing(sqlite3.connect(state_dir / "registry.db")) as conn:
+        [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
+    replicas: list[dict[str, Any]] = json.loads(native)["replicas"]
+    return replicas
+
+
+__all__ = [*__all__, "Gate", "Gates", "job_replicas"]
