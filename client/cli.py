@@ -371,6 +371,12 @@ async def _print_logs(
     out = sys.stdout.buffer
     lines: ReplicaLines | None = None
     decided = False
+
+    def write(data: bytes) -> None:
+        if data:
+            out.write(data)
+            out.flush()
+
     try:
         async for chunk in client.logs(handle, role, replica, follow=follow, **kw):
             if not decided:
@@ -379,19 +385,18 @@ async def _print_logs(
                 if replica is None and sum(r.num_replicas for r in roles) > 1:
                     lines = ReplicaLines()
                 decided = True
-            data = (
+            write(
                 chunk.data if lines is None else lines.feed(chunk.role, chunk.replica, chunk.data)
             )
-            if data:
-                out.write(data)
-                out.flush()
-    finally:
-        # Also when interrupted: what arrived is shown. A closed stdout must not hide the error
-        # that ended the stream.
-        if lines is not None and (rest := lines.flush()):
+    except BaseException:
+        # Interrupted, or the stream failed: still show what arrived, but let nothing (a closed
+        # stdout) hide the error that ended the stream.
+        if lines is not None:
             with contextlib.suppress(OSError):
-                out.write(rest)
-                out.flush()
+                write(lines.flush())
+        raise
+    if lines is not None:
+        write(lines.flush())
 
 
 _COMMANDS = {
