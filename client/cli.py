@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import re
 import sys
@@ -362,25 +363,40 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
 async def _print_logs(
     client: Any, handle: str, role: str, replica: int | None, *, follow: bool, **kw: Any
 ) -> None:
-    """Writes log chunks to stdout as they come; with several replicas each line is prefixed
-    with `role/k `, tracked per replica because a chunk may end mid-line."""
+    """Writes log chunks to stdout as they come. One replica: its bytes unchanged. Several:
+    whole lines only, each prefixed with `role/k `; a replica's unfinished line waits for its
+    newline, or for the end of the stream (then it is printed with a newline added)."""
+    from txd.client._lines import ReplicaLines
+
     out = sys.stdout.buffer
-    at_line_start: dict[tuple[str, int], bool] = {}
-    prefix_needed: bool | None = None
-    async for chunk in client.logs(handle, role, replica, follow=follow, **kw):
-        if prefix_needed is None:
-            desc = await client.describe(handle)
-            roles = [r for r in desc.app.roles if not role or r.name == role]
-            prefix_needed = replica is None and sum(r.num_replicas for r in roles) > 1
-        data = chunk.data
-        if prefix_needed:
-            key = (chunk.role, chunk.replica)
-            prefix = f"{chunk.role}/{chunk.replica} ".encode()
-            body = data[:-1].replace(b"\n", b"\n" + prefix) + data[-1:]
-            data = (prefix if at_line_start.get(key, True) else b"") + body
-            at_line_start[key] = chunk.data.endswith(b"\n")
-        out.write(data)
-        out.flush()
+    lines: ReplicaLines | None = None
+    decided = False
+
+    def write(data: bytes) -> None:
+        if data:
+            out.write(data)
+            out.flush()
+
+    try:
+        async for chunk in client.logs(handle, role, replica, follow=follow, **kw):
+            if not decided:
+                desc = await client.describe(handle)
+                roles = [r for r in desc.app.roles if not role or r.name == role]
+                if replica is None and sum(r.num_replicas for r in roles) > 1:
+                    lines = ReplicaLines()
+                decided = True
+            write(
+                chunk.data if lines is None else lines.feed(chunk.role, chunk.replica, chunk.data)
+            )
+    except BaseException:
+        # Interrupted, or the stream failed: still show what arrived, but let nothing (a closed
+        # stdout) hide the error that ended the stream.
+        if lines is not None:
+            with contextlib.suppress(OSError):
+                write(lines.flush())
+        raise
+    if lines is not None:
+        write(lines.flush())
 
 
 _COMMANDS = {

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import sqlite3
@@ -473,3 +474,65 @@ def install_plugin(site: Path) -> None:
     (info / "entry_points.txt").write_text(
         "[txd.schedulers]\nfakepoll = txd_fakepoll:create_scheduler\n"
     )
+
+
+# -- gates: a job waits, the test decides when it goes on -------------------------------------
+
+
+class Gate:
+    """A named pipe a job blocks on until the test opens the gate: the job runs `gate.wait`
+    (`read _ < path`), which sleeps in the kernel, without polling, until a line arrives.
+
+    The test holds the pipe open for reading and writing from the start, so the job's open of
+    it never blocks, and a line written before the job reads stays in the pipe until it does.
+    Each open() lets one wait through. close() gives a job still waiting EOF, which also lets
+    it go: a failed test leaves no job blocked for ever."""
+
+    def __init__(self, path: Path) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR)
+
+    @property
+    def wait(self) -> str:
+        """The shell command that waits for the gate."""
+        return f"read _ < {shlex.quote(str(self.path))}"
+
+    def open(self) -> None:
+        os.write(self._fd, b"\n")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class Gates:
+    """Makes gates in a directory and closes them all at the end of a `with` block."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._gates: list[Gate] = []
+
+    def new(self, name: str) -> Gate:
+        gate = Gate(self.directory / f"gate-{name}")
+        self._gates.append(gate)
+        return gate
+
+    def __enter__(self) -> Gates:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for gate in self._gates:
+            gate.close()
+
+
+def job_replicas(state_dir: Path, handle: str) -> list[dict[str, Any]]:
+    """The replicas local_cwd recorded for one job under state_dir (pid, start_ticks ...)."""
+    with contextlib.closing(sqlite3.connect(state_dir / "registry.db")) as conn:
+        [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
+    replicas: list[dict[str, Any]] = json.loads(native)["replicas"]
+    return replicas
+
+
+__all__ = [*__all__, "Gate", "Gates", "job_replicas"]

@@ -1,17 +1,23 @@
 """Logs through the client: follow, regex, streams, exact bytes (non-UTF-8, `\\r`, very long
-lines), since/until, role/replica selection, chunking, and slow readers."""
+lines), since/until, role/replica selection, chunking, and slow readers.
+
+Where the order of writes matters, the job blocks on gates (txd_testing.Gate) between them and
+the test opens the next gate once it has seen the previous write arrive.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
 import hashlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from txd.client import InvalidArgumentError, NotFoundError
 from txd.v1 import AppDef, AppState, Role
-from txd_testing import py_app, read_logs, read_logs_by_replica, sh_app
+from txd_testing import Gate, Gates, py_app, read_logs, read_logs_by_replica, sh_app
 
 
 async def _run_done(client: Any, app: AppDef) -> str:
@@ -26,26 +32,46 @@ async def _write_bytes_app(client: Any, payload: bytes, stream: str = "stdout") 
     return await _run_done(client, py_app(code))
 
 
+@pytest.fixture
+def gates(tmp_path: Path) -> Iterator[Gates]:
+    with Gates(tmp_path) as g:
+        yield g
+
+
+def _gated(writes: list[str], gates: Gates) -> tuple[str, list[Gate]]:
+    """A script running the shell commands `writes` with a gate between each two."""
+    between = [gates.new(str(i)) for i in range(len(writes) - 1)]
+    steps = [c for w, g in zip(writes, between, strict=False) for c in (w, g.wait)]
+    return "; ".join([*steps, writes[-1]]), between
+
+
+async def _step_through(
+    client: Any, handle: str, expected: list[bytes], between: list[Gate]
+) -> None:
+    """Follows the logs of a one-replica job from _gated: each write must arrive as a chunk of
+    its own, equal to the next of `expected`, before the test opens the gate to the next write;
+    the stream must end after the last, as the job does."""
+    got: list[bytes] = []
+    async with asyncio.timeout(20):
+        async for chunk in client.logs(handle, follow=True):
+            assert (chunk.role, chunk.replica) == ("r", 0)
+            got.append(chunk.data)
+            assert got == expected[: len(got)], "each write arrives alone, when written"
+            if len(got) <= len(between):
+                # The job waits at this gate: what came so far was streamed, not read at its end.
+                assert (await client.status(handle)).state == AppState.RUNNING
+                between[len(got) - 1].open()
+    assert got == expected
+
+
 # -- follow ---------------------------------------------------------------------------------------
 
 
-async def test_follow_streams_lines_while_running(client: Any) -> None:
-    lines = [f"line {i}\n".encode() for i in range(1, 9)]
-    handle = await client.run(sh_app("for i in 1 2 3 4 5 6 7 8; do echo line $i; sleep 0.2; done"))
-    received = b""
-    chunks = 0
-    async with asyncio.timeout(8):
-        async for chunk in client.logs(handle, follow=True):
-            if chunks == 0:
-                assert chunk.data.startswith(b"line 1\n")
-                status = await client.status(handle)
-                assert status.state == AppState.RUNNING, "the first line came only at the end"
-            chunks += 1
-            received += chunk.data
-            assert (chunk.role, chunk.replica) == ("r", 0)
-    assert received == b"".join(lines)
-    assert chunks >= 2, "lines written 0.2 s apart arrived in one chunk: not streamed"
-    # The stream ended because the job is over.
+async def test_follow_streams_lines_while_running(client: Any, gates: Gates) -> None:
+    """Each line arrives on its own while the job runs, and the stream ends with the job."""
+    script, between = _gated([f"echo line {i}" for i in range(1, 5)], gates)
+    handle = await client.run(sh_app(script))
+    await _step_through(client, handle, [f"line {i}\n".encode() for i in range(1, 5)], between)
     assert (await client.status(handle)).state == AppState.SUCCEEDED
 
 
@@ -111,17 +137,18 @@ async def test_invalid_regex(client: Any) -> None:
         await read_logs(client, handle, regex="(")
 
 
-async def test_streams(client: Any) -> None:
-    handle = await _run_done(
-        client, sh_app("echo out1; echo err1 >&2; sleep 0.1; echo out2; sleep 0.1; echo err2 >&2")
-    )
+async def test_streams(client: Any, gates: Gates) -> None:
+    """stdout and stderr apart, and combined in the order written: each write was seen to
+    arrive before the next was let through."""
+    writes = ["echo out1", "echo err1 >&2", "echo out2", "echo err2 >&2"]
+    script, between = _gated(writes, gates)
+    handle = await client.run(sh_app(script))
+    combined = b"out1\nerr1\nout2\nerr2\n"
+    await _step_through(client, handle, combined.splitlines(keepends=True), between)
+    assert (await client.wait(handle, timeout=30)).state == AppState.SUCCEEDED
     assert await read_logs(client, handle, streams="stdout") == b"out1\nout2\n"
     assert await read_logs(client, handle, streams="stderr") == b"err1\nerr2\n"
-    combined = await read_logs(client, handle, streams="combined")
-    assert sorted(combined.splitlines()) == [b"err1", b"err2", b"out1", b"out2"]
-    # Lines written apart in time come in the order written.
-    assert combined.index(b"out1") < combined.index(b"out2") < combined.index(b"err2")
-    assert combined.index(b"err1") < combined.index(b"out2")
+    assert await read_logs(client, handle, streams="combined") == combined
     assert await read_logs(client, handle) == combined  # combined is the default
 
 
@@ -131,14 +158,16 @@ async def test_regex_with_streams(client: Any) -> None:
     assert await read_logs(client, handle, regex="keep", streams="stdout") == b"keep-out\n"
 
 
-async def test_since_until(client: Any) -> None:
-    handle = await client.run(sh_app("echo early; sleep 1; echo late"))
+async def test_since_until(client: Any, gates: Gates) -> None:
+    gate = gates.new("late")
+    handle = await client.run(sh_app(f"echo early; {gate.wait}; echo late"))
     between = None
-    async with asyncio.timeout(8):
+    async with asyncio.timeout(20):
         async for chunk in client.logs(handle, follow=True):
-            # "early" was written before now and "late" will be written about 1 s after it.
+            # "early" was read before now, and "late" cannot be written before the gate opens.
             assert chunk.data == b"early\n"
             between = dt.datetime.now(dt.UTC)
+            gate.open()
             break
         assert (await client.wait(handle, timeout=20)).state == AppState.SUCCEEDED
     assert between is not None
@@ -314,11 +343,14 @@ async def test_stalled_reader_does_not_block_job_or_grow_daemon(
     assert digest.hexdigest() == hashlib.sha256((b"y" * 1023 + b"\n") * n).hexdigest()
 
 
-async def test_abandoned_follow_does_not_hold_the_job(client: Any) -> None:
-    handle = await client.run(sh_app("echo one; sleep 0.3; echo two"))
+async def test_abandoned_follow_does_not_hold_the_job(client: Any, gates: Gates) -> None:
+    gate = gates.new("two")
+    handle = await client.run(sh_app(f"echo one; {gate.wait}; echo two"))
     stream = client.logs(handle, follow=True)
-    assert (await anext(stream)).data == b"one\n"
+    async with asyncio.timeout(20):
+        assert (await anext(stream)).data == b"one\n"
     await stream.aclose()  # the reader goes away mid-stream
+    gate.open()
     assert (await client.wait(handle, timeout=20)).state == AppState.SUCCEEDED
     assert await read_logs(client, handle) == b"one\ntwo\n"
 

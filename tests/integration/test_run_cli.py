@@ -3,6 +3,7 @@ logs / runopts / schedulers / builtins, JSON output, exit codes, and one-line er
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,6 +18,7 @@ import pytest
 from txd_testing import (
     HANDLE_RE,
     TXCTL,
+    Gates,
     PidWatch,
     clean_env,
     first_line,
@@ -375,6 +377,22 @@ def test_logs_cli_several_replicas_prefix(txctl: Any) -> None:
     assert "sh/2 b\n" in txctl("logs", handle, "sh", check=0).stdout
 
 
+def test_logs_cli_several_replicas_unfinished_last_lines(txctl: Any) -> None:
+    """A last line without a newline is printed at the end of the stream, under its prefix and
+    ended with a newline, so two replicas' last lines never share a line. One replica: the
+    bytes as written."""
+    job = ["utils.sh", "--num_replicas", "2", "--", "printf", "a\\nb-${replica_id}"]
+    handle = first_line(txctl("run", "--wait", *job, check=0).stdout)
+    out = txctl("logs", handle, check=0).stdout
+    assert sorted(out.splitlines(keepends=True)) == [
+        "sh/0 a\n",
+        "sh/0 b-0\n",
+        "sh/1 a\n",
+        "sh/1 b-1\n",
+    ], out
+    assert txctl("logs", handle, "sh/1", check=0).stdout == "a\nb-1"
+
+
 def test_logs_cli_errors(txctl: Any, finished: str) -> None:
     for args, needle in (
         ([finished, "nosuchrole"], "nosuchrole"),
@@ -442,6 +460,77 @@ def test_logs_into_closed_pipe_is_not_an_error(shared_daemon: Any, workdir: Path
     proc.stderr.close()
     assert rc == 0, err
     assert "Traceback" not in err and "Exception" not in err, err
+
+
+async def _follow_until(stream: Any, key: tuple[str, int], suffix: bytes) -> None:
+    """Reads a follow stream until replica `key`'s output so far ends with suffix."""
+    seen = b""
+    async for chunk in stream:
+        if (chunk.role, chunk.replica) == key:
+            seen += chunk.data
+            if seen.endswith(suffix):
+                return
+    raise AssertionError(f"the logs ended before {key} printed {suffix!r}: {seen!r}")
+
+
+@pytest.mark.parametrize("command", ["logs -f", "run --log"])
+async def test_several_replicas_half_line_keeps_its_prefix(
+    shared_daemon: Any, workdir: Path, tmp_path: Path, command: str
+) -> None:
+    """Issue 7: replica 0 prints half a line, replica 1 a whole line, then replica 0 the rest
+    of its line. Each line is printed whole, under the prefix of the replica that wrote it."""
+    script = workdir / "job.sh"
+    base = [*TXCTL, "--socket", str(shared_daemon.socket), "--no-autostart"]
+    job = ["utils.sh", "--num_replicas", "2", "--", "sh", str(script), "${replica_id}"]
+    handle = ""
+    with Gates(tmp_path) as gates:
+        part, whole, rest = gates.new("part"), gates.new("whole"), gates.new("rest")
+        script.write_text(
+            'if [ "$1" = 0 ]; then\n'
+            f"  echo start; {part.wait}; printf part-; {rest.wait}; echo rest\n"
+            f"else\n  {whole.wait}; echo whole\nfi\n"
+        )
+        if command == "logs -f":
+            handle = first_line(shared_daemon.txctl("run", *job, cwd=workdir, check=0).stdout)
+            argv = [*base, "logs", "-f", handle]
+        else:
+            argv = [*base, "run", "--log", *job]
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=shared_daemon.txctl_env(),
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            async with asyncio.timeout(30), shared_daemon.client() as c:
+                if command == "run --log":
+                    handle = (await proc.stdout.readline()).decode().rstrip("\n")
+                # txctl's Logs call is in, and streaming.
+                assert await proc.stdout.readline() == b"sh/0 start\n"
+                part.open()
+                # Once the daemon sends "part-" to one follower it has sent it to all (they
+                # wake on the same write), so txctl gets it before replica 1 writes a byte.
+                await _follow_until(c.logs(handle, follow=True), ("sh", 0), b"part-")
+                whole.open()
+                assert await proc.stdout.readline() == b"sh/1 whole\n"
+                rest.open()
+                out = await proc.stdout.read()
+                err = await proc.stderr.read()
+                rc = await proc.wait()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            if handle:
+                shared_daemon.txctl("cancel", handle, cwd=workdir)
+    assert rc == 0, err
+    assert err == b""
+    if command == "logs -f":
+        assert out == b"sh/0 part-rest\n"
+    else:
+        assert out.startswith(b"sh/0 part-rest\n" + handle.encode() + b"\n  state:    SUCCEEDED\n")
 
 
 # -- schedulers, runopts, builtins ----------------------------------------------------------------

@@ -1,19 +1,34 @@
 """Wait and Watch: pushed by the daemon, ending with the terminal status; final statuses that
-are complete (every replica accounted for)."""
+are complete (every replica accounted for).
+
+Jobs that must still run at some point block on a gate (txd_testing.Gate) the test opens:
+what happens in which order follows from those events, never from how long a job sleeps.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from txd.client import DeadlineExceededError, InvalidArgumentError, NotFoundError
 from txd.v1 import AppDef, AppState, Role
-from txd_testing import PidWatch, pids_with_marker, sh_app
+from txd_testing import Gates, PidWatch, pids_with_marker, sh_app
 
-TERMINAL = (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED)
+
+async def _states(stream: Any) -> list[int]:
+    return [s.state async for s in stream]
+
+
+@pytest.fixture
+def gates(tmp_path: Path) -> Iterator[Gates]:
+    with Gates(tmp_path) as g:
+        yield g
 
 
 async def _watch_all(client: Any, handle: str, limit: float = 20) -> list[Any]:
@@ -21,21 +36,29 @@ async def _watch_all(client: Any, handle: str, limit: float = 20) -> list[Any]:
         return [s async for s in client.watch(handle)]
 
 
-async def test_watch_pushes_states_and_ends_terminal(client: Any) -> None:
-    handle = await client.run(sh_app("sleep 0.5"))
-    statuses = await _watch_all(client, handle)
+async def test_watch_pushes_states_and_ends_terminal(client: Any, gates: Gates) -> None:
+    """The watcher sees RUNNING, then, with no further call from the test, the end that came
+    after it, and the stream ends there."""
+    gate = gates.new("end")
+    handle = await client.run(sh_app(gate.wait))
+    stream = client.watch(handle)
+    async with asyncio.timeout(20):
+        first = await anext(stream)
+        assert first.state == AppState.RUNNING  # the job cannot end before the gate opens
+        released = time.time_ns()
+        gate.open()
+        statuses = [first, *[s async for s in stream]]
     states = [s.state for s in statuses]
-    assert states[0] == AppState.RUNNING
     assert states[-1] == AppState.SUCCEEDED
-    assert all(s not in TERMINAL for s in states[:-1]), states
+    assert all(s == AppState.RUNNING for s in states[:-1]), states
     assert all(s.app_handle == handle for s in statuses)
     final = statuses[-1]
     assert final.roles[0].replicas[0].state == AppState.SUCCEEDED
     assert final.roles[0].replicas[0].exit_code == 0
-    assert final.updated.ToNanoseconds() >= final.created.ToNanoseconds()
+    assert final.updated.ToNanoseconds() >= released > final.created.ToNanoseconds()
 
 
-async def test_watch_sees_cancel_at_once(client: Any) -> None:
+async def test_watch_sees_cancel(client: Any) -> None:
     marker = f"60.{uuid.uuid4().int % 10**9}"
     handle = await client.run(
         AppDef(name="watchcancel", roles=[Role(name="s", entrypoint="sleep", args=[marker])])
@@ -45,15 +68,14 @@ async def test_watch_sees_cancel_at_once(client: Any) -> None:
     async with asyncio.timeout(20):
         first = await anext(stream)
         assert first.state == AppState.RUNNING
-        cancelled_at = time.monotonic()
         cancel_status = await client.cancel(handle)
+        # Cancel answers at once with the status of the moment: the replica may or may not
+        # have exited from its SIGTERM yet, and both answers are right.
         assert cancel_status.state in (AppState.RUNNING, AppState.CANCELLED)
         async for status in stream:
             seen.append(status)
-    elapsed = time.monotonic() - cancelled_at
     assert seen and seen[-1].state == AppState.CANCELLED
     assert seen[-1].msg
-    assert elapsed < 5, f"CANCELLED pushed {elapsed:.1f}s after the cancel"
     assert pids_with_marker(marker) == []
 
 
@@ -64,49 +86,54 @@ async def test_watch_finished_job_yields_one_terminal_status(client: Any) -> Non
     assert [s.state for s in statuses] == [AppState.FAILED]
 
 
-async def test_many_watchers_all_get_the_end(client: Any) -> None:
-    handle = await client.run(sh_app("sleep 0.3"))
-    results = await asyncio.gather(*(_watch_all(client, handle) for _ in range(5)))
-    for statuses in results:
-        assert statuses[-1].state == AppState.SUCCEEDED
+async def test_many_watchers_all_get_the_end(client: Any, gates: Gates) -> None:
+    gate = gates.new("end")
+    handle = await client.run(sh_app(gate.wait))
+    streams = [client.watch(handle) for _ in range(5)]
+    async with asyncio.timeout(20):
+        # Every watcher is in, and sees the job running, before it can end.
+        for stream in streams:
+            assert (await anext(stream)).state == AppState.RUNNING
+        gate.open()
+        results = await asyncio.gather(*(_states(stream) for stream in streams))
+    for states in results:
+        assert states[-1] == AppState.SUCCEEDED
+        assert all(s == AppState.RUNNING for s in states[:-1]), states
 
 
-async def test_wait_on_finished_job_returns_immediately(client: Any) -> None:
+async def test_wait_on_finished_job_returns_its_final_status(client: Any) -> None:
     handle = await client.run(sh_app("true"))
-    assert (await client.wait(handle, timeout=30)).state == AppState.SUCCEEDED
-    start = time.monotonic()
-    status = await client.wait(handle, timeout=5)
-    assert status.state == AppState.SUCCEEDED
-    assert time.monotonic() - start < 0.5
+    final = await client.wait(handle, timeout=30)
+    assert final.state == AppState.SUCCEEDED
+    assert await client.wait(handle, timeout=5) == final == await client.status(handle)
 
 
-async def test_wait_on_three_concurrent_jobs(client: Any) -> None:
-    durations = {"w-fast": 0.1, "w-mid": 0.5, "w-slow": 0.9}
+async def test_wait_on_three_concurrent_jobs(client: Any, gates: Gates) -> None:
+    """Three waits in flight; the jobs end in the order the test opens their gates (not the
+    order they were started in), and each wait returns when its own job ends, with that end."""
+    names = ["w-0", "w-1", "w-2"]
+    job_gates = {name: gates.new(name) for name in names}
     handles = {
-        name: await client.run(sh_app(f"sleep {d}; exit {i}", name=name))
-        for i, (name, d) in enumerate(durations.items())
+        name: await client.run(sh_app(f"{job_gates[name].wait}; exit {i}", name=name))
+        for i, name in enumerate(names)
     }
-    order: list[str] = []
-
-    async def wait_one(name: str) -> Any:
-        status = await client.wait(handles[name], timeout=30)
-        order.append(name)
-        return status
-
-    results = await asyncio.gather(*(wait_one(n) for n in durations))
-    assert [r.state for r in results] == [AppState.SUCCEEDED, AppState.FAILED, AppState.FAILED]
-    assert [r.app_handle for r in results] == list(handles.values())
-    assert order == list(durations), "waits did not return as each job ended"
-
-
-async def test_wait_returns_promptly_after_the_job_ends(client: Any) -> None:
-    """The end is pushed: Wait returns within a fraction of a second of the job's exit."""
-    handle = await client.run(sh_app("sleep 0.3"))
-    status = await client.wait(handle, timeout=30)
-    received = time.time_ns()
-    lag = (received - status.updated.ToNanoseconds()) / 1e9
-    assert status.state == AppState.SUCCEEDED
-    assert lag < 0.25, f"Wait returned {lag:.3f}s after the job's end was recorded"
+    waits = {name: asyncio.ensure_future(client.wait(handles[name], timeout=30)) for name in names}
+    try:
+        for name in ["w-1", "w-2", "w-0"]:
+            released = time.time_ns()
+            job_gates[name].open()
+            pending = {t for t in waits.values() if not t.done()}
+            done, _ = await asyncio.wait(pending, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+            # Only the released job can have ended: any other wait back now returned too soon.
+            assert done == {waits[name]}, f"released {name}, done: {done}"
+            status = waits[name].result()
+            assert status.app_handle == handles[name]
+            assert status.updated.ToNanoseconds() >= released, "a status from before the end"
+    finally:
+        for task in waits.values():
+            task.cancel()
+    states = [waits[n].result().state for n in names]
+    assert states == [AppState.SUCCEEDED, AppState.FAILED, AppState.FAILED]
 
 
 async def test_wait_deadline(client: Any) -> None:
@@ -130,18 +157,19 @@ async def test_delete_wakes_waiters(client: Any) -> None:
     )
     pids = pids_with_marker(marker)
     waiter = asyncio.ensure_future(client.wait(handle, timeout=20))
-    watcher = asyncio.ensure_future(_watch_all(client, handle))
-    await client.status(handle)  # a round trip: the wait and watch calls are in
-    with PidWatch(pids) as watch:
-        await client.delete(handle)
-        assert watch.wait(5) == []
-    for task in (waiter, watcher):
-        try:
-            result = await asyncio.wait_for(task, 10)
-        except NotFoundError:
-            continue
-        final = result if task is waiter else result[-1]
-        assert final.state == AppState.CANCELLED
+    stream = client.watch(handle)
+    async with asyncio.timeout(20):
+        assert (await anext(stream)).state == AppState.RUNNING  # the watch is in
+        with PidWatch(pids) as watch:
+            await client.delete(handle)
+            assert watch.wait(5) == []
+        states = await _states(stream)
+        assert states[-1] == AppState.CANCELLED
+        assert all(s == AppState.RUNNING for s in states[:-1]), states
+        # Nothing tells when the Wait call reaches the daemon: before the delete it returns the
+        # end, after it the job is unknown. Either way it must not hang.
+        with contextlib.suppress(NotFoundError):
+            assert (await waiter).state == AppState.CANCELLED
     with pytest.raises(NotFoundError):
         await client.status(handle)
 
@@ -163,10 +191,10 @@ async def test_cancel_is_idempotent_and_leaves_terminal_jobs(client: Any) -> Non
 # -- the final status is complete ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("attempt", range(3))
-async def test_multi_replica_job_ends_after_its_last_replica(client: Any, attempt: int) -> None:
-    """Replica 0 exits at once, replica 3 later and with an error: the job is FAILED, and only
-    once every replica has ended."""
+async def test_multi_replica_job_ends_after_its_last_replica(client: Any, gates: Gates) -> None:
+    """Replicas 0-2 exit at once, replica 3 only when the test says, and with an error: while
+    it runs the job is RUNNING; then it is FAILED, with every replica accounted for."""
+    gate = gates.new("last")
     app = AppDef(
         name="replicas",
         roles=[
@@ -175,12 +203,27 @@ async def test_multi_replica_job_ends_after_its_last_replica(client: Any, attemp
                 entrypoint="sh",
                 num_replicas=4,
                 env={"K": "${replica_id}"},
-                args=["-c", 'if [ "$K" = 3 ]; then sleep 0.3; exit 1; fi; exit 0'],
+                args=["-c", f'if [ "$K" = 3 ]; then {gate.wait}; exit 1; fi; exit 0'],
             )
         ],
     )
     handle = await client.run(app)
-    status = await client.wait(handle, timeout=30)
+    three_done = [
+        (0, AppState.SUCCEEDED),
+        (1, AppState.SUCCEEDED),
+        (2, AppState.SUCCEEDED),
+        (3, AppState.RUNNING),
+    ]
+    stream = client.watch(handle)
+    async with asyncio.timeout(20):
+        # Watch pushes every change; the last one before the gate opens is replicas 0-2 done.
+        async for status in stream:
+            assert status.state == AppState.RUNNING, status
+            if sorted((r.id, r.state) for r in status.roles[0].replicas) == three_done:
+                break
+        gate.open()
+        statuses = [s async for s in stream]
+    status = statuses[-1]
     replicas = sorted(status.roles[0].replicas, key=lambda r: r.id)
     assert [r.id for r in replicas] == [0, 1, 2, 3]
     assert [(r.state, r.exit_code) for r in replicas] == [
