@@ -21,7 +21,7 @@ from txd.daemon import logs, validate
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.schedulers import Schedulers
 from txd.daemon.status import StatusCache
-from txd.schedulers import options
+from txd.schedulers import options, plugins
 from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted
 from txd.schedulers.errors import (
     AlreadyExists,
@@ -53,12 +53,13 @@ class Core:
         session: str,
         settings: dict[str, dict[str, Any]] | None = None,
         tasks: Any = None,
+        entries: dict[str, plugins.Entry] | None = None,
     ) -> None:
         self.session = session
         self.default_scheduler = DEFAULT_SCHEDULER
         self.store = JobStore(state_dir / "registry.db")
         self.cache = StatusCache(self.store)
-        self.schedulers = Schedulers(session, state_dir, settings or {}, self.cache, tasks)
+        self.schedulers = Schedulers(session, state_dir, settings or {}, self.cache, tasks, entries)
         self.closing = False
         self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}
 

@@ -32,13 +32,14 @@ class Schedulers:
         settings: dict[str, dict[str, Any]],
         cache: StatusCache,
         tasks: Any,
+        entries: dict[str, plugins.Entry] | None = None,
     ) -> None:
         self.session = session
         self._state_dir = state_dir
         self._settings = settings
         self._cache = cache
         self._tasks = tasks  # the daemon's task group
-        self._entries = plugins.discover()
+        self._entries = plugins.discover() if entries is None else entries
         self._instances: dict[str, Scheduler[Any, Any]] = {}
         self._feeds: dict[str, Feed] = {}
         self._load_errors: dict[str, str] = {}

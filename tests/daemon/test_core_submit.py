@@ -1,0 +1,101 @@
+"""The job service's submission rules, with a fake scheduler: a handle is never reused and no
+record is ever overwritten; a submission that cannot be recorded is cancelled for real."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from txd.daemon.core import Core
+from txd.schedulers.api import Described, DryRunInfo, Job, Scheduler, SubmitContext, Submitted
+from txd.schedulers.plugins import Entry
+from txd.v1 import AppDef, AppState, AppStatus, Role
+from txd.v1.runner_pb2 import RunRequest
+
+
+@dataclass
+class NoOpts:
+    pass
+
+
+class ReusingIds(Scheduler[NoOpts, str]):
+    """Hands out the app ids it is told to, as a batch system that lost its id counter does."""
+
+    name = "reuse"
+    Opts = NoOpts
+
+    def __init__(self) -> None:
+        super().__init__("s", {"poll_interval": 60})
+        self.next_ids = ["42", "42", "42"]
+        self.deleted: list[Job] = []
+
+    async def _submit_dryrun(self, app: AppDef, opts: NoOpts, ctx: SubmitContext) -> Any:
+        return DryRunInfo(app=app, request=app.name, opts=opts)
+
+    async def schedule(self, dryrun: DryRunInfo[str]) -> Submitted:
+        return Submitted(self.next_ids.pop(0), {"submitted_as": dryrun.request})
+
+    async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
+        return {j.app_id: AppStatus(state=AppState.RUNNING) for j in jobs}
+
+    async def cancel(self, job: Job) -> None:
+        pass
+
+    async def delete(self, job: Job) -> None:
+        self.deleted.append(job)
+
+
+@pytest.fixture
+async def core(tmp_path: Path) -> AsyncIterator[tuple[Core, ReusingIds]]:
+    sched = ReusingIds()
+    async with asyncio.TaskGroup() as tasks:
+        c = Core(
+            tmp_path, "s", tasks=tasks, entries={"reuse": Entry("reuse", lambda: _factory(sched))}
+        )
+        try:
+            yield c, sched
+        finally:
+            await c.shutdown(0.1)
+            await c.aclose()
+
+
+def _factory(sched: ReusingIds) -> Any:
+    return lambda *args, **kwargs: sched
+
+
+def _run(name: str) -> RunRequest:
+    return RunRequest(
+        app=AppDef(name=name, roles=[Role(name="r", entrypoint="x")]), scheduler="reuse", cwd="/"
+    )
+
+
+async def test_a_reused_app_id_gets_a_new_handle(core: tuple[Core, ReusingIds]) -> None:
+    c, _ = core
+    first, _ = await c.run(_run("first"))
+    second, second_id = await c.run(_run("second"))
+    third, _ = await c.run(_run("third"))
+    assert (first, second, third) == ("reuse://s/42", "reuse://s/42.2", "reuse://s/42.3")
+    assert second_id == "42.2"
+    # Each record is its own: nothing was overwritten.
+    assert c.lookup(first).app.name == "first"
+    assert c.lookup(second).native == {"submitted_as": "second"}
+    assert c.lookup(third).app.name == "third"
+
+
+async def test_a_submission_that_cannot_be_recorded_is_cancelled(
+    core: tuple[Core, ReusingIds], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c, sched = core
+
+    def broken_insert(rec: Any) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(c.store, "insert", broken_insert)
+    with pytest.raises(sqlite3.OperationalError):
+        await c.run(_run("lost"))
+    assert sched.deleted == [Job("42", {"submitted_as": "lost"})]
