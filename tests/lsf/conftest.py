@@ -69,4 +69,4 @@ async def sched(hosts: Any, local: Any) -> AsyncIterator[Any]:
     try:
         yield s
     finally:
-        await s.close()
+        await s.aclose()
