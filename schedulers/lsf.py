@@ -12,6 +12,8 @@ A Run becomes one bash script: per replica a `bsub ... << 'EOF'` whose job body 
 - Status: LSF cannot push, so the daemon polls (`poll_interval`). One `bjobs -a` per host
   answers for every app at once; rows are matched to apps by project name. LSF forgets finished
   jobs after its CLEAN_PERIOD: an app bjobs no longer shows is reported as unknown (None).
+- Fail-fast, as in TorchX: once a replica has failed, the poll bkills the app's other jobs; the
+  app is FAILED once they have ended (status.fold: terminal only when every replica is).
 - Logs: only with `jobdir` (a directory every execution host and the submission host share);
   each replica's container writes `<jobdir>/<job>.out` and `.err`, read with cat / tail -F.
 
@@ -26,7 +28,7 @@ import logging
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +51,7 @@ from txd.schedulers.errors import (
 )
 from txd.schedulers.hosts import Host, Hosts, Result, SshOpts, SshTarget, target_to_native
 from txd.schedulers.options import opt
-from txd.schedulers.status import group_replicas
+from txd.schedulers.status import fold, group_replicas, replica_states
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities
 
@@ -311,20 +313,6 @@ def replica_state(stat: str, exit_code: str, cancelled: bool = False) -> AppStat
     return state
 
 
-def app_state(states: Sequence[AppState]) -> AppState:
-    """An app is failed (or cancelled) once any replica is, succeeded when all are, and
-    running only when no replica is pending or unknown."""
-    for final in (AppState.FAILED, AppState.CANCELLED):
-        if final in states:
-            return final
-    if states and all(s == AppState.SUCCEEDED for s in states):
-        return AppState.SUCCEEDED
-    for waiting in (AppState.UNKNOWN, AppState.PENDING):
-        if waiting in states:
-            return waiting
-    return AppState.RUNNING
-
-
 def _first_host(exec_host: str) -> str:
     """`4*hostA:hostB` -> hostA; "-" (not dispatched) -> ""."""
     first = exec_host.split(":")[0]
@@ -361,7 +349,7 @@ def _status(
                 notes.append(f"{role}/{k}: LSF state {row.stat}")
         reps.append(replica)
     out.roles.extend(group_replicas(reps))
-    out.state = app_state([r.state for r in reps])
+    out.state = fold([r.state for r in reps])
     if out.state == AppState.CANCELLED:
         out.msg = "cancelled by request" if cancelled else "killed (exit code 130, as by bkill)"
     elif notes:
@@ -424,6 +412,10 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         # Apps bkilled by request in this daemon run, only to word their end "cancelled by
         # request". After a restart a bkilled replica is still recognised by its exit code 130.
         self._cancelled: set[str] = set()
+        # Jobs bkilled because another replica of their app failed, until the app has ended:
+        # each is bkilled once, not at every poll, so that LSF's SIGINT, SIGTERM, SIGKILL
+        # sequence runs its course. Lost in a restart, which costs one more bkill.
+        self._stopping: set[str] = set()
 
     # -- submission -------------------------------------------------------------------------
 
@@ -487,17 +479,35 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         return projects
 
     async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
-        """One bjobs for every app on host, matched to apps by project name."""
+        """One bjobs for every app on host, matched to apps by project name.
+
+        An app fails fast, as in TorchX: once a replica has failed, its other jobs are bkilled
+        here. `fold` keeps the app live until they have ended, so an app reported terminal has
+        nothing left running (and until then cancel and delete still reach it)."""
         projects = await self._bjobs(host)
-        return {
-            job.app_id: _known_status(
-                job.app_id,
-                _replicas(job),
-                projects.get(job.app_id, []),
-                job.app_id in self._cancelled,
-            )
-            for job in jobs
-        }
+        out: dict[str, AppStatus | None] = {}
+        for job in jobs:
+            rows = projects.get(job.app_id, [])
+            cancelled = job.app_id in self._cancelled
+            out[job.app_id] = status = _known_status(job.app_id, _replicas(job), rows, cancelled)
+            live = [r.job_id for r in rows if _live(r)]
+            if status is not None and live and AppState.FAILED in replica_states(status.roles):
+                await self._stop(host, live)
+                status.msg += ", stopping the other replicas"
+            else:
+                self._stopping.difference_update(r.job_id for r in rows)
+        return out
+
+    async def _stop(self, host: Host, ids: list[str]) -> None:
+        """bkills the survivors of a failed app; a refused bkill is tried again next poll."""
+        ids = [i for i in ids if i not in self._stopping]
+        if not ids:
+            return
+        result = await host.run(["bkill", *ids])
+        if _refused(result):
+            log.warning("lsf: could not stop jobs %s: %s", " ".join(ids), result.error())
+        else:
+            self._stopping.update(ids)
 
     async def list(self) -> list[AppStatus]:
         """The apps among the user's jobs on this host's cluster: jobs named

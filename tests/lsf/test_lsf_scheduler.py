@@ -10,7 +10,7 @@ from typing import Any
 import lsf_fakes
 import pytest
 from lsf_fakes import FakeHost, FakeHosts, Reply, recorded
-from txd.schedulers.api import Described, Job, LogQuery, NoAnswer, SubmitContext
+from txd.schedulers.api import Described, Job, LogQuery, NoAnswer, SubmitContext, is_terminal
 from txd.schedulers.errors import (
     BackendUnavailable,
     FailedPrecondition,
@@ -222,13 +222,15 @@ async def test_describe_many_asks_bjobs_once_for_every_app(
     jobs = {name: await submit(sched, make_app(name, roles)) for name, roles in APPS.items()}
     ids = {name: job.app_id for name, job in jobs.items()}
     local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    local.reply("bkill", Reply(b"Job <4121> is being terminated\n"))
     found = await sched.describe_many([*jobs.values(), unknown_job()])
     assert local.argvs("bjobs") == [BJOBS]
     assert sched.backend_calls()["bjobs"] == 1
 
     assert found["never-submitted"] is None
     ddp = answered(found[ids["ddp"]])
-    assert ddp is not None and ddp.state == AppState.PENDING and ddp.app_id == ids["ddp"]
+    # RUNNING as soon as one replica runs (status.fold), though trainer/1 still waits for it
+    assert ddp is not None and ddp.state == AppState.RUNNING and ddp.app_id == ids["ddp"]
     r = replicas(ddp)
     assert (r["trainer/0"].state, r["trainer/0"].hostname) == (AppState.RUNNING, "gpu-node-01")
     assert not r["trainer/0"].HasField("exit_code")
@@ -238,19 +240,21 @@ async def test_describe_many_asks_bjobs_once_for_every_app(
     assert echo is not None and echo.state == AppState.SUCCEEDED
     assert replicas(echo)["hello/0"].exit_code == 0
 
-    fail = answered(found[ids["fail"]])
-    assert fail is not None and fail.state == AppState.FAILED
-    assert fail.msg == "worker/0 exited with 1"
+    fail = answered(found[ids["fail"]])  # failing fast: live until worker/1 has ended
+    assert fail is not None and fail.state == AppState.RUNNING
+    assert fail.msg == "worker/0 exited with 1, stopping the other replicas"
     r = replicas(fail)
     assert (r["worker/0"].exit_code, r["worker/0"].hostname) == (1, "gpu-node-01")
     assert (r["worker/1"].state, r["worker/1"].hostname) == (AppState.RUNNING, "gpu-node-02")
+    assert local.argvs("bkill") == [("bkill", "4121")]
 
     stop = answered(found[ids["stop"]])
     assert stop is not None and stop.state == AppState.CANCELLED
     assert replicas(stop)["worker/0"].exit_code == 130
 
     susp = answered(found[ids["susp"]])
-    assert susp is not None and susp.state == AppState.PENDING  # a/0 is suspended (USUSP)
+    assert susp is not None and susp.state == AppState.RUNNING  # b/0 runs, a/0 is suspended
+    assert replicas(susp)["a/0"].state == AppState.PENDING  # USUSP
     assert [role.role for role in susp.roles] == ["a", "b"]
 
     odd = answered(found[ids["odd"]])
@@ -270,13 +274,14 @@ async def test_describe_many_asks_each_login_node_once(
     assert login1.argvs("bhosts") and login1.argvs("/bin/bash")  # submitted over there
     for host in (login1, local):
         host.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    login1.reply("bkill", Reply(b"Job <4121> is being terminated\n"))  # fail's worker/1
     found = await sched.describe_many([*on_login1, here])
     assert len(login1.argvs("bjobs")) == 1
     assert len(local.argvs("bjobs")) == 1
     states = {i: s.state for i, s in found.items() if isinstance(s, AppStatus)}
     assert [states[j.app_id] for j in (*on_login1, here)] == [
         AppState.SUCCEEDED,
-        AppState.FAILED,
+        AppState.RUNNING,  # failed fast: until its other replica has ended
         AppState.CANCELLED,
     ]
 
@@ -346,8 +351,9 @@ async def test_list_groups_the_users_jobs_by_project(sched: LsfScheduler, local:
     torchx_app = apps["dist_app-c6v2phgkc2j2tc"]  # submitted by TorchX, not by this daemon
     assert torchx_app.state == AppState.SUCCEEDED
     assert list(replicas(torchx_app)) == ["dist_app/0", "dist_app/1"]
-    assert apps[ddp].state == AppState.PENDING
-    assert apps["fail-dfghjklmnpqr"].state == AppState.FAILED
+    assert apps[ddp].state == AppState.RUNNING
+    assert apps["fail-dfghjklmnpqr"].state == AppState.RUNNING  # worker/1 still runs
+    assert local.argvs("bkill") == []  # list reports; stopping survivors is the poll's job
 
 
 # -- cancel -------------------------------------------------------------------------------------
@@ -398,6 +404,108 @@ async def test_cancel_reports_what_bkill_refused(sched: LsfScheduler, local: Fak
     local.reply("bkill", Reply(stderr=recorded("bkill_denied.stderr"), returncode=255))
     with pytest.raises(FailedPrecondition, match="Job <4102>: User permission denied"):
         await sched.cancel(job)
+
+
+S, F, C, P, R, U = (
+    AppState.SUCCEEDED,
+    AppState.FAILED,
+    AppState.CANCELLED,
+    AppState.PENDING,
+    AppState.RUNNING,
+    AppState.UNKNOWN,
+)
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        (["DONE", "DONE"], S),
+        (["DONE", "RUN"], R),
+        (["RUN", "RUN"], R),
+        (["RUN", "PEND"], R),  # the head runs, the others wait for it
+        (["PEND", "EXIT 1"], P),  # failed, but live until the other has been stopped
+        (["RUN", "EXIT 1", "EXIT 130"], R),
+        (["EXIT 130", "RUN"], R),
+        (["RUN", "UNKWN"], R),
+        (["UNKWN", "PEND"], U),
+        (["EXIT 1", "EXIT 130", "DONE"], F),  # every replica has ended: any failure fails it
+        (["EXIT 130", "DONE"], C),
+    ],
+)
+async def test_the_app_state_is_the_fold_of_the_replica_states(
+    sched: LsfScheduler, local: FakeHost, stats: list[str], expected: int
+) -> None:
+    """status.fold: an app is terminal only when every replica is."""
+    job = await submit(sched, make_app("w", {"worker": len(stats)}))
+    rows = [bjobs_row(4200 + k, job.app_id, f"worker-{k}", *s.split()) for k, s in enumerate(stats)]
+    local.reply("bjobs", Reply("".join(rows).encode()))
+    local.reply("bkill", Reply())
+    status = await describe(sched, job)
+    assert status is not None and status.state == expected
+
+
+# -- fail-fast (defect 2 of issue 7) ------------------------------------------------------------
+
+
+def fail_rows(app_id: str, survivor: str = "RUN", code: str = "-") -> Reply:
+    """worker-0 exited 1; worker-1 is in state `survivor`."""
+    rows = bjobs_row(4120, app_id, "worker-0", "EXIT", "1")
+    return Reply((rows + bjobs_row(4121, app_id, "worker-1", survivor, code)).encode())
+
+
+async def test_a_failed_replica_ends_the_app_only_once_the_survivors_are_stopped(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    """LSF fails fast, as in TorchX: one failed replica ends the app, so the scheduler bkills the
+    others. The app stays live until they have ended: a terminal app has nothing running."""
+    job = await submit(sched, make_app("fail", APPS["fail"]))
+    local.reply(
+        "bjobs", fail_rows(job.app_id), fail_rows(job.app_id), fail_rows(job.app_id, "EXIT", "130")
+    )
+    local.reply("bkill", Reply(b"Job <4121> is being terminated\n"))
+
+    status = await describe(sched, job)
+    assert status is not None and status.state == AppState.RUNNING
+    r = replicas(status)
+    assert (r["worker/0"].state, r["worker/0"].exit_code) == (AppState.FAILED, 1)
+    assert r["worker/1"].state == AppState.RUNNING
+    assert local.argvs("bkill") == [("bkill", "4121")]
+    assert status.msg == "worker/0 exited with 1, stopping the other replicas"
+
+    status = await describe(sched, job)  # still dying: not bkilled again
+    assert status is not None and status.state == AppState.RUNNING
+    assert len(local.argvs("bkill")) == 1
+
+    status = await describe(sched, job)
+    assert status is not None and status.state == AppState.FAILED
+    assert replicas(status)["worker/1"].state == AppState.CANCELLED  # exit code 130: bkilled
+    assert status.msg == "worker/0 exited with 1"
+
+
+async def test_a_refused_fail_fast_bkill_is_tried_again_at_the_next_poll(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    job = await submit(sched, make_app("fail", APPS["fail"]))
+    local.reply("bjobs", fail_rows(job.app_id))
+    refused = Reply(stderr=recorded("bkill_denied.stderr"), returncode=255)
+    local.reply("bkill", refused, Reply(b"Job <4121> is being terminated\n"))
+    for _ in range(3):
+        status = await describe(sched, job)  # the status is reported all the same
+        assert status is not None and status.state == AppState.RUNNING
+    assert len(local.argvs("bkill")) == 2
+
+
+async def test_cancel_of_an_app_with_a_failed_replica_still_bkills_the_others(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    """The failed replica made the old fold report FAILED, after which cancel did nothing."""
+    job = await submit(sched, make_app("fail", APPS["fail"]))
+    local.reply("bjobs", fail_rows(job.app_id, "PEND"))
+    local.reply("bkill", Reply(b"Job <4121> is being terminated\n"))
+    status = await describe(sched, job)
+    assert status is not None and not is_terminal(status.state)
+    await sched.cancel(job)
+    assert local.argvs("bkill") == [("bkill", "4121"), ("bkill", "4121")]
 
 
 # -- logs ---------------------------------------------------------------------------------------
@@ -486,7 +594,7 @@ async def test_a_new_scheduler_answers_from_the_persisted_job_alone(
     after = LsfScheduler("test", hosts=hosts)  # a new daemon
     status = await describe(after, job)
     assert status == seen
-    assert status is not None and status.state == AppState.PENDING
+    assert status is not None and status.state == AppState.RUNNING
     assert local.argvs("bjobs") == []  # asked where the app lives
     login1.files[f"{JOBDIR}/{job.app_id}-trainer-1.err"] = b"oops\n"
     stderr = logs(after, job, "trainer", 1, stream=Stream.STDERR)
