@@ -12,6 +12,8 @@ A Run becomes one bash script: per replica a `bsub ... << 'EOF'` whose job body 
 - Status: LSF cannot push, so the daemon polls (`poll_interval`). One `bjobs -a` per host
   answers for every app at once; rows are matched to apps by project name. LSF forgets finished
   jobs after its CLEAN_PERIOD: an app bjobs no longer shows is reported as unknown (None).
+- Fail-fast, as in TorchX: once a replica has failed, the poll bkills the app's other jobs; the
+  app is FAILED once they have ended (status.fold: terminal only when every replica is).
 - Logs: only with `jobdir` (a directory every execution host and the submission host share);
   each replica's container writes `<jobdir>/<job>.out` and `.err`, read with cat / tail -F.
 
@@ -22,40 +24,35 @@ to the user), so `delete` is cancel.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from txd.schedulers.api import (
     DryRunInfo,
-    LogQuery,
+    Job,
     Macros,
-    Scheduler,
     SubmitContext,
-    is_terminal,
+    Submitted,
     make_unique,
     num_replicas,
 )
+from txd.schedulers.batch import BatchScheduler, check_replica
 from txd.schedulers.errors import (
     BackendUnavailable,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
     TxdError,
     Unsupported,
 )
-from txd.schedulers.hosts import Host, Hosts, SshOpts, SshTarget
+from txd.schedulers.hosts import Host, Hosts, Result, SshOpts, SshTarget, target_to_native
 from txd.schedulers.options import opt
-from txd.schedulers.pulse import Pulse
-from txd.schedulers.remotelogs import read_files
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
-from txd.v1.runner_pb2 import Stream
+from txd.schedulers.status import fold, group_replicas, replica_states
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)
@@ -142,31 +139,6 @@ class BjobsRow:
     exit_code: str  # "-" while running, and for DONE jobs
     exec_host: str  # "-" while pending; "host", "4*host" or "hostA:hostB"
     name: str
-
-
-@dataclass
-class _App:
-    """What this scheduler knows of one app; rebuilt from `native` after a restart."""
-
-    app_id: str
-    target: SshTarget | None
-    jobdir: str | None
-    jobs: list[LsfJob]
-    cancelled: bool = False  # we bkilled it: its EXIT jobs are CANCELLED, whatever their code
-    live_ids: list[str] = field(default_factory=list)  # unfinished jobs at the last describe
-    # The last status described and a pulse fired on every describe: log follows wait on them.
-    status: AppStatus | None = None
-    forgotten: bool = False  # bjobs no longer shows the app: nothing will change any more
-    pulse: Pulse = field(default_factory=Pulse)
-
-    def update(self, status: AppStatus | None) -> None:
-        self.status = status
-        self.forgotten = status is None
-        self.pulse.fire()
-
-    async def until_done(self) -> None:
-        while not self.forgotten and (self.status is None or not is_terminal(self.status.state)):
-            await self.pulse.wait_past(self.pulse.gen)
 
 
 # -- the submit script -------------------------------------------------------------------------
@@ -341,20 +313,6 @@ def replica_state(stat: str, exit_code: str, cancelled: bool = False) -> AppStat
     return state
 
 
-def app_state(states: Sequence[AppState]) -> AppState:
-    """An app is failed (or cancelled) once any replica is, succeeded when all are, and
-    running only when no replica is pending or unknown."""
-    for final in (AppState.FAILED, AppState.CANCELLED):
-        if final in states:
-            return final
-    if states and all(s == AppState.SUCCEEDED for s in states):
-        return AppState.SUCCEEDED
-    for waiting in (AppState.UNKNOWN, AppState.PENDING):
-        if waiting in states:
-            return waiting
-    return AppState.RUNNING
-
-
 def _first_host(exec_host: str) -> str:
     """`4*hostA:hostB` -> hostA; "-" (not dispatched) -> ""."""
     first = exec_host.split(":")[0]
@@ -376,7 +334,7 @@ def _status(
     app_id: str, replicas: Iterable[tuple[str, int, BjobsRow | None]], cancelled: bool
 ) -> AppStatus:
     out = AppStatus(app_id=app_id)
-    roles: dict[str, RoleStatus] = {}
+    reps: list[ReplicaStatus] = []
     notes: list[str] = []
     for role, k, row in replicas:
         if row is None:
@@ -389,9 +347,9 @@ def _status(
                 notes.append(f"{role}/{k} exited with {code}")
             elif replica.state == AppState.UNKNOWN:
                 notes.append(f"{role}/{k}: LSF state {row.stat}")
-        roles.setdefault(role, RoleStatus(role=role)).replicas.append(replica)
-    out.roles.extend(roles.values())
-    out.state = app_state([r.state for role in out.roles for r in role.replicas])
+        reps.append(replica)
+    out.roles.extend(group_replicas(reps))
+    out.state = fold([r.state for r in reps])
     if out.state == AppState.CANCELLED:
         out.msg = "cancelled by request" if cancelled else "killed (exit code 130, as by bkill)"
     elif notes:
@@ -399,25 +357,25 @@ def _status(
     return out
 
 
-def _known_status(app: _App, rows: list[BjobsRow]) -> AppStatus | None:
+def _known_status(
+    app_id: str, jobs: list[LsfJob], rows: list[BjobsRow], cancelled: bool
+) -> AppStatus | None:
     """The app's status from its rows; None when bjobs shows none of its jobs."""
     if not rows:
         return None
     by_name: dict[str, BjobsRow] = {}
     for row in sorted(rows, key=lambda r: int(r.job_id)):
         by_name[row.name] = row  # a name submitted twice: the latest job counts
-    return _status(
-        app.app_id, ((j.role, j.replica_id, by_name.get(j.name)) for j in app.jobs), app.cancelled
-    )
+    return _status(app_id, ((j.role, j.replica_id, by_name.get(j.name)) for j in jobs), cancelled)
 
 
-def _foreign_status(project: str, rows: list[BjobsRow]) -> AppStatus:
-    """An app this daemon did not submit, from its job names `<project>-<role>-<k>`."""
+def _foreign_status(project: str, rows: list[BjobsRow], cancelled: bool) -> AppStatus:
+    """An app known only from its job names `<project>-<role>-<k>` (as `list` sees every app)."""
     replicas = []
     for row in sorted(rows, key=lambda r: int(r.job_id)):
         role, _, k = row.name[len(project) + 1 :].rpartition("-")
         replicas.append((role, int(k), row))
-    return _status(project, replicas, cancelled=False)
+    return _status(project, replicas, cancelled)
 
 
 def _looks_like_app(row: BjobsRow) -> bool:
@@ -432,7 +390,7 @@ def _looks_like_app(row: BjobsRow) -> bool:
 # -- the scheduler -----------------------------------------------------------------------------
 
 
-class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
+class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
     name = "lsf"
     description = "IBM Spectrum LSF: one bsub job per replica, running a docker container"
     capabilities = Capabilities(
@@ -446,15 +404,18 @@ class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
         mounts=True,
     )
     Opts = LsfOpts
-    poll_interval: float | None = 1.0
 
-    def __init__(self, session_name: str, *, hosts: Hosts | None = None) -> None:
-        super().__init__(session_name)
-        self._hosts = hosts or Hosts()
-        self._apps: dict[str, _App] = {}
-
-    def backend_calls(self) -> dict[str, int]:
-        return self._hosts.calls()
+    def __init__(
+        self, session_name: str, settings: Any = None, *, hosts: Hosts | None = None
+    ) -> None:
+        super().__init__(session_name, settings, hosts=hosts)
+        # Apps bkilled by request in this daemon run, only to word their end "cancelled by
+        # request". After a restart a bkilled replica is still recognised by its exit code 130.
+        self._cancelled: set[str] = set()
+        # Jobs bkilled because another replica of their app failed, until the app has ended:
+        # each is bkilled once, not at every poll, so that LSF's SIGINT, SIGTERM, SIGKILL
+        # sequence runs its course. Lost in a restart, which costs one more bkill.
+        self._stopping: set[str] = set()
 
     # -- submission -------------------------------------------------------------------------
 
@@ -465,12 +426,10 @@ class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
         app_id = clean_name(make_unique(app.name))
         rank0_host = await self._rank0_host(app.roles[0], opts)
         req = build_request(app_id, app, opts, rank0_host)
-        return DryRunInfo(
-            app=app, request=req, opts=opts, native=_native(req), render=lambda: req.script
-        )
+        return DryRunInfo(app=app, request=req, opts=opts, render=lambda: req.script)
 
     async def _rank0_host(self, role: Role, opts: LsfOpts) -> str:
-        host = self._hosts.get(opts.ssh_target())
+        host = self.hosts.get(opts.ssh_target())
         result = await host.run(BHOSTS)
         if result.returncode != 0:
             raise BackendUnavailable(f"bhosts on {host.label} failed: {result.error()}")
@@ -483,9 +442,9 @@ class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
             )
         return found
 
-    async def schedule(self, dryrun: DryRunInfo[BsubRequest]) -> str:
+    async def schedule(self, dryrun: DryRunInfo[BsubRequest]) -> Submitted:
         req = dryrun.request
-        host = self._hosts.get(req.target)
+        host = self.hosts.get(req.target)
         result = await host.run(["/bin/bash", "-s"], input=req.script.encode())
         ids = _SUBMITTED.findall(result.text)
         if result.returncode != 0 or len(ids) != len(req.jobs):
@@ -493,9 +452,8 @@ class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
             failed = req.jobs[min(len(ids), len(req.jobs) - 1)].name
             undone = f"; killed the {len(ids)} job(s) already submitted" if ids else ""
             raise FailedPrecondition(f"bsub of {failed} failed: {result.error()}{undone}")
-        dryrun.native["job_ids"] = ids  # for people reading the registry; bjobs finds the rest
-        self._apps[req.app_id] = _App(req.app_id, req.target, req.jobdir, req.jobs)
-        return req.app_id
+        # job_ids are for people reading the registry: bjobs finds the jobs by project.
+        return Submitted(req.app_id, {**_native(req), "job_ids": ids})
 
     async def _kill_quietly(self, host: Host, ids: list[str]) -> None:
         """Undoes a half-done submission; a failure here must not hide bsub's error."""
@@ -508,127 +466,101 @@ class LsfScheduler(Scheduler[LsfOpts, BsubRequest]):
 
     # -- observation ------------------------------------------------------------------------
 
-    async def _bjobs(self, host: Host) -> list[BjobsRow]:
+    async def _bjobs(self, host: Host) -> dict[str, list[BjobsRow]]:
+        """The user's jobs on host's cluster, by project: one bjobs call."""
         result = await host.run(BJOBS)
         said = [line for line in result.stderr.decode(errors="replace").splitlines() if line]
         # With no job to show, bjobs exits 0 or 255 (LSB_BJOBS_CONSISTENT_EXIT_CODE) and says so.
         if result.returncode != 0 and not all(_NO_JOB.match(line) for line in said):
             raise BackendUnavailable(f"bjobs on {host.label} failed: {result.error()}")
-        return parse_bjobs(result.text)
+        projects: dict[str, list[BjobsRow]] = defaultdict(list)
+        for row in parse_bjobs(result.text):
+            projects[row.project].append(row)
+        return projects
 
-    async def describe(self, app_id: str) -> AppStatus | None:
-        return (await self.describe_many([app_id]))[app_id]
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+        """One bjobs for every app on host, matched to apps by project name.
 
-    async def describe_many(self, app_ids: Iterable[str]) -> dict[str, AppStatus | None]:
-        """One bjobs per host for all the apps on it, matched to apps by project name.
-
-        Apps this scheduler does not know are None. When some hosts cannot be queried, their
-        apps are left out (the daemon keeps their last status); when none can, this raises.
-        """
-        ids = list(app_ids)
+        An app fails fast, as in TorchX: once a replica has failed, its other jobs are bkilled
+        here. `fold` keeps the app live until they have ended, so an app reported terminal has
+        nothing left running (and until then cancel and delete still reach it)."""
+        projects = await self._bjobs(host)
         out: dict[str, AppStatus | None] = {}
-        by_target: dict[SshTarget | None, list[_App]] = defaultdict(list)
-        for app_id in ids:
-            if (app := self._apps.get(app_id)) is None:
-                out[app_id] = None
+        for job in jobs:
+            rows = projects.get(job.app_id, [])
+            cancelled = job.app_id in self._cancelled
+            out[job.app_id] = status = _known_status(job.app_id, _replicas(job), rows, cancelled)
+            live = [r.job_id for r in rows if _live(r)]
+            if status is not None and live and AppState.FAILED in replica_states(status.roles):
+                await self._stop(host, live)
+                status.msg += ", stopping the other replicas"
             else:
-                by_target[app.target].append(app)
-        targets = list(by_target)
-        found = await asyncio.gather(
-            *(self._bjobs(self._hosts.get(t)) for t in targets), return_exceptions=True
-        )
-        errors = []
-        for target, rows in zip(targets, found, strict=True):
-            if isinstance(rows, BaseException):
-                if not isinstance(rows, TxdError):
-                    raise rows
-                errors.append(rows)
-                continue
-            projects = _by_project(rows)
-            for app in by_target[target]:
-                mine = projects.get(app.app_id, [])
-                app.live_ids = [r.job_id for r in mine if r.stat not in ("DONE", "EXIT")]
-                out[app.app_id] = status = _known_status(app, mine)
-                app.update(status)
-        if errors and len(errors) == len(targets):
-            raise errors[0]
-        for e in errors:
-            log.warning("lsf: status query failed: %s", e)
+                self._stopping.difference_update(r.job_id for r in rows)
         return out
+
+    async def _stop(self, host: Host, ids: list[str]) -> None:
+        """bkills the survivors of a failed app; a refused bkill is tried again next poll."""
+        ids = [i for i in ids if i not in self._stopping]
+        if not ids:
+            return
+        result = await host.run(["bkill", *ids])
+        if _refused(result):
+            log.warning("lsf: could not stop jobs %s: %s", " ".join(ids), result.error())
+        else:
+            self._stopping.update(ids)
 
     async def list(self) -> list[AppStatus]:
-        """The apps among the user's jobs on every host this scheduler has used (this host if
-        none yet): jobs named `<project>-<role>-<k>`, grouped by project."""
-        targets = {app.target for app in self._apps.values()} or {None}
-        out: list[AppStatus] = []
-        for target in targets:
-            rows = [r for r in await self._bjobs(self._hosts.get(target)) if _looks_like_app(r)]
-            for project, mine in _by_project(rows).items():
-                app = self._apps.get(project)
-                # Ours: named by the replica list we keep (role names may have been cleaned).
-                status = _known_status(app, mine) if app else _foreign_status(project, mine)
-                if status is not None:
-                    out.append(status)
+        """The apps among the user's jobs on this host's cluster: jobs named
+        `<project>-<role>-<k>`, grouped by project, with role names as the job names have them
+        (lowercased). Login nodes are not asked: the scheduler keeps no table of its jobs."""
+        projects = await self._bjobs(self.hosts.get(None))
+        out = []
+        for project, rows in projects.items():
+            mine = [r for r in rows if _looks_like_app(r)]
+            if mine:
+                out.append(_foreign_status(project, mine, project in self._cancelled))
         return out
 
-    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
-        app = self._apps.get(app_id)
-        if app is None:
-            raise NotFound(f"{self.name} has no logs for {app_id}")
-        job = next((j for j in app.jobs if j.role == role and j.replica_id == k), None)
-        if job is None:
-            raise NotFound(f"{app_id} has no replica {role}/{k}")
-        if not app.jobdir:
+    def _log_files(self, job: Job, role: str, k: int) -> tuple[str, str]:
+        names = {(j.role, j.replica_id): j.name for j in _replicas(job)}
+        check_replica(job, list(names), role, k)
+        jobdir = job.native.get("jobdir")
+        if not jobdir:
             raise Unsupported(
-                f"{app_id} was submitted without a jobdir, so LSF kept no log files for it; "
+                f"{job.app_id} was submitted without a jobdir, so LSF kept no log files for it; "
                 "run with -c jobdir=<a directory the cluster's hosts share> to get logs"
             )
-        if query.stream == Stream.STDOUT:
-            suffixes = [".out"]
-        elif query.stream == Stream.STDERR:
-            suffixes = [".err"]
-        else:  # COMBINED: both files, one after the other (interleaved as written if following)
-            suffixes = [".out", ".err"]
-        paths = [f"{app.jobdir}/{job.name}{s}" for s in suffixes]
-        return read_files(self._hosts.get(app.target), paths, query, app.until_done)
+        base = f"{jobdir}/{names[role, k]}"
+        return f"{base}.out", f"{base}.err"
 
     # -- control ----------------------------------------------------------------------------
 
-    async def _cancel_existing(self, app_id: str) -> None:
-        app = self._apps[app_id]  # cancel() described it first: live_ids are current
-        app.cancelled = True
-        if not app.live_ids:
+    async def cancel(self, job: Job) -> None:
+        """bkills the app's unfinished jobs, found by one bjobs; a no-op when none is left."""
+        host = self.host_of(job)
+        live = [r.job_id for r in (await self._bjobs(host)).get(job.app_id, []) if _live(r)]
+        if not live:
             return
-        host = self._hosts.get(app.target)
-        result = await host.run(["bkill", *app.live_ids])
-        # bkill exits non-zero when any job could not be killed; jobs that ended meanwhile
-        # ("already finished", "No matching job found") are no failure of the cancel.
-        said = result.stderr.decode(errors="replace").splitlines()
-        trouble = [line for line in said if line.strip() and not _NO_JOB.match(line)]
-        if result.returncode != 0 and (trouble or not said):
+        self._cancelled.add(job.app_id)
+        result = await host.run(["bkill", *live])
+        if _refused(result):
             raise FailedPrecondition(f"bkill on {host.label} failed: {result.error()}")
 
-    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
-        ssh = native.get("ssh")
-        self._apps[app_id] = _App(
-            app_id=app_id,
-            target=SshTarget(**ssh) if ssh else None,
-            jobdir=native.get("jobdir"),
-            jobs=[LsfJob(j["role"], j["replica_id"], j["job"]) for j in native["replicas"]],
-            status=status,
-        )
-        return status
 
-    async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._hosts.close()
+def _live(row: BjobsRow) -> bool:
+    return row.stat not in ("DONE", "EXIT")
 
 
-def _by_project(rows: list[BjobsRow]) -> dict[str, list[BjobsRow]]:
-    out: dict[str, list[BjobsRow]] = defaultdict(list)
-    for row in rows:
-        out[row.project].append(row)
-    return out
+def _refused(bkill: Result) -> bool:
+    """bkill exits non-zero when any job could not be killed; jobs that ended meanwhile
+    ("already finished", "No matching job found") are no failure."""
+    said = bkill.stderr.decode(errors="replace").splitlines()
+    trouble = [line for line in said if line.strip() and not _NO_JOB.match(line)]
+    return bkill.returncode != 0 and bool(trouble or not said)
+
+
+def _replicas(job: Job) -> list[LsfJob]:
+    return [LsfJob(r["role"], r["replica_id"], r["job"]) for r in job.native["replicas"]]
 
 
 def _check(app: AppDef, opts: LsfOpts) -> None:
@@ -668,16 +600,14 @@ def _check(app: AppDef, opts: LsfOpts) -> None:
 
 def _native(req: BsubRequest) -> dict[str, Any]:
     """What the registry keeps to find the app's jobs and logs after a restart."""
-    t = req.target
-    ssh = None if t is None else {"host": t.host, "user": t.user, "port": t.port, "key": t.key}
     return {
         "app_id": req.app_id,
-        "ssh": ssh,
+        "ssh": target_to_native(req.target),
         "jobdir": req.jobdir,
         "replicas": [{"role": j.role, "replica_id": j.replica_id, "job": j.name} for j in req.jobs],
     }
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LsfScheduler:
-    # state_dir is not needed: LSF keeps the jobs, the registry keeps `native`.
-    return LsfScheduler(session_name)
+    # state_dir is not needed: LSF keeps the jobs, the daemon keeps `native`.
+    return LsfScheduler(session_name, settings=kwargs.get("settings"))

@@ -10,41 +10,45 @@ Slurm cannot push state changes: the daemon polls `describe_many`, which asks ea
 all tracked jobs with one `squeue` call. Slurm forgets a finished job MinJobAge seconds after it
 ends; the daemon has recorded its final state by then. A job that ended and was forgotten while
 the daemon was down is settled from `sacct` where accounting is on, else from the last line the
-batch script wrote (`txd: exit code N`), else it is reported UNKNOWN.
+batch script wrote (`txd: exit code N`); a job nothing can settle is reported unknown (None).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from txd.schedulers.api import (
     DryRunInfo,
-    LogQuery,
+    Job,
     Macros,
-    Scheduler,
     SubmitContext,
+    Submitted,
     is_terminal,
     num_replicas,
 )
-from txd.schedulers.errors import (
-    BackendUnavailable,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
+from txd.schedulers.batch import BatchScheduler, check_replica
+from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
+from txd.schedulers.hosts import (
+    Host,
+    Hosts,
+    SshOpts,
+    SshTarget,
+    target_from_native,
+    target_to_native,
 )
-from txd.schedulers.hosts import Host, Hosts, SshOpts, SshTarget
 from txd.schedulers.options import opt
-from txd.schedulers.pulse import Pulse
-from txd.schedulers.remotelogs import read_files
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
-from txd.v1.runner_pb2 import Stream
+from txd.schedulers.status import fold, group_replicas
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities
+
+log = logging.getLogger(__name__)
 
 RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
 # Slurm 24.11 replaced per-task GPU requests in hetjobs with per-node ones.
@@ -56,6 +60,8 @@ _TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")  # sbatch --parsable: "<id>" or "<id>;<cluster>"
 # Stands for the job id while the script is built; becomes "$SLURM_JOB_ID" in the script.
 _JOB_ID_MARK = "\x01txd-job-id\x01"
+# What scancel says of a job that has ended, or that Slurm has forgotten: cancel is a no-op.
+_SCANCEL_DONE = (b"already completing or completed", b"Invalid job id specified")
 
 _STATES = {
     **dict.fromkeys(
@@ -122,18 +128,18 @@ class SlurmJob:
 
     replicas: list[tuple[str, int]]  # (role, k) of each hetjob component, in order
     workdir: str  # "" means the login node's home directory
-    ssh: dict[str, Any] | None = None  # SshTarget fields
+    ssh: dict[str, Any] | None = None  # hosts.target_to_native
     job_id: str = ""
 
     @property
     def target(self) -> SshTarget | None:
-        return SshTarget(**self.ssh) if self.ssh else None
+        return target_from_native(self.ssh)
 
     def path(self, name: str) -> str:
         return f"{self.workdir.rstrip('/')}/{name}" if self.workdir else name
 
     @classmethod
-    def from_native(cls, native: dict[str, Any]) -> SlurmJob:
+    def from_native(cls, native: Mapping[str, Any]) -> SlurmJob:
         return cls(
             replicas=[(r, int(k)) for r, k in native["replicas"]],
             workdir=native["workdir"],
@@ -317,10 +323,10 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
             raw = comp.derived_status if steps_reported else comp.exit_status
             rep.exit_code = exit_code(raw)
         replicas.append(rep)
-    _group(status, replicas)
+    status.roles.extend(group_replicas(replicas))
     leader = comps[0]
     status.num_restarts = leader.restarts
-    status.state = _app_state(states)
+    status.state = fold(states)
     if status.state in (AppState.FAILED, AppState.CANCELLED):
         code = exit_code(leader.exit_status)
         status.msg = f"Slurm job {job.job_id} {leader.state}" + (
@@ -331,27 +337,6 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     elif status.state == AppState.PENDING and leader.reason not in ("", "None"):
         status.msg = f"pending: {leader.reason}"
     return status
-
-
-def _group(status: AppStatus, replicas: Iterable[ReplicaStatus]) -> None:
-    """Adds replicas to status.roles, a RoleStatus per role in order of first appearance."""
-    roles: dict[str, RoleStatus] = {}
-    for rep in replicas:
-        if rep.role not in roles:
-            roles[rep.role] = status.roles.add(role=rep.role)
-        roles[rep.role].replicas.append(rep)
-
-
-def _app_state(states: list[AppState]) -> AppState:
-    if all(is_terminal(s) for s in states):
-        for final in (AppState.FAILED, AppState.CANCELLED):
-            if final in states:
-                return final
-        return AppState.SUCCEEDED
-    for live in (AppState.RUNNING, AppState.UNKNOWN):
-        if live in states:
-            return live
-    return AppState.PENDING
 
 
 SACCT_ARGV = ["sacct", "-P", "-n", "-X", "-o", "JobID,State,ExitCode"]
@@ -390,7 +375,7 @@ def _sbatch_env(caller: dict[str, str]) -> dict[str, str]:
     return env
 
 
-class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
+class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
     name = "slurm"
     description = "Slurm: one heterogeneous sbatch job per app, here or on a login node over SSH"
     capabilities = Capabilities(
@@ -405,20 +390,14 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         retries=True,
     )
     Opts = SlurmOpts
-    poll_interval = 1.0
 
-    def __init__(self, session_name: str) -> None:
-        super().__init__(session_name)
-        self._hosts = Hosts()
-        self._jobs: dict[str, SlurmJob] = {}
-        self._status: dict[str, AppStatus] = {}
-        self._changed = Pulse()  # fired whenever a status in _status changes
-        self._versions: dict[SshTarget | None, tuple[int, int]] = {}
-        self._no_accounting: set[SshTarget | None] = set()
-        self._lost: set[str] = set()  # forgotten by Slurm and unsettled: UNKNOWN for good
-
-    def backend_calls(self) -> dict[str, int]:
-        return self._hosts.calls()
+    def __init__(
+        self, session_name: str, settings: Any = None, *, hosts: Hosts | None = None
+    ) -> None:
+        super().__init__(session_name, settings, hosts=hosts)
+        # Per cluster, not per job: keyed by the Host (one per login node, and this host).
+        self._versions: dict[Host, tuple[int, int]] = {}
+        self._no_accounting: set[Host] = set()
 
     # -- submission -------------------------------------------------------------------------
 
@@ -434,34 +413,33 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         workdir = opts.job_dir or ("" if target else ctx.cwd)
         version = (0, 0)
         if any(r.resource.gpu > 0 for r in app.roles):
-            version = await self._version(target)
+            version = await self._version(self.hosts.get(target))
         prefix = f"{target.host}:" if target else ""
         script = build_script(app, opts, workdir, version, prefix)
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
-        job = SlurmJob(replicas, workdir, asdict(target) if target else None)
+        job = SlurmJob(replicas, workdir, target_to_native(target))
         req = SbatchRequest(script, job, {} if target else _sbatch_env(ctx.env), bool(opts.job_dir))
         where = f" (on {target})" if target else ""
         return DryRunInfo(
             app=app,
             request=req,
             opts=opts,
-            native=asdict(job),
             render=lambda: f"# sbatch --parsable{where} < script\n{script}",
         )
 
-    async def _version(self, target: SshTarget | None) -> tuple[int, int]:
-        if target not in self._versions:
-            res = await self._hosts.get(target).run(["sinfo", "--version"])
+    async def _version(self, host: Host) -> tuple[int, int]:
+        if host not in self._versions:
+            res = await host.run(["sinfo", "--version"])
             m = _VERSION.search(res.stdout)
             if res.returncode != 0 or not m:
                 raise BackendUnavailable(f"cannot tell the Slurm version: {res.error()}")
-            self._versions[target] = (int(m[1]), int(m[2]))
-        return self._versions[target]
+            self._versions[host] = (int(m[1]), int(m[2]))
+        return self._versions[host]
 
-    async def schedule(self, dryrun: DryRunInfo[SbatchRequest]) -> str:
+    async def schedule(self, dryrun: DryRunInfo[SbatchRequest]) -> Submitted:
         req = dryrun.request
         job = req.job
-        host = self._hosts.get(job.target)
+        host = self.hosts.get(job.target)
         env = req.env or None
         if req.make_dir:
             made = await host.run(["mkdir", "-p", "--", job.workdir])
@@ -471,182 +449,117 @@ class SlurmScheduler(Scheduler[SlurmOpts, SbatchRequest]):
         m = _JOB_ID.match(res.text.strip())
         if res.returncode != 0 or not m:
             raise FailedPrecondition(f"sbatch on {host.label} refused the job: {res.error()}")
-        job.job_id = m[1]
-        app_id = app_id_of(job.target, job.job_id)
-        dryrun.native.update(asdict(job))
-        self._jobs[app_id] = job
-        self._set(app_id, AppStatus(state=AppState.SUBMITTED))
-        return app_id
+        job = replace(job, job_id=m[1])
+        return Submitted(app_id_of(job.target, job.job_id), asdict(job))
 
     # -- observation ------------------------------------------------------------------------
 
-    def _set(self, app_id: str, status: AppStatus) -> None:
-        old = self._status.get(app_id)
-        self._status[app_id] = status
-        if old is None or old != status:
-            self._changed.fire()
-
-    def _final(self, app_id: str) -> bool:
-        known = self._status.get(app_id)
-        return known is not None and (is_terminal(known.state) or app_id in self._lost)
-
-    def _job(self, app_id: str) -> SlurmJob:
-        job = self._jobs.get(app_id)
-        if job is None:
-            raise NotFound(f"slurm knows no app {app_id!r} launched by this daemon")
-        return job
-
-    async def describe(self, app_id: str) -> AppStatus | None:
-        return (await self.describe_many([app_id]))[app_id]
-
-    async def describe_many(self, app_ids: Iterable[str]) -> dict[str, AppStatus | None]:
-        """One squeue per cluster for all of `app_ids`, and one sacct for those it forgot."""
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+        """One squeue for all of `jobs`, and one sacct for those Slurm has forgotten."""
+        found = await self._squeue(host)
         out: dict[str, AppStatus | None] = {}
-        by_host: dict[SshTarget | None, list[str]] = defaultdict(list)
-        for app_id in app_ids:
-            job = self._jobs.get(app_id)
-            if job is None:
-                out[app_id] = None
-            elif self._final(app_id):
-                out[app_id] = self._status[app_id]  # Slurm has nothing new to say
+        forgotten: dict[str, SlurmJob] = {}
+        for job in jobs:
+            slurm_job = SlurmJob.from_native(job.native)
+            if slurm_job.job_id in found:
+                out[job.app_id] = status_of(slurm_job, found[slurm_job.job_id])
             else:
-                by_host[job.target].append(app_id)
-        for target, ids in by_host.items():
-            found = await self._squeue(target)
-            forgotten = []
-            for app_id in ids:
-                job = self._jobs[app_id]
-                if job.job_id in found:
-                    out[app_id] = status_of(job, found[job.job_id])
-                else:
-                    forgotten.append(app_id)
-            if forgotten:
-                out.update(await self._settle_forgotten(target, forgotten))
-        for app_id, status in out.items():
-            if status is not None:
-                self._set(app_id, status)
+                forgotten[job.app_id] = slurm_job
+        if forgotten:
+            out.update(await self._settle_forgotten(host, forgotten))
         return out
 
-    async def _squeue(self, target: SshTarget | None) -> dict[str, list[Component]]:
+    async def _squeue(self, host: Host) -> dict[str, list[Component]]:
         """Every job of the user that the cluster still knows, by job id: one squeue call."""
-        host = self._hosts.get(target)
         res = await host.run(squeue_argv())
         if res.returncode != 0:
             raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
         return parse_squeue(res.text)
 
     async def _settle_forgotten(
-        self, target: SshTarget | None, app_ids: list[str]
-    ) -> dict[str, AppStatus]:
-        """Statuses of jobs squeue no longer shows: finished more than MinJobAge ago. A job
-        nothing can settle is UNKNOWN for good, and never looked up again."""
-        host = self._hosts.get(target)
-        jobs = {self._jobs[a].job_id: a for a in app_ids}
+        self, host: Host, jobs: dict[str, SlurmJob]
+    ) -> dict[str, AppStatus | None]:
+        """Statuses of jobs squeue no longer shows: they ended more than MinJobAge ago. A job
+        nothing can settle is None: the daemon records it UNKNOWN and stops asking."""
         final: dict[str, tuple[str, int]] = {}
-        if target not in self._no_accounting:
-            res = await host.run([*SACCT_ARGV, "-j", ",".join(jobs)])
+        if host not in self._no_accounting:
+            ids = ",".join(j.job_id for j in jobs.values())
+            res = await host.run([*SACCT_ARGV, "-j", ids])
             if res.returncode != 0 or b"accounting storage is disabled" in res.stdout + res.stderr:
-                self._no_accounting.add(target)
+                self._no_accounting.add(host)
             else:
                 final = parse_sacct(res.text)
-        out = {}
-        for job_id, app_id in jobs.items():
-            if job_id in final:
-                state_text, code = final[job_id]
-                out[app_id] = self._settled(app_id, slurm_state(state_text), code, "sacct")
-                continue
-            mark = await self._exit_mark(host, self._jobs[app_id])
-            if mark is not None:
+        out: dict[str, AppStatus | None] = {}
+        for app_id, job in jobs.items():
+            if job.job_id in final:
+                state_text, code = final[job.job_id]
+                out[app_id] = _settled(job, slurm_state(state_text), code, "sacct")
+            elif (mark := await _exit_mark(host, job)) is not None:
                 state = AppState.SUCCEEDED if mark == 0 else AppState.FAILED
-                out[app_id] = self._settled(app_id, state, mark, "its batch output")
+                out[app_id] = _settled(job, state, mark, "its batch output")
             else:
-                status = AppStatus(state=AppState.UNKNOWN)
-                status.msg = (
-                    f"Slurm no longer knows job {job_id} (it ended more than MinJobAge ago), "
-                    "accounting is off and its batch output has no exit code"
+                log.warning(
+                    "slurm: on %s, job %s ended more than MinJobAge ago, accounting is off and "
+                    "its batch output has no exit code: its end is unknown",
+                    host.label,
+                    job.job_id,
                 )
-                out[app_id] = status
-                self._lost.add(app_id)
+                out[app_id] = None
         return out
-
-    def _settled(self, app_id: str, state: AppState, code: int, source: str) -> AppStatus:
-        job = self._jobs[app_id]
-        status = AppStatus(state=state)
-        status.msg = f"Slurm job {job.job_id} ended while txd was away (from {source})"
-        if state == AppState.UNKNOWN:
-            return status
-        _group(status, [ReplicaStatus(id=k, role=r, state=state) for r, k in job.replicas])
-        if code:
-            status.msg += f", exit code {code}"
-        return status
-
-    async def _exit_mark(self, host: Host, job: SlurmJob) -> int | None:
-        res = await host.run(["tail", "-n", "1", "--", job.path(f"slurm-{job.job_id}.out")])
-        last = res.text.strip()
-        if res.returncode == 0 and last.startswith(EXIT_MARK):
-            code = last.removeprefix(EXIT_MARK)
-            return int(code) if code.isdigit() else None
-        return None
 
     async def list(self) -> list[AppStatus]:
-        """Every job of yours on this host's cluster and on the login nodes in use."""
-        targets = {None} | {j.target for j in self._jobs.values()}
+        """Every job of yours on this host's cluster. Login nodes are not asked: the scheduler
+        keeps no table of the jobs (and so of the login nodes) it has seen."""
         out = []
-        for target in targets:
-            for job_id, comps in (await self._squeue(target)).items():
-                names = [c.name.rpartition("-") for c in comps]
-                replicas = [
-                    (r, int(k)) if k.isdigit() else (c.name, 0)
-                    for (r, _, k), c in zip(names, comps, strict=True)
-                ]
-                job = SlurmJob(replicas, "", None, job_id)
-                status = status_of(job, comps)
-                status.app_id = app_id_of(target, job_id)
-                status.name = comps[0].name
-                out.append(status)
+        for job_id, comps in (await self._squeue(self.hosts.get(None))).items():
+            names = [c.name.rpartition("-") for c in comps]
+            replicas = [
+                (r, int(k)) if k.isdigit() else (c.name, 0)
+                for (r, _, k), c in zip(names, comps, strict=True)
+            ]
+            status = status_of(SlurmJob(replicas, "", None, job_id), comps)
+            status.app_id = job_id
+            status.name = comps[0].name
+            out.append(status)
         return out
 
-    # -- logs -------------------------------------------------------------------------------
-
-    def log_iter(self, app_id: str, role: str, k: int, query: LogQuery) -> AsyncIterator[bytes]:
-        job = self._job(app_id)
-        if (role, k) not in job.replicas:
-            raise NotFound(f"{app_id} has no replica {role}/{k}")
-        base = job.path(f"slurm-{job.job_id}-{role}-{k}")
-        if query.stream == Stream.STDOUT:
-            paths = [f"{base}.out"]
-        elif query.stream == Stream.STDERR:
-            paths = [f"{base}.err"]
-        else:  # combined: the two files, interleaved as written when following
-            paths = [f"{base}.out", f"{base}.err"]
-        return read_files(self._hosts.get(job.target), paths, query, lambda: self._ended(app_id))
-
-    async def _ended(self, app_id: str) -> None:
-        while not self._final(app_id):
-            await self._changed.wait_past(self._changed.gen)
+    def _log_files(self, job: Job, role: str, k: int) -> tuple[str, str]:
+        slurm_job = SlurmJob.from_native(job.native)
+        check_replica(job, slurm_job.replicas, role, k)
+        base = slurm_job.path(f"slurm-{slurm_job.job_id}-{role}-{k}")
+        return f"{base}.out", f"{base}.err"
 
     # -- control ----------------------------------------------------------------------------
 
-    async def cancel(self, app_id: str) -> None:
-        # No describe first: scancel of a finished job is harmless, and the poll will tell.
-        if app_id in self._jobs and not self._final(app_id):
-            await self._cancel_existing(app_id)
+    async def cancel(self, job: Job) -> None:
+        # No state check first: scancel of a job that has ended or was forgotten is harmless.
+        job_id = SlurmJob.from_native(job.native).job_id
+        host = self.host_of(job)
+        res = await host.run(["scancel", job_id])
+        if res.returncode != 0 and not any(said in res.stderr for said in _SCANCEL_DONE):
+            raise FailedPrecondition(f"scancel {job_id} on {host.label}: {res.error()}")
 
-    async def _cancel_existing(self, app_id: str) -> None:
-        job = self._job(app_id)
-        host = self._hosts.get(job.target)
-        res = await host.run(["scancel", job.job_id])
-        if res.returncode != 0 and b"already completing or completed" not in res.stderr:
-            raise FailedPrecondition(f"scancel {job.job_id} on {host.label}: {res.error()}")
 
-    async def reattach(self, app_id: str, native: dict[str, Any], status: AppStatus) -> AppStatus:
-        self._jobs[app_id] = SlurmJob.from_native(native)
-        self._status[app_id] = status
+def _settled(job: SlurmJob, state: AppState, code: int, source: str) -> AppStatus:
+    status = AppStatus(state=state)
+    status.msg = f"Slurm job {job.job_id} ended while txd was away (from {source})"
+    if state == AppState.UNKNOWN:
         return status
+    replicas = [ReplicaStatus(id=k, role=r, state=state) for r, k in job.replicas]
+    status.roles.extend(group_replicas(replicas))
+    if code:
+        status.msg += f", exit code {code}"
+    return status
 
-    async def close(self) -> None:
-        await self._hosts.close()
+
+async def _exit_mark(host: Host, job: SlurmJob) -> int | None:
+    res = await host.run(["tail", "-n", "1", "--", job.path(f"slurm-{job.job_id}.out")])
+    last = res.text.strip()
+    if res.returncode == 0 and last.startswith(EXIT_MARK):
+        code = last.removeprefix(EXIT_MARK)
+        return int(code) if code.isdigit() else None
+    return None
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:
-    return SlurmScheduler(session_name)
+    return SlurmScheduler(session_name, settings=kwargs.get("settings"))

@@ -1,31 +1,13 @@
-"""Fixtures of the lsf scheduler tests. The doubles live in lsf_fakes.py, registered here as
-the module `lsf_fakes` so the test files can import them."""
+"""Fixtures of the lsf scheduler tests. The doubles live in lsf_fakes.py, a module of its own:
+pyproject's pytest `pythonpath` puts this folder on sys.path."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
+import lsf_fakes
 import pytest
-
-
-def _load_fakes() -> Any:
-    if "lsf_fakes" in sys.modules:
-        return sys.modules["lsf_fakes"]
-    spec = importlib.util.spec_from_file_location(
-        "lsf_fakes", Path(__file__).with_name("lsf_fakes.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lsf_fakes"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lsf_fakes = _load_fakes()
 
 # App ids the tests expect (the ones in recorded/bjobs_apps.stdout), by app name.
 APP_IDS = {
@@ -69,4 +51,4 @@ async def sched(hosts: Any, local: Any) -> AsyncIterator[Any]:
     try:
         yield s
     finally:
-        await s.close()
+        await s.aclose()

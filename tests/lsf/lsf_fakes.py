@@ -1,8 +1,8 @@
 """Test doubles for the lsf scheduler: a Host that answers with recorded LSF output and keeps
 every command it was asked to run, and Hosts that hand out one such Host per login node.
 
-Registered as the module `lsf_fakes` by tests/lsf/conftest.py (the suite runs with
---import-mode=importlib, which puts no test folder on sys.path).
+Imported as the module `lsf_fakes`: the suite runs with --import-mode=importlib, which puts no
+test folder on sys.path, so pyproject's pytest `pythonpath` adds this one.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ import lsf_fakes
 import pytest
 from txd.schedulers.lsf import (
     BjobsRow,
-    app_state,
     clean_name,
     parse_bjobs,
     pick_rank0_host,
@@ -60,34 +59,6 @@ def test_replica_state_of_a_cancelled_app_is_cancelled_whatever_the_exit_code() 
     assert replica_state("EXIT", "1", cancelled=True) == AppState.CANCELLED
     assert replica_state("DONE", "-", cancelled=True) == AppState.SUCCEEDED
     assert replica_state("RUN", "-", cancelled=True) == AppState.RUNNING
-
-
-S, F, C, P, R, U = (
-    AppState.SUCCEEDED,
-    AppState.FAILED,
-    AppState.CANCELLED,
-    AppState.PENDING,
-    AppState.RUNNING,
-    AppState.UNKNOWN,
-)
-
-
-@pytest.mark.parametrize(
-    ("states", "expected"),
-    [
-        ([S, S], S),
-        ([S, R], R),
-        ([R, R], R),
-        ([R, P], P),  # the head runs, the others wait for it: not running yet
-        ([P, F], F),  # a failed replica fails the app, whatever the others do
-        ([R, F, C], F),
-        ([C, R], C),
-        ([R, U], U),
-        ([U, P], U),
-    ],
-)
-def test_app_state_from_replica_states(states: list[int], expected: int) -> None:
-    assert app_state(states) == expected  # type: ignore[arg-type]
 
 
 def test_pick_rank0_host_takes_the_first_host_that_fits() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import lsf_fakes
 import pytest
 from lsf_fakes import FakeHost, FakeHosts, Reply, recorded
-from txd.schedulers.api import LogQuery, SubmitContext
+from txd.schedulers.api import Described, Job, LogQuery, NoAnswer, SubmitContext, is_terminal
 from txd.schedulers.errors import (
     BackendUnavailable,
     FailedPrecondition,
@@ -44,10 +44,26 @@ def cfg(**values: Any) -> dict[str, Any]:
     return {k: to_cfg_value(v) for k, v in values.items()}
 
 
-async def submit(sched: LsfScheduler, app: AppDef, **opts: Any) -> tuple[str, dict[str, Any]]:
+async def submit(sched: LsfScheduler, app: AppDef, **opts: Any) -> Job:
+    """Submits app; returns the Job as the daemon hands it back: native stored as JSON."""
     info = await sched.submit_dryrun(app, cfg(**opts), CTX)
-    app_id = await sched.schedule(info)
-    return app_id, info.native
+    done = await sched.schedule(info)
+    return Job(done.app_id, json.loads(json.dumps(done.native)))
+
+
+async def describe(sched: LsfScheduler, job: Job) -> AppStatus | None:
+    return answered((await sched.describe_many([job]))[job.app_id])
+
+
+def answered(value: Described) -> AppStatus | None:
+    """A status or None, not NoAnswer."""
+    assert not isinstance(value, NoAnswer), value
+    return value
+
+
+def unknown_job(app_id: str = "never-submitted") -> Job:
+    """A job whose app LSF has never shown (or has forgotten)."""
+    return Job(app_id, {"ssh": None, "jobdir": None, "replicas": []})
 
 
 def cluster(hosts: FakeHosts, target: SshTarget | None) -> FakeHost:
@@ -82,16 +98,6 @@ async def test_dryrun_asks_bhosts_for_the_rank0_host_and_submits_nothing(
     assert local.argvs("/bin/bash") == []
     assert info.text == info.request.script
     assert "-m gpu-node-01" in info.text  # the first host with 8 slots and 2 GPUs
-    assert info.native == {
-        "app_id": "ddp-bcdfghjklmnp",
-        "ssh": None,
-        "jobdir": None,
-        "replicas": [
-            {"role": "trainer", "replica_id": 0, "job": "ddp-bcdfghjklmnp-trainer-0"},
-            {"role": "trainer", "replica_id": 1, "job": "ddp-bcdfghjklmnp-trainer-1"},
-        ],
-    }
-    json.dumps(info.native)  # the registry stores it as JSON
 
 
 async def test_dryrun_lowercases_the_app_id(
@@ -137,16 +143,26 @@ async def test_bad_input_is_an_invalid_argument_naming_the_field(
     assert local.argvs("/bin/bash") == []
 
 
-async def test_schedule_runs_the_script_and_keeps_the_job_ids(
+async def test_schedule_runs_the_script_and_returns_what_finds_the_jobs_again(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
     info = await sched.submit_dryrun(make_app("ddp", {"trainer": 2}), {}, CTX)
-    app_id = await sched.schedule(info)
-    assert app_id == "ddp-bcdfghjklmnp"
+    done = await sched.schedule(info)
+    assert done.app_id == "ddp-bcdfghjklmnp"
     [(argv, script)] = [run for run in local.runs if run[0][0] == "/bin/bash"]
     assert argv == ("/bin/bash", "-s")
     assert script == info.request.script.encode()
-    assert info.native["job_ids"] == ["5000", "5001"]
+    assert done.native == {
+        "app_id": "ddp-bcdfghjklmnp",
+        "ssh": None,
+        "jobdir": None,
+        "replicas": [
+            {"role": "trainer", "replica_id": 0, "job": "ddp-bcdfghjklmnp-trainer-0"},
+            {"role": "trainer", "replica_id": 1, "job": "ddp-bcdfghjklmnp-trainer-1"},
+        ],
+        "job_ids": ["5000", "5001"],
+    }
+    json.dumps(done.native)  # the daemon stores it as JSON
 
 
 async def test_schedule_reads_the_default_queue_answer(
@@ -154,8 +170,8 @@ async def test_schedule_reads_the_default_queue_answer(
 ) -> None:
     local.responders.clear()
     local.reply("/bin/bash", Reply(recorded("bsub_default_queue.stdout")))
-    _, native = await submit(sched, make_app("echo", {"hello": 1}))
-    assert native["job_ids"] == ["4201"]
+    job = await submit(sched, make_app("echo", {"hello": 1}))
+    assert job.native["job_ids"] == ["4201"]
 
 
 async def test_a_refused_bsub_kills_what_was_submitted(
@@ -203,40 +219,45 @@ APPS = {
 async def test_describe_many_asks_bjobs_once_for_every_app(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
-    ids = {name: (await submit(sched, make_app(name, roles)))[0] for name, roles in APPS.items()}
+    jobs = {name: await submit(sched, make_app(name, roles)) for name, roles in APPS.items()}
+    ids = {name: job.app_id for name, job in jobs.items()}
     local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
-    found = await sched.describe_many([*ids.values(), "never-submitted"])
+    local.reply("bkill", Reply(b"Job <4121> is being terminated\n"))
+    found = await sched.describe_many([*jobs.values(), unknown_job()])
     assert local.argvs("bjobs") == [BJOBS]
     assert sched.backend_calls()["bjobs"] == 1
 
     assert found["never-submitted"] is None
-    ddp = found[ids["ddp"]]
-    assert ddp is not None and ddp.state == AppState.PENDING and ddp.app_id == ids["ddp"]
+    ddp = answered(found[ids["ddp"]])
+    # RUNNING as soon as one replica runs (status.fold), though trainer/1 still waits for it
+    assert ddp is not None and ddp.state == AppState.RUNNING and ddp.app_id == ids["ddp"]
     r = replicas(ddp)
     assert (r["trainer/0"].state, r["trainer/0"].hostname) == (AppState.RUNNING, "gpu-node-01")
     assert not r["trainer/0"].HasField("exit_code")
     assert (r["trainer/1"].state, r["trainer/1"].hostname) == (AppState.PENDING, "")
 
-    echo = found[ids["echo"]]
+    echo = answered(found[ids["echo"]])
     assert echo is not None and echo.state == AppState.SUCCEEDED
     assert replicas(echo)["hello/0"].exit_code == 0
 
-    fail = found[ids["fail"]]
-    assert fail is not None and fail.state == AppState.FAILED
-    assert fail.msg == "worker/0 exited with 1"
+    fail = answered(found[ids["fail"]])  # failing fast: live until worker/1 has ended
+    assert fail is not None and fail.state == AppState.RUNNING
+    assert fail.msg == "worker/0 exited with 1, stopping the other replicas"
     r = replicas(fail)
     assert (r["worker/0"].exit_code, r["worker/0"].hostname) == (1, "gpu-node-01")
     assert (r["worker/1"].state, r["worker/1"].hostname) == (AppState.RUNNING, "gpu-node-02")
+    assert local.argvs("bkill") == [("bkill", "4121")]
 
-    stop = found[ids["stop"]]
+    stop = answered(found[ids["stop"]])
     assert stop is not None and stop.state == AppState.CANCELLED
     assert replicas(stop)["worker/0"].exit_code == 130
 
-    susp = found[ids["susp"]]
-    assert susp is not None and susp.state == AppState.PENDING  # a/0 is suspended (USUSP)
+    susp = answered(found[ids["susp"]])
+    assert susp is not None and susp.state == AppState.RUNNING  # b/0 runs, a/0 is suspended
+    assert replicas(susp)["a/0"].state == AppState.PENDING  # USUSP
     assert [role.role for role in susp.roles] == ["a", "b"]
 
-    odd = found[ids["odd"]]
+    odd = answered(found[ids["odd"]])
     assert odd is not None and odd.state == AppState.UNKNOWN
     assert odd.msg == "a/0: LSF state UNKWN"
 
@@ -246,29 +267,34 @@ async def test_describe_many_asks_each_login_node_once(
 ) -> None:
     login1 = cluster(hosts, LOGIN1)
     on_login1 = [
-        (await submit(sched, make_app(name, APPS[name]), ssh_host="login1", ssh_user="alice"))[0]
+        await submit(sched, make_app(name, APPS[name]), ssh_host="login1", ssh_user="alice")
         for name in ("echo", "fail")
     ]
-    here, _ = await submit(sched, make_app("stop", APPS["stop"]))
+    here = await submit(sched, make_app("stop", APPS["stop"]))
     assert login1.argvs("bhosts") and login1.argvs("/bin/bash")  # submitted over there
     for host in (login1, local):
         host.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    login1.reply("bkill", Reply(b"Job <4121> is being terminated\n"))  # fail's worker/1
     found = await sched.describe_many([*on_login1, here])
     assert len(login1.argvs("bjobs")) == 1
     assert len(local.argvs("bjobs")) == 1
-    states = {i: s.state for i, s in found.items() if s is not None}
-    assert [states[i] for i in (*on_login1, here)] == [
+    states = {i: s.state for i, s in found.items() if isinstance(s, AppStatus)}
+    assert [states[j.app_id] for j in (*on_login1, here)] == [
         AppState.SUCCEEDED,
-        AppState.FAILED,
+        AppState.RUNNING,  # failed fast: until its other replica has ended
         AppState.CANCELLED,
     ]
 
-    # login1's LSF is down: its apps are left out, the others still reported
+    # login1's LSF is down: its apps have no answer (the daemon keeps their last status), the
+    # others are still reported
     login1.reply("bjobs", Reply(stderr=recorded("bjobs_down.stderr"), returncode=255))
     found = await sched.describe_many([*on_login1, here])
-    assert set(found) == {here}
+    for job in on_login1:
+        answer = found[job.app_id]
+        assert isinstance(answer, NoAnswer) and "daemon not responding" in answer.reason
+    assert isinstance(found[here.app_id], AppStatus)
     with pytest.raises(BackendUnavailable, match="batch system daemon not responding"):
-        await sched.describe(on_login1[0])
+        await describe(sched, on_login1[0])
 
 
 @pytest.mark.parametrize(
@@ -283,18 +309,18 @@ async def test_describe_many_asks_each_login_node_once(
 async def test_an_app_bjobs_no_longer_shows_is_forgotten(
     sched: LsfScheduler, local: FakeHost, reply: Reply
 ) -> None:
-    app_id, _ = await submit(sched, make_app("gone", {"a": 1}))
+    job = await submit(sched, make_app("gone", {"a": 1}))
     local.reply("bjobs", reply)
-    assert await sched.describe(app_id) is None
+    assert await describe(sched, job) is None
 
 
 async def test_a_missing_lsf_command_is_backend_unavailable(
     sched: LsfScheduler, hosts: FakeHosts, local: FakeHost
 ) -> None:
-    app_id, _ = await submit(sched, make_app("echo", {"hello": 1}))
+    job = await submit(sched, make_app("echo", {"hello": 1}))
     local.missing.add("bjobs")
     with pytest.raises(BackendUnavailable, match="bjobs: command not found on fake"):
-        await sched.describe(app_id)
+        await describe(sched, job)
     local.missing.add("bhosts")
     with pytest.raises(BackendUnavailable, match="bhosts: command not found"):
         await sched.submit_dryrun(make_app("echo", {"hello": 1}), {}, CTX)
@@ -308,7 +334,7 @@ async def test_a_missing_lsf_command_is_backend_unavailable(
 
 
 async def test_list_groups_the_users_jobs_by_project(sched: LsfScheduler, local: FakeHost) -> None:
-    ddp, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
+    ddp = (await submit(sched, make_app("ddp", APPS["ddp"]))).app_id
     local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
     apps = {s.app_id: s for s in await sched.list()}
     assert local.argvs("bjobs") == [BJOBS]
@@ -325,8 +351,9 @@ async def test_list_groups_the_users_jobs_by_project(sched: LsfScheduler, local:
     torchx_app = apps["dist_app-c6v2phgkc2j2tc"]  # submitted by TorchX, not by this daemon
     assert torchx_app.state == AppState.SUCCEEDED
     assert list(replicas(torchx_app)) == ["dist_app/0", "dist_app/1"]
-    assert apps[ddp].state == AppState.PENDING
-    assert apps["fail-dfghjklmnpqr"].state == AppState.FAILED
+    assert apps[ddp].state == AppState.RUNNING
+    assert apps["fail-dfghjklmnpqr"].state == AppState.RUNNING  # worker/1 still runs
+    assert local.argvs("bkill") == []  # list reports; stopping survivors is the poll's job
 
 
 # -- cancel -------------------------------------------------------------------------------------
@@ -335,15 +362,17 @@ async def test_list_groups_the_users_jobs_by_project(sched: LsfScheduler, local:
 async def test_cancel_bkills_the_unfinished_jobs_and_reports_cancelled(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
-    app_id, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
+    job = await submit(sched, make_app("ddp", APPS["ddp"]))
+    app_id = job.app_id
     done = bjobs_row(4101, app_id, "trainer-1", "DONE")
     running = bjobs_row(4100, app_id, "trainer-0", "RUN")
     killed = bjobs_row(4100, app_id, "trainer-0", "EXIT", "1")
     local.reply("bjobs", Reply((running + done).encode()), Reply((killed + done).encode()))
     local.reply("bkill", Reply(recorded("bkill_terminated.stdout")))
-    await sched.cancel(app_id)
+    await sched.cancel(job)  # its first call about the job: nothing described it before
     assert local.argvs("bkill") == [("bkill", "4100")]  # the finished job is left alone
-    status = await sched.describe(app_id)
+    assert len(local.argvs("bjobs")) == 1
+    status = await describe(sched, job)
     assert status is not None and status.state == AppState.CANCELLED  # exit code 1, but we asked
     assert status.msg == "cancelled by request"
 
@@ -351,30 +380,132 @@ async def test_cancel_bkills_the_unfinished_jobs_and_reports_cancelled(
 async def test_cancel_of_an_ended_or_unknown_app_does_nothing(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
-    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]))
+    job = await submit(sched, make_app("echo", APPS["echo"]))
     local.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))  # echo: DONE
-    await sched.cancel(app_id)
-    await sched.cancel("never-submitted")
+    await sched.cancel(job)
+    await sched.cancel(unknown_job())
     assert local.argvs("bkill") == []
-    assert len(local.argvs("bjobs")) == 1
+    assert len(local.argvs("bjobs")) == 2  # one per cancel
 
 
 async def test_cancel_tolerates_jobs_that_ended_meanwhile(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
-    app_id, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
-    local.reply("bjobs", Reply(bjobs_row(4101, app_id, "trainer-0", "RUN").encode()))
+    job = await submit(sched, make_app("ddp", APPS["ddp"]))
+    local.reply("bjobs", Reply(bjobs_row(4101, job.app_id, "trainer-0", "RUN").encode()))
     local.reply("bkill", Reply(stderr=recorded("bkill_finished.stderr"), returncode=255))
-    await sched.cancel(app_id)
+    await sched.cancel(job)
     assert local.argvs("bkill") == [("bkill", "4101")]
 
 
 async def test_cancel_reports_what_bkill_refused(sched: LsfScheduler, local: FakeHost) -> None:
-    app_id, _ = await submit(sched, make_app("ddp", APPS["ddp"]))
-    local.reply("bjobs", Reply(bjobs_row(4102, app_id, "trainer-0", "RUN").encode()))
+    job = await submit(sched, make_app("ddp", APPS["ddp"]))
+    local.reply("bjobs", Reply(bjobs_row(4102, job.app_id, "trainer-0", "RUN").encode()))
     local.reply("bkill", Reply(stderr=recorded("bkill_denied.stderr"), returncode=255))
     with pytest.raises(FailedPrecondition, match="Job <4102>: User permission denied"):
-        await sched.cancel(app_id)
+        await sched.cancel(job)
+
+
+S, F, C, P, R, U = (
+    AppState.SUCCEEDED,
+    AppState.FAILED,
+    AppState.CANCELLED,
+    AppState.PENDING,
+    AppState.RUNNING,
+    AppState.UNKNOWN,
+)
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        (["DONE", "DONE"], S),
+        (["DONE", "RUN"], R),
+        (["RUN", "RUN"], R),
+        (["RUN", "PEND"], R),  # the head runs, the others wait for it
+        (["PEND", "EXIT 1"], P),  # failed, but live until the other has been stopped
+        (["RUN", "EXIT 1", "EXIT 130"], R),
+        (["EXIT 130", "RUN"], R),
+        (["RUN", "UNKWN"], R),
+        (["UNKWN", "PEND"], U),
+        (["EXIT 1", "EXIT 130", "DONE"], F),  # every replica has ended: any failure fails it
+        (["EXIT 130", "DONE"], C),
+    ],
+)
+async def test_the_app_state_is_the_fold_of_the_replica_states(
+    sched: LsfScheduler, local: FakeHost, stats: list[str], expected: int
+) -> None:
+    """status.fold: an app is terminal only when every replica is."""
+    job = await submit(sched, make_app("w", {"worker": len(stats)}))
+    rows = [bjobs_row(4200 + k, job.app_id, f"worker-{k}", *s.split()) for k, s in enumerate(stats)]
+    local.reply("bjobs", Reply("".join(rows).encode()))
+    local.reply("bkill", Reply())
+    status = await describe(sched, job)
+    assert status is not None and status.state == expected
+
+
+# -- fail-fast (defect 2 of issue 7) ------------------------------------------------------------
+
+
+def fail_rows(app_id: str, survivor: str = "RUN", code: str = "-") -> Reply:
+    """worker-0 exited 1; worker-1 is in state `survivor`."""
+    rows = bjobs_row(4120, app_id, "worker-0", "EXIT", "1")
+    return Reply((rows + bjobs_row(4121, app_id, "worker-1", survivor, code)).encode())
+
+
+async def test_a_failed_replica_ends_the_app_only_once_the_survivors_are_stopped(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    """LSF fails fast, as in TorchX: one failed replica ends the app, so the scheduler bkills the
+    others. The app stays live until they have ended: a terminal app has nothing running."""
+    job = await submit(sched, make_app("fail", APPS["fail"]))
+    local.reply(
+        "bjobs", fail_rows(job.app_id), fail_rows(job.app_id), fail_rows(job.app_id, "EXIT", "130")
+    )
+    local.reply("bkill", Reply(b"Job <4121> is being terminated\n"))
+
+    status = await describe(sched, job)
+    assert status is not None and status.state == AppState.RUNNING
+    r = replicas(status)
+    assert (r["worker/0"].state, r["worker/0"].exit_code) == (AppState.FAILED, 1)
+    assert r["worker/1"].state == AppState.RUNNING
+    assert local.argvs("bkill") == [("bkill", "4121")]
+    assert status.msg == "worker/0 exited with 1, stopping the other replicas"
+
+    status = await describe(sched, job)  # still dying: not bkilled again
+    assert status is not None and status.state == AppState.RUNNING
+    assert len(local.argvs("bkill")) == 1
+
+    status = await describe(sched, job)
+    assert status is not None and status.state == AppState.FAILED
+    assert replicas(status)["worker/1"].state == AppState.CANCELLED  # exit code 130: bkilled
+    assert status.msg == "worker/0 exited with 1"
+
+
+async def test_a_refused_fail_fast_bkill_is_tried_again_at_the_next_poll(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    job = await submit(sched, make_app("fail", APPS["fail"]))
+    local.reply("bjobs", fail_rows(job.app_id))
+    refused = Reply(stderr=recorded("bkill_denied.stderr"), returncode=255)
+    local.reply("bkill", refused, Reply(b"Job <4121> is being terminated\n"))
+    for _ in range(3):
+        status = await describe(sched, job)  # the status is reported all the same
+        assert status is not None and status.state == AppState.RUNNING
+    assert len(local.argvs("bkill")) == 2
+
+
+async def test_cancel_of_an_app_with_a_failed_replica_still_bkills_the_others(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    """The failed replica made the old fold report FAILED, after which cancel did nothing."""
+    job = await submit(sched, make_app("fail", APPS["fail"]))
+    local.reply("bjobs", fail_rows(job.app_id, "PEND"))
+    local.reply("bkill", Reply(b"Job <4121> is being terminated\n"))
+    status = await describe(sched, job)
+    assert status is not None and not is_terminal(status.state)
+    await sched.cancel(job)
+    assert local.argvs("bkill") == [("bkill", "4121"), ("bkill", "4121")]
 
 
 # -- logs ---------------------------------------------------------------------------------------
@@ -384,91 +515,101 @@ JOBDIR = "/shared/jobs"
 FOLLOW_DEADLINE = 10
 
 
+def logs(
+    sched: LsfScheduler, job: Job, role: str, k: int, ended: asyncio.Event | None = None, **q: Any
+) -> Any:
+    """log_iter, with `ended` standing for the daemon's "this job is terminal"."""
+    event = ended or asyncio.Event()
+
+    async def until_ended() -> None:
+        await event.wait()
+
+    return sched.log_iter(job, role, k, LogQuery(**q), until_ended)
+
+
 async def test_logs_need_a_jobdir(sched: LsfScheduler) -> None:
-    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]))
+    job = await submit(sched, make_app("echo", APPS["echo"]))
     with pytest.raises(Unsupported, match=r"without a jobdir.*-c jobdir="):
-        sched.log_iter(app_id, "hello", 0, LogQuery())
+        logs(sched, job, "hello", 0)
     with pytest.raises(NotFound):
-        sched.log_iter("never-submitted", "hello", 0, LogQuery())
+        logs(sched, job, "hello", 1)
     with pytest.raises(NotFound):
-        sched.log_iter(app_id, "hello", 1, LogQuery())
+        logs(sched, job, "bye", 0)
 
 
 async def test_logs_read_the_jobdir_files_by_stream(sched: LsfScheduler, local: FakeHost) -> None:
-    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
-    out, err = f"{JOBDIR}/{app_id}-hello-0.out", f"{JOBDIR}/{app_id}-hello-0.err"
+    job = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
+    out = f"{JOBDIR}/{job.app_id}-hello-0.out"
+    err = f"{JOBDIR}/{job.app_id}-hello-0.err"
     local.files[out] = b"hello\r\nworld\n"
     local.files[err] = b"warning: x\nlast line without newline"
 
-    def logs(**query: Any) -> Any:
-        return collect(sched.log_iter(app_id, "hello", 0, LogQuery(**query)))
+    def read(**query: Any) -> Any:
+        return collect(logs(sched, job, "hello", 0, **query))
 
-    assert await logs(stream=Stream.STDOUT) == b"hello\r\nworld\n"
-    assert await logs(stream=Stream.STDERR) == b"warning: x\nlast line without newline"
-    assert await logs() == b"hello\r\nworld\nwarning: x\nlast line without newline"
-    assert await logs(regex="^w") == b"world\nwarning: x\n"
+    assert await read(stream=Stream.STDOUT) == b"hello\r\nworld\n"
+    assert await read(stream=Stream.STDERR) == b"warning: x\nlast line without newline"
+    assert await read() == b"hello\r\nworld\nwarning: x\nlast line without newline"
+    assert await read(regex="^w") == b"world\nwarning: x\n"
     assert ("cat", "--", out) in local.streams
 
 
+@pytest.mark.parametrize("last_words", [b"line 2, written as the job ended\n", b""])
 async def test_a_follow_ends_once_the_app_is_over_with_every_byte(
-    sched: LsfScheduler, local: FakeHost
+    sched: LsfScheduler, local: FakeHost, last_words: bytes
 ) -> None:
-    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
-    path = f"{JOBDIR}/{app_id}-hello-0.out"
+    job = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
+    path = f"{JOBDIR}/{job.app_id}-hello-0.out"
     local.files[path] = b"line 1\n"
-    local.reply("bjobs", Reply(bjobs_row(5000, app_id, "hello-0", "RUN").encode()))
-    await sched.describe_many([app_id])
-
-    chunks = sched.log_iter(app_id, "hello", 0, LogQuery(follow=True, stream=Stream.STDOUT))
+    ended = asyncio.Event()
+    chunks = logs(sched, job, "hello", 0, ended, follow=True, stream=Stream.STDOUT)
     assert await anext(chunks) == b"line 1\n"
-    local.files[path] += b"line 2, written as the job ended\n"
-    local.reply("bjobs", Reply(bjobs_row(5000, app_id, "hello-0", "DONE").encode()))
-    await sched.describe_many([app_id])  # what the daemon's poller does once per interval
+    local.files[path] += last_words
+    ended.set()  # the daemon's status cache holds a terminal status (or LSF forgot the app)
     async with asyncio.timeout(FOLLOW_DEADLINE):
-        assert await collect(chunks) == b"line 2, written as the job ended\n"
+        assert await collect(chunks) == last_words
     assert ("tail", "-c", "+8", "--", path) in local.streams  # the rest, from where it stopped
-
-
-async def test_a_follow_ends_when_lsf_forgets_the_app(sched: LsfScheduler, local: FakeHost) -> None:
-    app_id, _ = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
-    local.files[f"{JOBDIR}/{app_id}-hello-0.out"] = b"only line\n"
-    chunks = sched.log_iter(app_id, "hello", 0, LogQuery(follow=True, stream=Stream.STDOUT))
-    assert await anext(chunks) == b"only line\n"
-    local.reply("bjobs", Reply(stderr=recorded("bjobs_no_job.stderr")))
-    await sched.describe_many([app_id])
-    async with asyncio.timeout(FOLLOW_DEADLINE):
-        assert await collect(chunks) == b""
+    assert local.argvs("bjobs") == []  # the end came from the daemon, not from asking LSF
 
 
 # -- restart, lifecycle -------------------------------------------------------------------------
 
 
-async def test_reattach_restores_the_app_from_native(hosts: FakeHosts, local: FakeHost) -> None:
+async def test_a_new_scheduler_answers_from_the_persisted_job_alone(
+    hosts: FakeHosts, local: FakeHost
+) -> None:
+    """Stateless per job: a scheduler of a restarted daemon, given the Job as the daemon
+    persisted it, describes, cancels and reads logs as the one that submitted it."""
     login1 = cluster(hosts, LOGIN1)
     before = LsfScheduler("test", hosts=hosts)
-    app_id, native = await submit(
+    job = await submit(
         before, make_app("ddp", APPS["ddp"]), jobdir=JOBDIR, ssh_host="login1", ssh_user="alice"
     )
-    stored = json.loads(json.dumps(native))  # as the registry keeps it
-    assert stored["ssh"] == {"host": "login1", "user": "alice", "port": None, "key": None}
+    # hosts.target_to_native: the keys the hand-written dict of older versions had
+    assert job.native["ssh"] == {"host": "login1", "user": "alice", "port": None, "key": None}
+    login1.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
+    login1.reply("bkill", Reply(recorded("bkill_terminated.stdout")))
+    seen = await describe(before, job)
 
     after = LsfScheduler("test", hosts=hosts)  # a new daemon
-    last = AppStatus(state=AppState.RUNNING, app_id=app_id)
-    assert await after.reattach(app_id, stored, last) == last
-    login1.reply("bjobs", Reply(recorded("bjobs_apps.stdout")))
-    status = await after.describe(app_id)
-    assert status is not None and status.state == AppState.PENDING
+    status = await describe(after, job)
+    assert status == seen
+    assert status is not None and status.state == AppState.RUNNING
     assert local.argvs("bjobs") == []  # asked where the app lives
-    login1.files[f"{JOBDIR}/{app_id}-trainer-1.err"] = b"oops\n"
-    stderr = after.log_iter(app_id, "trainer", 1, LogQuery(stream=Stream.STDERR))
+    login1.files[f"{JOBDIR}/{job.app_id}-trainer-1.err"] = b"oops\n"
+    stderr = logs(after, job, "trainer", 1, stream=Stream.STDERR)
     assert await collect(stderr) == b"oops\n"
+    await after.cancel(job)
+    assert login1.argvs("bkill") == [("bkill", "4101", "4102")]
 
 
 async def test_the_scheduler_as_the_daemon_builds_it(tmp_path: Any) -> None:
     sched = create_scheduler("sess", state_dir=tmp_path)
     assert isinstance(sched, LsfScheduler)
     assert sched.name == "lsf"
-    assert sched.poll_interval == 1.0  # LSF cannot push
+    assert not sched.pushes() and sched.settings.poll_interval == 1.0  # LSF cannot push
+    tuned = create_scheduler("sess", state_dir=tmp_path, settings={"poll_interval": "0.25"})
+    assert tuned.settings.poll_interval == 0.25
     caps = sched.capabilities
     assert caps.logs and caps.log_follow and caps.log_streams and caps.cancel and caps.list
     assert not caps.push_status and not caps.log_since_until and not caps.retries
@@ -476,11 +617,11 @@ async def test_the_scheduler_as_the_daemon_builds_it(tmp_path: Any) -> None:
     assert names[:4] == ["ssh_host", "ssh_user", "ssh_port", "ssh_key"]
     assert names[4:] == ["lsf_queue", "jobdir", "container_workdir", "host_network", "shm_size"]
     assert {o.name: o.default.str for o in sched.run_opts()}["shm_size"] == "64m"
-    await sched.close()
-    await sched.close()  # twice is fine
+    await sched.aclose()
+    await sched.aclose()  # twice is fine
 
 
-async def test_close_closes_the_hosts(sched: LsfScheduler, hosts: FakeHosts) -> None:
+async def test_aclose_closes_the_hosts(sched: LsfScheduler, hosts: FakeHosts) -> None:
     login1 = cluster(hosts, LOGIN1)
-    await sched.close()
+    await sched.aclose()
     assert login1.closed

@@ -197,9 +197,10 @@ async def test_values_reach_docker_exactly(shims: Path, shell_sched: LsfSchedule
     app = ddp_app()
     jobdir = shims.parent / "jobs dir"  # a space in the path, too
     info = await shell_sched.submit_dryrun(app, cfg(jobdir=str(jobdir), lsf_queue="gpu"), CTX)
-    app_id = await shell_sched.schedule(info)
+    done = await shell_sched.schedule(info)
+    app_id = done.app_id
     assert app_id == "ddp-bcdfghjklmnp"
-    assert info.native["job_ids"] == ["700", "701", "702"]
+    assert done.native["job_ids"] == ["700", "701", "702"]
 
     argv = json.loads((shims / "docker.ddp-bcdfghjklmnp-trainer-1.json").read_text())
     env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
@@ -250,4 +251,3 @@ async def test_a_refused_bsub_stops_the_script_and_kills_what_started(
     assert "killed the 1 job(s) already submitted" in msg
     assert hosts.made[None].argvs("bkill") == [("bkill", "700")]
     assert not (shims / "bsub.702.json").exists()  # set -e: nothing after the refused bsub
-    assert await shell_sched.describe("ddp-bcdfghjklmnp") is None  # not recorded as an app

@@ -35,7 +35,9 @@ async def until_state(client: Any, handle: str, state: int) -> Any:
     raise AssertionError(f"{handle} ended without reaching {STATE(state)}")
 
 
-async def test_two_roles_three_replicas_succeed(slurm_client: Any, target: Any, jobdir: Path):
+async def test_two_roles_three_replicas_succeed(
+    slurm_client: Any, target: Any, jobdir: Path
+) -> None:
     echo = 'echo "$0 replica $1 on $SLURMD_NODENAME of $SLURM_HET_SIZE"'
     app = AppDef(
         name="two",
@@ -61,7 +63,7 @@ async def test_two_roles_three_replicas_succeed(slurm_client: Any, target: Any, 
     assert logs["ps/0"].startswith(b"ps replica 0 on n")
 
 
-async def test_exit_code_gives_failed(slurm_client: Any, target: Any, jobdir: Path):
+async def test_exit_code_gives_failed(slurm_client: Any, target: Any, jobdir: Path) -> None:
     app = AppDef(name="fails", roles=[role("main", "echo bad >&2; exit 3")])
     handle = await slurm_client.run(app, "slurm", target(jobdir))
     status = await slurm_client.wait(handle, timeout=60)
@@ -72,7 +74,7 @@ async def test_exit_code_gives_failed(slurm_client: Any, target: Any, jobdir: Pa
     assert await read_logs(slurm_client, handle, streams="stdout") == b""
 
 
-async def test_cancel_gives_cancelled(slurm_client: Any, target: Any, jobdir: Path):
+async def test_cancel_gives_cancelled(slurm_client: Any, target: Any, jobdir: Path) -> None:
     app = AppDef(name="long", roles=[role("main", "echo started; sleep 600")])
     handle = await slurm_client.run(app, "slurm", target(jobdir))
     await until_state(slurm_client, handle, AppState.RUNNING)
@@ -86,7 +88,7 @@ async def test_cancel_gives_cancelled(slurm_client: Any, target: Any, jobdir: Pa
 
 async def test_logs_of_one_replica_stream_while_running(
     slurm_client: Any, target: Any, jobdir: Path
-):
+) -> None:
     release = jobdir / "release"
     app = AppDef(
         name="stream",
@@ -118,7 +120,9 @@ async def test_logs_of_one_replica_stream_while_running(
 PRINT_ENV = 'printf "%s|%s|%s\\n" "$TRICKY" "$1" "$TORCHX_JOB_ID"'
 
 
-async def test_env_values_and_macros_survive_quoting(slurm_client: Any, target: Any, jobdir: Path):
+async def test_env_values_and_macros_survive_quoting(
+    slurm_client: Any, target: Any, jobdir: Path
+) -> None:
     tricky = """it's "quoted", has spaces, $HOME, a,b=c and a \\ backslash"""
     app = AppDef(
         name="env",
@@ -138,7 +142,7 @@ async def test_env_values_and_macros_survive_quoting(slurm_client: Any, target: 
     assert await read_logs(slurm_client, handle) == expected
 
 
-async def test_daemon_restart_keeps_tracking(own_slurm_daemon: Any, jobdir: Path):
+async def test_daemon_restart_keeps_tracking(own_slurm_daemon: Any, jobdir: Path) -> None:
     release = jobdir / "release"
     app = AppDef(name="survivor", roles=[role("main", held(release, "echo up", "echo done"))])
     async with own_slurm_daemon.client() as c:
@@ -156,7 +160,7 @@ async def test_daemon_restart_keeps_tracking(own_slurm_daemon: Any, jobdir: Path
 
 async def test_final_state_outlives_min_job_age(
     own_slurm_daemon: Any, slurm_cluster: Any, jobdir: Path
-):
+) -> None:
     """Slurm forgets finished jobs after MinJobAge. One job ends while txd watches; another
     ends while txd is down and is forgotten before it comes back: both keep their end."""
     release = jobdir / "release"
@@ -187,7 +191,7 @@ async def test_final_state_outlives_min_job_age(
 
 async def test_one_squeue_per_interval_however_many_watch(
     slurm_daemon: Any, slurm_client: Any, jobdir: Path, poll_interval: float
-):
+) -> None:
     release = jobdir / "release"
     apps = [AppDef(name=f"w{i}", roles=[role("main", held(release))]) for i in range(10)]
     handles = [await slurm_client.run(a, "slurm", {"job_dir": str(jobdir)}) for a in apps]
@@ -217,7 +221,7 @@ async def test_one_squeue_per_interval_however_many_watch(
     assert all(s[-1] == AppState.SUCCEEDED for s in seen)
 
 
-async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path):
+async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path) -> None:
     """max_retries=1: the first attempt fails, Slurm requeues the job, the second succeeds."""
     marker = jobdir / "attempted"
     script = f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 5; fi"
@@ -239,7 +243,7 @@ async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jo
     assert await read_logs(slurm_client, handle) == b"second\n"
 
 
-async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Path):
+async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Path) -> None:
     app = AppDef(name=unique("x"), roles=[role("main", "true")])
     with pytest.raises(TxdError) as e:
         await slurm_client.run(app, "slurm", {"time": "soon"})
@@ -261,7 +265,7 @@ async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Pat
     assert [a for a in await slurm_client.list("slurm") if a.name == app.name] == []
 
 
-async def test_list_from_the_backend(slurm_client: Any, jobdir: Path):
+async def test_list_from_the_backend(slurm_client: Any, jobdir: Path) -> None:
     release = jobdir / "release"
     app = AppDef(name="listed", roles=[role("main", held(release))])
     handle = await slurm_client.run(app, "slurm", {"job_dir": str(jobdir)})
