@@ -446,13 +446,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     def log_iter(
         self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
     ) -> AsyncIterator[bytes]:
-        # Whether more output can come is the replica's own business: its writer closes once
-        # its pipes have, so `ended` (the daemon's view) is not needed here.
         if (app := self._apps.get(job.app_id)) is not None:
             for r in app.replicas:
                 if r.spec.role == role and r.spec.replica_id == k:
+                    # The writer closes once the replica's pipes have: no byte can follow.
                     src = LogSource(Path(r.spec.log), r.writer.pulse, _closed(r.writer))
-                    return read_log(src, query)
+                    return _until(read_log(src, query), ended if query.follow else None)
         else:
             for rep in job.native.get("replicas", []):
                 if rep["role"] == role and rep["replica_id"] == k:
@@ -607,6 +606,15 @@ def _render(req: PopenRequest, caller_env: dict[str, str]) -> str:
         replicas.append({**asdict(s), "env": env})
     data = {"app_id": req.app_id, "app_dir": req.app_dir, "replicas": replicas}
     return pprint.pformat(data, width=100, sort_dicts=False)
+
+
+async def _until(chunks: AsyncIterator[bytes], ended: Ended | None) -> AsyncIterator[bytes]:
+    """The chunks, then (following) the wait for the daemon to know the job is over: a follow
+    ends with the job, not with one replica's output."""
+    async for chunk in chunks:
+        yield chunk
+    if ended is not None:
+        await ended()
 
 
 def _closed(writer: LogWriter) -> Callable[[], bool]:
