@@ -29,6 +29,7 @@ from txd.schedulers.errors import (
     InvalidArgument,
     NotFound,
     TxdError,
+    Unsupported,
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus
@@ -256,7 +257,10 @@ class Core:
             return self.store.statuses(scheduler)
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
-        apps = await (await self.schedulers.get(scheduler)).list()
+        sched = await self.schedulers.get(scheduler)
+        if not sched.capabilities.list:
+            raise Unsupported(f"{scheduler} cannot list jobs")
+        apps = await sched.list()
         for status in apps:
             status.scheduler = scheduler
             status.app_handle = handle_of(scheduler, self.session, status.app_id)
@@ -269,7 +273,10 @@ class Core:
         job = self.cache.get(handle)
         if job is None:  # nothing can change any more
             return rec.status
-        await (await self.schedulers.get(rec.scheduler)).cancel(job.job)
+        sched = await self.schedulers.get(rec.scheduler)
+        if not sched.capabilities.cancel:
+            raise Unsupported(f"{rec.scheduler} cannot cancel jobs")
+        await sched.cancel(job.job)
         await self.schedulers.feed(rec.scheduler).refresh([job])
         return job.status
 

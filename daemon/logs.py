@@ -10,9 +10,9 @@ from typing import Any
 
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
-from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.schedulers.errors import InvalidArgument, NotFound, Unsupported
 from txd.v1.app_pb2 import AppDef
-from txd.v1.runner_pb2 import LogsRequest, LogsResponse
+from txd.v1.runner_pb2 import LogsRequest, LogsResponse, Stream
 
 # Bounds the bytes buffered per merged log stream (chunks are at most 64 KiB).
 MERGE_QUEUE_CHUNKS = 16
@@ -21,6 +21,7 @@ MERGE_QUEUE_CHUNKS = 16
 async def read(
     sched: Scheduler[Any, Any], job: Job, app: AppDef, req: LogsRequest, ended: Ended
 ) -> AsyncIterator[LogsResponse]:
+    _check_capabilities(sched, req)
     targets = _targets(req.app_handle, app, req)
     if req.regex:
         try:
@@ -43,6 +44,22 @@ async def read(
         return
     async for msg in merge([_tagged(*i) for i in iters], MERGE_QUEUE_CHUNKS):
         yield msg
+
+
+def _check_capabilities(sched: Scheduler[Any, Any], req: LogsRequest) -> None:
+    """What the scheduler does not claim is refused here, the same way for every backend."""
+    caps = sched.capabilities
+    wanted = [
+        (True, caps.logs, "does not provide logs"),
+        (req.follow, caps.log_follow, "cannot follow logs"),
+        (req.HasField("since") or req.HasField("until"), caps.log_since_until,
+         "does not know when log lines were written: since/until cannot be applied"),
+        (req.streams != Stream.COMBINED, caps.log_streams,
+         "cannot read stdout and stderr apart"),
+    ]  # fmt: skip
+    for asked, claimed, why in wanted:
+        if asked and not claimed:
+            raise Unsupported(f"{sched.name} {why}")
 
 
 def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]]:

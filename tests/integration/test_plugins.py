@@ -7,6 +7,8 @@ import importlib.util
 import json
 import sys
 
+import pytest
+from txd.client import UnimplementedError
 from txd.v1 import AppDef, AppState, Role
 from txd_testing import PLUGIN, Daemon
 
@@ -54,3 +56,19 @@ async def test_polled_status_costs_one_batched_query_per_interval(plugin_daemon:
     assert sorted(calls[-1].split()) == sorted(h.rsplit("/", 1)[1] for h in handles)
     described = json.loads(plugin_daemon.txctl("describe", "--json", handles[0], check=0).stdout)
     assert described["cfg"]["tag"] == {"str": "x"}
+
+
+async def test_unclaimed_capabilities_are_refused_by_the_daemon(plugin_daemon: Daemon) -> None:
+    """fakepoll claims cancel and describe only: logs and backend listing are UNIMPLEMENTED,
+    whatever the scheduler's own methods would do."""
+    async with plugin_daemon.client() as c:
+        handle = await c.run(_app("caps"), "fakepoll", cwd="/")
+        with pytest.raises(UnimplementedError, match=r"^fakepoll does not provide logs$"):
+            [chunk async for chunk in c.logs(handle)]
+        with pytest.raises(UnimplementedError, match=r"^fakepoll cannot list jobs$"):
+            await c.list("fakepoll", backend=True)
+        assert (await c.wait(handle, timeout=30)).state == AppState.SUCCEEDED
+    infos = json.loads(plugin_daemon.txctl("schedulers", "--json", check=0).stdout)
+    caps = {s["name"]: s["capabilities"] for s in infos["schedulers"]}
+    assert caps["fakepoll"]["push_status"] is False
+    assert caps["local_cwd"]["push_status"] is True
