@@ -218,10 +218,16 @@ async def test_one_squeue_per_interval_however_many_watch(
 
 
 async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path):
-    """max_retries=1: the first attempt fails, Slurm requeues the job, the second succeeds."""
+    """max_retries=1: replica 0 fails on the first attempt, Slurm requeues the job, and both
+    replicas succeed on the second: the status is the second attempt's, exit codes included
+    (Slurm's DerivedEC still holds the first attempt's 5)."""
     marker = jobdir / "attempted"
-    script = f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 5; fi"
-    app = AppDef(name="retry", roles=[role("main", script, max_retries=1)])
+    script = (
+        f'if [ "$1" = 1 ]; then exit 0; elif [ -e {marker} ]; then echo second; '
+        f"else touch {marker}; exit 5; fi"
+    )
+    app = AppDef(name="retry", roles=[role("main", script, replicas=2, max_retries=1)])
+    app.roles[0].args.extend(["main", "${replica_id}"])
     handle = await slurm_client.run(app, "slurm", {"job_dir": str(jobdir)})
     async for status in slurm_client.watch(handle):
         assert status.state not in (AppState.FAILED, AppState.SUCCEEDED), status
@@ -236,7 +242,10 @@ async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jo
     status = await slurm_client.wait(handle, timeout=60)
     assert STATE(status.state) == "SUCCEEDED", status
     assert status.num_restarts == 1
-    assert await read_logs(slurm_client, handle) == b"second\n"
+    replicas = [(r.id, STATE(r.state), r.exit_code) for rs in status.roles for r in rs.replicas]
+    assert replicas == [(0, "SUCCEEDED", 0), (1, "SUCCEEDED", 0)], status
+    logs = await read_logs_by_replica(slurm_client, handle)
+    assert logs["main/0"] == b"second\n"
 
 
 async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Path):
