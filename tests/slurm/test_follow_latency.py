@@ -69,7 +69,7 @@ async def follow_stamps(client: Any, handle: str, releases: Path) -> dict[int, f
 @pytest.mark.parametrize("file_exists", [False, True], ids=["before-file", "after-file"])
 async def test_follow_delivers_each_line_as_written(
     slurm_client: Any, slurm_cluster: Any, target: Any, jobdir: Path, file_exists: bool
-):
+) -> None:
     releases = jobdir / "releases"
     releases.mkdir(parents=True)
     app = AppDef(

@@ -217,7 +217,7 @@ async def test_one_squeue_per_interval_however_many_watch(
     assert all(s[-1] == AppState.SUCCEEDED for s in seen)
 
 
-async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path):
+async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path) -> None:
     """max_retries=1: replica 0 fails on the first attempt, Slurm requeues the job, and both
     replicas succeed on the second: the status is the second attempt's, exit codes included
     (Slurm's DerivedEC still holds the first attempt's 5)."""
