@@ -2,7 +2,8 @@
 on this host or on a login node, through the scheduler's Host.
 
 Reading is `cat`; following is `tail -F`, which wakes on inotify where the files are, so bytes
-reach clients as they are written and nothing here polls. A follow ends once the job is
+reach clients as they are written. A file the job has not created yet is waited for by checking
+every POLL_MISSING seconds; the tail starts once it exists. A follow ends once the job is
 terminal: the tail is stopped and whatever it had not delivered yet is read from the byte
 offset it reached, so no byte is lost or repeated.
 """
@@ -22,10 +23,18 @@ from txd.schedulers.logfiles import batched, filter_lines
 
 # Chunks buffered per followed file: bounds memory when the client reads slowly.
 QUEUE_CHUNKS = 4
-# `tail -F`, ended when its stdin closes. A command whose SSH channel is closed runs on until it
-# next writes, and tail -F of a finished log may never write again: without this it would stay
-# on the login node for good. (-F also waits for a file a pending job has not created yet.)
-FOLLOW = 'tail -c +1 -F -- "$1" 2>/dev/null & t=$!; cat >/dev/null; kill "$t"'
+# How often a follow checks for a log file the job has not created yet (seconds).
+POLL_MISSING = 0.1
+# `tail -F`, started once the file exists, and ended when its stdin closes.
+# - GNU tail uses inotify only for files that exist when it starts: given a missing file it polls
+#   every `-s` seconds (default 1) for good, even after the file appears, and lines came in 1 s
+#   batches. So the file is waited for first, then tail is exec'd and wakes on every write.
+# - A command whose SSH channel is closed runs on until it next writes, and tail -F of a finished
+#   log may never write again: without the kill it would stay on the login node for good.
+FOLLOW = (
+    f'{{ until [ -e "$1" ]; do sleep {POLL_MISSING}; done; exec tail -c +1 -F -- "$1"; }}'
+    ' 2>/dev/null & t=$!; cat >/dev/null; kill "$t"'
+)
 
 
 async def read_files(

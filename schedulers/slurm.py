@@ -311,16 +311,21 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     states = []
     # A component's DerivedEC is its srun step's exit; when no step reported one (cancelled,
     # or the script failed before srun) every replica gets the batch script's exit instead.
-    steps_reported = any(c.derived_status for c in comps)
+    steps_reported = any(_steps_status(c) for c in comps)
     for i, (role, k) in enumerate(job.replicas):
         comp = comps[i] if i < len(comps) else comps[0]
         state = slurm_state(comp.state)
         states.append(state)
         rep = ReplicaStatus(id=k, role=role, state=state)
-        if comp.nodes and comp.nodes not in ("(null)", "N/A"):
+        if _started(comp):
             rep.hostname = comp.nodes
-        if is_terminal(state):
-            raw = comp.derived_status if steps_reported else comp.exit_status
+        if state == AppState.SUCCEEDED:
+            # COMPLETED: the latest attempt's batch script exited 0, which it does only when
+            # srun did, that is when every replica did (whatever DerivedEC kept from a failed
+            # earlier attempt).
+            rep.exit_code = 0
+        elif is_terminal(state):
+            raw = _steps_status(comp) if steps_reported else comp.exit_status
             rep.exit_code = exit_code(raw)
         replicas.append(rep)
     status.roles.extend(group_replicas(replicas))
@@ -337,6 +342,20 @@ def status_of(job: SlurmJob, comps: list[Component]) -> AppStatus:
     elif status.state == AppState.PENDING and leader.reason not in ("", "None"):
         status.msg = f"pending: {leader.reason}"
     return status
+
+
+def _started(comp: Component) -> bool:
+    """Whether the component's latest attempt got nodes (Slurm clears them on a requeue)."""
+    return bool(comp.nodes) and comp.nodes not in ("(null)", "N/A")
+
+
+def _steps_status(comp: Component) -> int:
+    """The component's DerivedEC where it can be the latest attempt's. Slurm keeps the highest
+    step exit of every attempt of a requeued job, and clears the nodes when it requeues: one
+    without nodes has not started its latest attempt, so its DerivedEC is an earlier one's.
+    One that has started may still show an earlier attempt's higher code: squeue has nothing
+    per attempt (sacct has, with accounting on)."""
+    return comp.derived_status if _started(comp) else 0
 
 
 SACCT_ARGV = ["sacct", "-P", "-n", "-X", "-o", "JobID,State,ExitCode"]

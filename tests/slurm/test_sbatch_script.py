@@ -165,6 +165,61 @@ def test_status_of_running_pending_cancelled() -> None:
     assert cancelled.roles[0].replicas[0].exit_code == 143
 
 
+# Recorded from the test cluster with squeue_argv(): a 2-replica hetjob with max_retries=1 whose
+# first attempt failed (exit 5), requeued and held (BeginTime); then the same job once its second
+# attempt succeeded. DerivedEC keeps the first attempt's 1280 (exit 5) to the end.
+SQUEUE_REQUEUED = """\
+40|40|0|PENDING|0|1280||1|BeginTime|main-0|
+41|40|1|PENDING|0|1280||1|BeginTime|main-1|
+"""
+SQUEUE_RETRY_SUCCEEDED = """\
+40|40|0|COMPLETED|0|1280|n1|1|None|main-0|
+41|40|1|COMPLETED|0|1280|n2|1|None|main-1|
+"""
+# Two more: one whose second attempt failed too (replica 0 exited 5 in the first attempt only,
+# replica 1 exited 3 in both), and one cancelled while held after its first attempt.
+SQUEUE_RETRY_FAILED = """\
+50|50|0|FAILED|768|1280|n1|1|NonZeroExitCode|main-0|
+51|50|1|FAILED|768|768|n2|1|NonZeroExitCode|main-1|
+"""
+SQUEUE_RETRY_CANCELLED = """\
+60|60|0|CANCELLED|0|1280||1|BeginTime|main-0|
+61|60|1|CANCELLED|0|1280||1|BeginTime|main-1|
+"""
+
+
+def test_a_requeued_job_reports_its_latest_attempt() -> None:
+    job = SlurmJob([("main", 0), ("main", 1)], "", job_id="40")
+    held = status_of(job, parse_squeue(SQUEUE_REQUEUED)["40"])
+    assert held.state == AppState.PENDING and held.num_restarts == 1
+    assert held.msg == "pending: BeginTime"
+    assert not any(r.HasField("exit_code") for r in held.roles[0].replicas)
+    done = status_of(job, parse_squeue(SQUEUE_RETRY_SUCCEEDED)["40"])
+    assert done.state == AppState.SUCCEEDED and done.num_restarts == 1 and not done.msg
+    replicas = [(r.id, r.state, r.exit_code) for r in done.roles[0].replicas]
+    assert replicas == [(0, AppState.SUCCEEDED, 0), (1, AppState.SUCCEEDED, 0)]
+
+
+def test_a_requeued_job_that_failed_again_reports_the_latest_exit() -> None:
+    job = SlurmJob([("main", 0), ("main", 1)], "", job_id="50")
+    status = status_of(job, parse_squeue(SQUEUE_RETRY_FAILED)["50"])
+    assert status.state == AppState.FAILED and status.num_restarts == 1
+    assert status.msg == "Slurm job 50 FAILED, exit code 3"
+    # Replica 0 failed only in the first attempt, but DerivedEC cannot tell attempts apart: it
+    # shows 5 (see status_of). Replica 1's code is the same in both.
+    assert status.roles[0].replicas[1].exit_code == 3
+
+
+def test_a_requeued_job_cancelled_before_its_next_attempt_has_no_step_exit() -> None:
+    job = SlurmJob([("main", 0), ("main", 1)], "", job_id="60")
+    status = status_of(job, parse_squeue(SQUEUE_RETRY_CANCELLED)["60"])
+    assert status.state == AppState.CANCELLED and status.num_restarts == 1
+    assert status.msg == "Slurm job 60 CANCELLED (BeginTime)"
+    # Not the first attempt's 5: like any job cancelled before it ran, the batch exit (none).
+    replicas = [(r.state, r.exit_code, r.hostname) for r in status.roles[0].replicas]
+    assert replicas == [(AppState.CANCELLED, 0, "")] * 2
+
+
 @pytest.mark.parametrize(
     ("text", "state"),
     [

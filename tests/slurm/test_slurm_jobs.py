@@ -108,8 +108,12 @@ async def test_logs_of_one_replica_stream_while_running(
         assert chunk.role == "second" and chunk.replica == 1
         got += chunk.data
         if got == b"before second 1\n":
-            # The job is still running, held by the release file: the bytes were streamed.
-            assert STATE((await slurm_client.status(handle)).state) == "RUNNING"
+            # The job is held by the release file, so the bytes were streamed while it ran;
+            # the status cache sees RUNNING at its next poll (the log can be faster).
+            async with asyncio.timeout(10):
+                async for status in slurm_client.watch(handle):
+                    if STATE(status.state) == "RUNNING":
+                        break
             release.touch()
     assert got == b"before second 1\nafter second 1\n"
     assert STATE((await slurm_client.wait(handle, timeout=30)).state) == "SUCCEEDED"
@@ -222,25 +226,47 @@ async def test_one_squeue_per_interval_however_many_watch(
 
 
 async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jobdir: Path) -> None:
-    """max_retries=1: the first attempt fails, Slurm requeues the job, the second succeeds."""
+    """max_retries=1: replica 0 fails on the first attempt, Slurm requeues the job, and both
+    replicas succeed on the second: the status is the second attempt's, exit codes included
+    (Slurm's DerivedEC still holds the first attempt's 5)."""
     marker = jobdir / "attempted"
-    script = f"if [ -e {marker} ]; then echo second; else touch {marker}; exit 5; fi"
-    app = AppDef(name="retry", roles=[role("main", script, max_retries=1)])
+    script = (
+        f'if [ "$1" = 1 ]; then exit 0; elif [ -e {marker} ]; then echo second; '
+        f"else touch {marker}; exit 5; fi"
+    )
+    app = AppDef(name="retry", roles=[role("main", script, replicas=2, max_retries=1)])
+    app.roles[0].args.extend(["main", "${replica_id}"])
     handle = await slurm_client.run(app, "slurm", {"job_dir": str(jobdir)})
     async for status in slurm_client.watch(handle):
         assert status.state not in (AppState.FAILED, AppState.SUCCEEDED), status
         if status.num_restarts == 1 and status.state == AppState.PENDING:
             break
-    # Slurm holds a requeued job for two minutes (Reason=BeginTime); an operator may let it go.
+    # Slurm holds a requeued job for two minutes (Reason=BeginTime); an operator may let it go,
+    # once the first attempt's batch script has ended (it runs on after `scontrol requeue`, and
+    # a job released while it completes fails to start).
     job_id = handle.rpartition("/")[2]
+    async with asyncio.timeout(20):
+        while True:
+            proc = await asyncio.create_subprocess_exec(
+                "squeue", "-h", "-j", job_id, "-o", "%T", env=slurm_cluster.env(),
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await proc.communicate()
+            if out.split() and set(out.split()) == {b"PENDING"}:
+                break
+            await asyncio.sleep(0.1)
     proc = await asyncio.create_subprocess_exec(
         "scontrol", "update", f"JobId={job_id}", "StartTime=now", env=slurm_cluster.env()
     )
     assert await proc.wait() == 0
     status = await slurm_client.wait(handle, timeout=60)
-    assert STATE(status.state) == "SUCCEEDED", status
+    outputs = {p.name: p.read_text(errors="replace") for p in jobdir.glob("slurm-*")}
+    assert STATE(status.state) == "SUCCEEDED", (status, outputs)
     assert status.num_restarts == 1
-    assert await read_logs(slurm_client, handle) == b"second\n"
+    replicas = [(r.id, STATE(r.state), r.exit_code) for rs in status.roles for r in rs.replicas]
+    assert replicas == [(0, "SUCCEEDED", 0), (1, "SUCCEEDED", 0)], status
+    logs = await read_logs_by_replica(slurm_client, handle)
+    assert logs["main/0"] == b"second\n"
 
 
 async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Path) -> None:
