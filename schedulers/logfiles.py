@@ -11,10 +11,12 @@ byte of output: a job that prints nothing creates no file (file creation is what
 submissions per second on a slow disk).
 
 A line's time is the time its first byte was read; readers keep lines with since <= time < until.
+A line longer than LINE_LIMIT is filtered without ever being held whole (see LINE_LIMIT).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -29,7 +31,17 @@ from txd.schedulers.pulse import Pulse
 from txd.v1.runner_pb2 import Stream
 
 CHUNK = 64 * 1024
+# The longest line a regex is tested against whole. A longer line (a progress bar without
+# "\n", a dump) is decided on its first LINE_LIMIT bytes, as if it ended there (so `$` matches
+# at the cut): on a match the whole line is sent, streamed on piece by piece up to its "\n";
+# otherwise the rest of it is skipped unread into memory. Its time, like any line's, is that of
+# its first byte. So a filter holds at most LINE_LIMIT bytes of a line, whatever its length.
+LINE_LIMIT = 1024 * 1024
 _CAUGHT_UP = (b"", 0)  # from _pieces: no more bytes until the writer writes again
+# filter_lines: what becomes of the rest of the current line.
+_HOLD = "hold"  # kept until its "\n" (or LINE_LIMIT), then tested whole
+_SEND = "send"  # an overlong line that matched: sent as it comes
+_DROP = "drop"  # filtered out: skipped as it comes
 _REC = struct.Struct("<QQB")
 _MIN_GAP_NS = 1_000_000
 
@@ -161,35 +173,95 @@ async def filter_lines(
     until_ns: int | None,
 ) -> AsyncIterator[bytes]:
     """Keeps the whole lines that pass the filters; a last line without a newline is tested
-    when the pieces end."""
+    when the pieces end. Lines over LINE_LIMIT are decided on their start (see LINE_LIMIT).
 
-    def keep(line: bytes, when: int) -> bool:
-        if since_ns is not None and when < since_ns:
-            return False
-        return regex is None or regex.search(line) is not None
+    Linear in the bytes read (each is copied a fixed number of times), and cooperative: it
+    yields to the event loop after every piece, so a scan that keeps nothing does not stall
+    the daemon, and a consumer that cancels or closes it stops the reading there (`pieces` is
+    closed)."""
+    held: list[bytes] = []  # the current line so far, while it can still be tested whole
+    held_len = 0
+    mode = _HOLD  # what becomes of the rest of the current line
+    out: list[bytes] = []  # what this piece sends
 
-    partial, partial_time = b"", 0
-    async for block, when in pieces:
-        if not block:
-            yield b""  # caught up: let the caller flush
-            continue
-        parts = block.split(b"\n")
-        first_time = partial_time if partial else when
-        parts[0] = partial + parts[0]
-        partial, partial_time = parts.pop(), (when if len(parts) else first_time)
-        out: list[bytes] = []
-        for i, line in enumerate(parts):
-            line_time = first_time if i == 0 else when
-            if until_ns is not None and line_time >= until_ns:
-                if out:
-                    yield b"".join(out)
+    def feed(seg: bytes, ends: bool) -> None:
+        """The next bytes of the current line, without its newline; `ends`: it ends there."""
+        nonlocal held_len, mode
+        if mode == _HOLD:
+            if held_len + len(seg) <= LINE_LIMIT:
+                if not ends:
+                    held.append(seg)
+                    held_len += len(seg)
+                    return
+                line = b"".join([*held, seg])
+                if regex is None or regex.search(line):
+                    out.extend((line, b"\n"))
+                held.clear()
+                held_len = 0
                 return
-            if keep(line, line_time):
-                out.append(line + b"\n")
-        if out:
-            yield b"".join(out)
-    if partial and (until_ns is None or partial_time < until_ns) and keep(partial, partial_time):
-        yield partial
+            seg = b"".join([*held, seg])  # overlong: decided on its first LINE_LIMIT bytes
+            held.clear()
+            held_len = 0
+            if regex is not None and not regex.search(seg, 0, LINE_LIMIT):
+                mode = _DROP
+                return
+            mode = _SEND
+        if mode == _SEND:
+            out.append(seg)
+            if ends:
+                out.append(b"\n")
+
+    in_line = False  # a line has begun and not ended
+    try:
+        async for block, when in pieces:
+            if not block:
+                yield b""  # caught up: let the caller flush
+                continue
+            pos, n = 0, len(block)
+            if in_line:
+                nl = block.find(b"\n")
+                if nl < 0:
+                    feed(block, False)
+                    pos = n
+                else:
+                    feed(block[:nl], True)
+                    pos, in_line = nl + 1, False
+            if pos < n:  # lines begin in this piece: their time is `when`
+                if until_ns is not None and when >= until_ns:
+                    if out:
+                        yield b"".join(out)
+                    return
+                last = block.rfind(b"\n", pos)  # the newline of the last line ending here
+                if since_ns is not None and when < since_ns:
+                    mode = _DROP  # these lines, and the one going on past this piece
+                elif last < 0:
+                    mode = _HOLD
+                elif last - pos <= LINE_LIMIT:  # none of the lines is overlong: all at once
+                    mode = _HOLD
+                    if regex is None:
+                        out.append(block[pos : last + 1])
+                    else:
+                        kept = [x for x in block[pos:last].split(b"\n") if regex.search(x)]
+                        if kept:
+                            out.extend((b"\n".join(kept), b"\n"))
+                else:  # a piece longer than the limit (remote files): line by line
+                    for line in block[pos:last].split(b"\n"):
+                        mode = _HOLD
+                        feed(line, True)
+                    mode = _HOLD
+                if last + 1 < n:  # a line begins and goes on in the next pieces
+                    in_line = True
+                    feed(block[max(last + 1, pos) :], False)
+            if out:
+                yield b"".join(out)
+                out.clear()
+            await asyncio.sleep(0)  # let other RPCs (and a cancellation) in
+        if held:
+            line = b"".join(held)
+            if regex is None or regex.search(line):
+                yield line
+    finally:
+        await _aclose(pieces)
 
 
 async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
@@ -203,8 +275,13 @@ async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
         chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
     else:
         chunks = filter_lines(pieces, regex, since_ns, until_ns)
-    async for chunk in batched(chunks):
-        yield chunk
+    out = batched(chunks)
+    try:
+        async for chunk in out:
+            yield chunk
+    finally:
+        await _aclose(out)
+        await _aclose(pieces)  # a generator expression does not close its source
 
 
 async def batched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -212,11 +289,23 @@ async def batched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     at once whenever the reader has caught up (an empty piece says so)."""
     buf: list[bytes] = []
     size = 0
-    async for chunk in chunks:
-        buf.append(chunk)
-        size += len(chunk)
-        if size and (size >= CHUNK or not chunk):
+    try:
+        async for chunk in chunks:
+            buf.append(chunk)
+            size += len(chunk)
+            if size and (size >= CHUNK or not chunk):
+                yield b"".join(buf)
+                buf, size = [], 0
+        if size:
             yield b"".join(buf)
-            buf, size = [], 0
-    if size:
-        yield b"".join(buf)
+    finally:
+        await _aclose(chunks)
+
+
+async def _aclose(it: AsyncIterator[object]) -> None:
+    """Closes an async generator now. Left to the garbage collector, a generator abandoned
+    mid-way (its consumer cancelled or closed) would keep its file open, or its remote `cat`
+    running, until the loop gets round to finalizing it."""
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()
