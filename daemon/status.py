@@ -90,6 +90,7 @@ class StatusCache:
             if old.HasField("stale_since"):
                 old.ClearField("stale_since")
                 old.ClearField("stale_msg")
+                self._store.update_status(job.record.handle, old)
                 job.pulse.fire()
             return
         if old.state != status.state or not old.HasField("updated"):
@@ -128,6 +129,7 @@ class StatusCache:
             status.stale_since.CopyFrom(now())
             since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             status.stale_msg = f"{scheduler} has not answered since {since}: {reason}"
+            self._store.update_status(job.record.handle, status)  # List reads the store
             job.pulse.fire()
 
     def drop(self, handle: str, msg: str) -> None:
