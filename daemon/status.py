@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.schedulers.api import Job, is_terminal
+from txd.schedulers.errors import BackendUnavailable
 from txd.schedulers.pulse import Pulse
 from txd.v1.app_pb2 import AppState, AppStatus
 
@@ -59,6 +60,7 @@ class StatusCache:
         self._store = store
         self._followed: dict[str, LiveJob] = {}  # by handle
         self._by_app: dict[tuple[str, str], LiveJob] = {}  # by (scheduler, app_id)
+        self._closing = ""  # why waits and watches of followed jobs end now, once set
 
     def follow(self, rec: JobRecord) -> LiveJob:
         """Starts following a live job (a new one, or one recorded live before a restart)."""
@@ -146,6 +148,14 @@ class StatusCache:
         self._unfollow(job)
         job.pulse.fire()
 
+    def close(self, reason: str) -> None:
+        """The daemon is stopping: Wait and Watch calls on jobs still followed (jobs that
+        outlive the daemon) end now with BackendUnavailable(reason), instead of holding the
+        server's shutdown for its whole grace period and being cancelled there."""
+        self._closing = reason
+        for job in self._followed.values():
+            job.pulse.fire()
+
     def _unfollow(self, job: LiveJob) -> None:
         job.followed = False
         self._followed.pop(job.record.handle, None)
@@ -167,6 +177,8 @@ class StatusCache:
         if job is None:
             return rec.status
         while job.followed:
+            if self._closing:
+                raise BackendUnavailable(self._closing)
             await job.pulse.wait_past(job.pulse.gen)
         return job.status
 
@@ -180,6 +192,8 @@ class StatusCache:
             gen = job.pulse.gen
             status = job.status
             ended = not job.followed
+            if self._closing and not ended:
+                raise BackendUnavailable(self._closing)
             yield status
             # Test what was sent: the job may have ended during the yield.
             if ended:
