@@ -51,10 +51,13 @@ import abc
 import asyncio
 import contextlib
 import datetime as dt
+import itertools
 import json
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,9 +77,10 @@ from txd.schedulers.api import (
 )
 from txd.schedulers.errors import BackendUnavailable, InvalidArgument, NotFound, Unsupported
 from txd.schedulers.status import fold, replica_states
-from txd.v1 import AppDef, AppState, AppStatus, CfgValue, Stream
+from txd.v1 import AppDef, AppState, AppStatus, CfgValue, Role, Stream
 
 __all__ = [
+    "CommandScripts",
     "Harness",
     "Output",
     "SchedulerContract",
@@ -169,6 +173,64 @@ class Harness(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027
         """Cleans up after a test (the scheduler is shut down and closed already)."""
+
+
+class CommandScripts:
+    """Scripts as commands, for backends that run a command where it can read the files the
+    test writes (this host, a shared filesystem): the job is a Python interpreter running
+    JOB_PROGRAM, which copies files of exact bytes to its stdout and stderr and, to block,
+    waits for a release file. `python` is the interpreter's path where the job runs."""
+
+    JOB_PROGRAM = """\
+import os, sys, time
+spec = sys.argv[1]
+
+def write(name, fd):
+    with open(os.path.join(spec, name), "rb") as f:
+        view = memoryview(f.read())
+    while view:
+        view = view[os.write(fd, view):]
+
+write("first.out", 1)
+write("first.err", 2)
+if os.path.exists(os.path.join(spec, "block")):
+    release = os.path.join(spec, "release")
+    while not os.path.exists(release):
+        time.sleep(0.01)
+write("then.out", 1)
+write("then.err", 2)
+sys.exit(int(open(os.path.join(spec, "exit")).read()))
+"""
+
+    def __init__(self, root: Path, python: str = sys.executable, role: str = "main") -> None:
+        self.root = root
+        self.python = python
+        self.role = role
+        self._ids = itertools.count()
+
+    def app(self, script: Script) -> AppDef:
+        spec = self.root / f"job{next(self._ids)}"
+        spec.mkdir(parents=True)
+        for name, data in (
+            ("first.out", script.first.stdout),
+            ("first.err", script.first.stderr),
+            ("then.out", script.then.stdout),
+            ("then.err", script.then.stderr),
+            ("exit", str(script.exit_code).encode()),
+        ):
+            (spec / name).write_bytes(data)
+        if script.block:
+            (spec / "block").touch()
+        role = Role(
+            name=self.role,
+            entrypoint=self.python,
+            args=["-c", self.JOB_PROGRAM, str(spec)],
+            num_replicas=script.replicas,
+        )
+        return AppDef(name="contract", roles=[role])
+
+    def release(self, app: AppDef) -> None:
+        (Path(app.roles[0].args[2]) / "release").touch()
 
 
 class Tasks:
