@@ -98,10 +98,12 @@ class Core:
 
     async def shutdown(self, grace: float) -> None:
         """Stops accepting runs, ends local jobs (SIGKILL after `grace` seconds) and records
-        them, which wakes their waiters with the final status; then stops the status feeds.
+        them, which wakes their waiters with the final status; ends the waits and watches of
+        jobs that outlive the daemon; then stops the status feeds.
         Never raises for a backend's sake."""
         self.closing = True
         await self.schedulers.shutdown(grace)
+        self.cache.close("txd is shutting down; the job goes on without it")
         await self.schedulers.stop_feeds()
 
     async def aclose(self) -> None:

@@ -135,6 +135,8 @@ class Schedulers:
         for name, sched in self._instances.items():
             try:
                 await sched.shutdown(grace)
+            except TxdError as e:  # the backend's trouble, not a bug: no traceback
+                log.warning("%s: shutdown: %s", name, e)
             except Exception:
                 log.exception("%s: shutdown failed", name)
         try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.schedulers.api import Job, is_terminal
+from txd.schedulers.errors import BackendUnavailable
 from txd.schedulers.pulse import Pulse
 from txd.v1.app_pb2 import AppState, AppStatus
 
@@ -61,6 +62,7 @@ class StatusCache:
         self._followed: dict[str, LiveJob] = {}  # by handle
         self._by_app: dict[tuple[str, str], LiveJob] = {}  # by (scheduler, app_id)
         self._count: Counter[str] = Counter()  # followed jobs by scheduler
+        self._closing = ""  # why waits and watches of followed jobs end now, once set
 
     def follow(self, rec: JobRecord) -> LiveJob:
         """Starts following a live job (a new one, or one recorded live before a restart)."""
@@ -98,6 +100,7 @@ class StatusCache:
             if old.HasField("stale_since"):
                 old.ClearField("stale_since")
                 old.ClearField("stale_msg")
+                self._store.update_status(job.record.handle, old)
                 job.pulse.fire()
             return
         if old.state != status.state or not old.HasField("updated"):
@@ -136,6 +139,7 @@ class StatusCache:
             status.stale_since.CopyFrom(now())
             since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             status.stale_msg = f"{scheduler} has not answered since {since}: {reason}"
+            self._store.update_status(job.record.handle, status)  # List reads the store
             job.pulse.fire()
 
     def drop(self, handle: str, msg: str) -> None:
@@ -151,6 +155,14 @@ class StatusCache:
         job.record.status = final
         self._unfollow(job)
         job.pulse.fire()
+
+    def close(self, reason: str) -> None:
+        """The daemon is stopping: Wait and Watch calls on jobs still followed (jobs that
+        outlive the daemon) end now with BackendUnavailable(reason), instead of holding the
+        server's shutdown for its whole grace period and being cancelled there."""
+        self._closing = reason
+        for job in self._followed.values():
+            job.pulse.fire()
 
     def _unfollow(self, job: LiveJob) -> None:
         if self._followed.pop(job.record.handle, None) is not None:
@@ -174,6 +186,8 @@ class StatusCache:
         if job is None:
             return rec.status
         while job.followed:
+            if self._closing:
+                raise BackendUnavailable(self._closing)
             await job.pulse.wait_past(job.pulse.gen)
         return job.status
 
@@ -187,6 +201,8 @@ class StatusCache:
             gen = job.pulse.gen
             status = job.status
             ended = not job.followed
+            if self._closing and not ended:
+                raise BackendUnavailable(self._closing)
             yield status
             # Test what was sent: the job may have ended during the yield.
             if ended:

@@ -560,7 +560,8 @@ def _refused(bkill: Result) -> bool:
 
 
 def _replicas(job: Job) -> list[LsfJob]:
-    return [LsfJob(r["role"], r["replica_id"], r["job"]) for r in job.native["replicas"]]
+    # No replicas recorded: a job this scheduler never submitted, which bjobs will not show.
+    return [LsfJob(r["role"], r["replica_id"], r["job"]) for r in job.native.get("replicas", [])]
 
 
 def _check(app: AppDef, opts: LsfOpts) -> None:

@@ -139,6 +139,12 @@ class SlurmJob:
         return f"{self.workdir.rstrip('/')}/{name}" if self.workdir else name
 
     @classmethod
+    def of(cls, job: Job) -> SlurmJob | None:
+        """The Slurm job `job` stands for; None when its facts name none (a job this scheduler
+        never submitted), which the contract treats as a job the backend does not know."""
+        return cls.from_native(job.native) if job.native.get("job_id") else None
+
+    @classmethod
     def from_native(cls, native: Mapping[str, Any]) -> SlurmJob:
         return cls(
             replicas=[(r, int(k)) for r, k in native["replicas"]],
@@ -479,8 +485,10 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         out: dict[str, AppStatus | None] = {}
         forgotten: dict[str, SlurmJob] = {}
         for job in jobs:
-            slurm_job = SlurmJob.from_native(job.native)
-            if slurm_job.job_id in found:
+            slurm_job = SlurmJob.of(job)
+            if slurm_job is None:
+                out[job.app_id] = None
+            elif slurm_job.job_id in found:
                 out[job.app_id] = status_of(slurm_job, found[slurm_job.job_id])
             else:
                 forgotten[job.app_id] = slurm_job
@@ -543,8 +551,9 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         return out
 
     def _log_files(self, job: Job, role: str, k: int) -> tuple[str, str]:
-        slurm_job = SlurmJob.from_native(job.native)
-        check_replica(job, slurm_job.replicas, role, k)
+        slurm_job = SlurmJob.of(job)
+        check_replica(job, slurm_job.replicas if slurm_job else [], role, k)
+        assert slurm_job is not None
         base = slurm_job.path(f"slurm-{slurm_job.job_id}-{role}-{k}")
         return f"{base}.out", f"{base}.err"
 
@@ -552,11 +561,12 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
 
     async def cancel(self, job: Job) -> None:
         # No state check first: scancel of a job that has ended or was forgotten is harmless.
-        job_id = SlurmJob.from_native(job.native).job_id
+        if (slurm_job := SlurmJob.of(job)) is None:
+            return
         host = self.host_of(job)
-        res = await host.run(["scancel", job_id])
+        res = await host.run(["scancel", slurm_job.job_id])
         if res.returncode != 0 and not any(said in res.stderr for said in _SCANCEL_DONE):
-            raise FailedPrecondition(f"scancel {job_id} on {host.label}: {res.error()}")
+            raise FailedPrecondition(f"scancel {slurm_job.job_id} on {host.label}: {res.error()}")
 
 
 def _settled(job: SlurmJob, state: AppState, code: int, source: str) -> AppStatus:

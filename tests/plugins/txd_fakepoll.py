@@ -80,9 +80,9 @@ class FakePoll(Scheduler[FakeOpts, str]):
         return {i: self._describe(i) for i in ids}
 
     async def cancel(self, job: Job) -> None:
-        path = self.dir / f"{job.app_id}.job"
-        if path.exists() and path.read_text() == "RUNNING":
-            path.write_text("CANCELLED")
+        status = self._describe(job.app_id)
+        if status is not None and status.state == AppState.RUNNING:  # terminal stays terminal
+            (self.dir / f"{job.app_id}.job").write_text("CANCELLED")
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> FakePoll:

@@ -1,0 +1,211 @@
+"""StatusCache (daemon/status.py): the daemon's only copy of job statuses, written through to a
+real job store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from daemon_fakes import TIMEOUT, new_record
+from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.status import LiveJob, StatusCache
+from txd.schedulers.errors import BackendUnavailable
+from txd.v1 import AppState, AppStatus
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    s = JobStore(tmp_path / "registry.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def cache(store: JobStore) -> StatusCache:
+    return StatusCache(store)
+
+
+def st(state: AppState.ValueType, msg: str = "") -> AppStatus:
+    return AppStatus(state=state, msg=msg)
+
+
+def stored(store: JobStore, rec: JobRecord) -> AppStatus:
+    got = store.get(rec.handle)
+    assert got is not None
+    return got.status
+
+
+async def collect(it: AsyncIterator[AppStatus]) -> list[AppStatus]:
+    async with asyncio.timeout(TIMEOUT):
+        return [s async for s in it]
+
+
+def follow(cache: StatusCache, store: JobStore) -> tuple[JobRecord, LiveJob]:
+    rec = new_record(store)
+    return rec, cache.follow(rec)
+
+
+async def test_record_stores_writes_through_and_wakes_watchers(
+    cache: StatusCache, store: JobStore
+) -> None:
+    rec, job = follow(cache, store)
+    watch = cache.watch(rec)
+    assert (await anext(watch)).state == AppState.SUBMITTED
+    cache.record(job, st(AppState.RUNNING))
+    async with asyncio.timeout(TIMEOUT):
+        now = await anext(watch)
+    assert now.state == AppState.RUNNING
+    assert now.app_handle == rec.handle and now.app_id == rec.app_id and now.scheduler == "fake"
+    assert stored(store, rec).state == AppState.RUNNING
+    await watch.aclose()
+
+
+async def test_an_identical_status_wakes_nobody(cache: StatusCache, store: JobStore) -> None:
+    _, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING, "up"))
+    gen, updated = job.pulse.gen, AppStatus().updated
+    updated.CopyFrom(job.status.updated)
+    cache.record(job, st(AppState.RUNNING, "up"))
+    assert job.pulse.gen == gen
+    assert job.status.updated == updated
+    cache.record(job, st(AppState.RUNNING, "other message"))
+    assert job.pulse.gen == gen + 1
+
+
+async def test_a_terminal_status_is_final(cache: StatusCache, store: JobStore) -> None:
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.SUCCEEDED))
+    assert not job.followed and cache.get(rec.handle) is None
+    assert cache.by_app_id("fake", rec.app_id) is None and cache.followed("fake") == []
+    cache.record(job, st(AppState.RUNNING))
+    assert job.status.state == AppState.SUCCEEDED
+    assert stored(store, rec).state == AppState.SUCCEEDED
+
+
+async def test_forgotten_is_unknown_with_the_last_state(
+    cache: StatusCache, store: JobStore
+) -> None:
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING, "on node 3"))
+    waiter = asyncio.create_task(cache.wait(rec))
+    cache.forgotten(job, "fake")
+    async with asyncio.timeout(TIMEOUT):
+        final = await waiter
+    assert final.state == AppState.UNKNOWN
+    assert final.msg == (
+        "fake no longer knows this job; its last known state was RUNNING (on node 3)"
+    )
+    assert not job.followed and cache.get(rec.handle) is None
+    assert stored(store, rec).state == AppState.UNKNOWN
+
+
+async def test_mark_stale_keeps_the_first_failure_until_an_answer(
+    cache: StatusCache, store: JobStore
+) -> None:
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING))
+    gen = job.pulse.gen
+    cache.mark_stale([job], "fake", "login node down")
+    assert job.pulse.gen == gen + 1
+    first = AppStatus()
+    first.CopyFrom(job.status)
+    assert first.HasField("stale_since")
+    assert first.stale_msg.startswith("fake has not answered since ")
+    assert first.stale_msg.endswith(": login node down")
+    assert stored(store, rec).stale_since == first.stale_since  # List reads the store
+
+    cache.mark_stale([job], "fake", "still down")  # the first failure's time and reason stay
+    assert job.pulse.gen == gen + 1
+    assert job.status.stale_since == first.stale_since
+    assert job.status.stale_msg == first.stale_msg
+
+    watch = cache.watch(rec)
+    assert (await anext(watch)).HasField("stale_since")
+    cache.record(job, st(AppState.RUNNING))  # the same answer, at last
+    async with asyncio.timeout(TIMEOUT):
+        now = await anext(watch)
+    assert not now.HasField("stale_since") and now.stale_msg == ""
+    assert not stored(store, rec).HasField("stale_since")
+    await watch.aclose()
+
+
+async def test_drop_wakes_waiters_with_cancelled(cache: StatusCache, store: JobStore) -> None:
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING))
+    waiter = asyncio.create_task(cache.wait(rec))
+    watched = asyncio.create_task(collect(cache.watch(rec)))
+    await asyncio.sleep(0)  # both are waiting now
+    cache.drop(rec.handle, "deleted")
+    async with asyncio.timeout(TIMEOUT):
+        final = await waiter
+        seen = await watched
+    assert (final.state, final.msg) == (AppState.CANCELLED, "deleted")
+    assert [(s.state, s.msg) for s in seen] == [
+        (AppState.RUNNING, ""),
+        (AppState.CANCELLED, "deleted"),
+    ]
+    assert cache.get(rec.handle) is None
+
+
+async def test_watch_yields_the_current_status_then_changes_until_terminal(
+    cache: StatusCache, store: JobStore
+) -> None:
+    rec, job = follow(cache, store)
+    watch = cache.watch(rec)
+    seen = [(await anext(watch)).state]
+    for state in (AppState.PENDING, AppState.RUNNING, AppState.FAILED):
+        cache.record(job, st(state))
+        async with asyncio.timeout(TIMEOUT):
+            seen.append((await anext(watch)).state)
+    assert seen == [AppState.SUBMITTED, AppState.PENDING, AppState.RUNNING, AppState.FAILED]
+    with pytest.raises(StopAsyncIteration):  # ended after the terminal status
+        await anext(watch)
+    # A job no longer followed: its stored status, once.
+    assert [s.state for s in await collect(cache.watch(rec))] == [AppState.FAILED]
+
+
+async def test_wait_returns_the_final_status(cache: StatusCache, store: JobStore) -> None:
+    rec, job = follow(cache, store)
+    waiters = [asyncio.create_task(cache.wait(rec)) for _ in range(5)]
+    await asyncio.sleep(0)
+    cache.record(job, st(AppState.RUNNING))
+    await asyncio.sleep(0)
+    assert not any(w.done() for w in waiters)
+    cache.record(job, st(AppState.CANCELLED, "by request"))
+    async with asyncio.timeout(TIMEOUT):
+        finals = await asyncio.gather(*waiters)
+    assert {(f.state, f.msg) for f in finals} == {(AppState.CANCELLED, "by request")}
+
+
+async def test_until_ended_returns_once_the_job_is_not_followed(
+    cache: StatusCache, store: JobStore
+) -> None:
+    rec, job = follow(cache, store)
+    ended = asyncio.create_task(cache.until_ended(rec.handle))
+    cache.record(job, st(AppState.RUNNING))
+    await asyncio.sleep(0)
+    assert not ended.done()
+    cache.record(job, st(AppState.SUCCEEDED))
+    async with asyncio.timeout(TIMEOUT):
+        await ended
+
+
+async def test_close_ends_waits_and_watches_of_followed_jobs(
+    cache: StatusCache, store: JobStore
+) -> None:
+    rec, _ = follow(cache, store)
+    done_rec, done_job = follow(cache, store)
+    cache.record(done_job, st(AppState.SUCCEEDED))
+    waiter = asyncio.create_task(cache.wait(rec))
+    watch = cache.watch(rec)
+    assert (await anext(watch)).state == AppState.SUBMITTED
+    cache.close("txd is shutting down")
+    with pytest.raises(BackendUnavailable, match="shutting down"):
+        async with asyncio.timeout(TIMEOUT):
+            await waiter
+    with pytest.raises(BackendUnavailable, match="shutting down"):
+        await anext(watch)
+    # A job that has ended still answers.
+    assert (await cache.wait(done_rec)).state == AppState.SUCCEEDED
