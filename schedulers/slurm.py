@@ -31,6 +31,7 @@ from txd.schedulers.api import (
     SubmitContext,
     Submitted,
     is_terminal,
+    make_unique,
     num_replicas,
 )
 from txd.schedulers.batch import BatchScheduler, check_replica
@@ -130,6 +131,9 @@ class SlurmJob:
     workdir: str  # "" means the login node's home directory
     ssh: dict[str, Any] | None = None  # hosts.target_to_native
     job_id: str = ""
+    # In the log files' names: Slurm may hand out a job id again (after slurmctld lost its
+    # state, or at MaxJobId), and a new job must not write over an old one's logs.
+    tag: str = ""
 
     @property
     def target(self) -> SshTarget | None:
@@ -137,6 +141,11 @@ class SlurmJob:
 
     def path(self, name: str) -> str:
         return f"{self.workdir.rstrip('/')}/{name}" if self.workdir else name
+
+    def log_file(self, what: str) -> str:
+        """`slurm-<jobid>-<tag><what>` in the job's directory: `.out` is the batch script's
+        output, `-<role>-<k>.out|.err` a replica's."""
+        return self.path(f"slurm-{self.job_id}{_tagged(self.tag)}{what}")
 
     @classmethod
     def of(cls, job: Job) -> SlurmJob | None:
@@ -151,6 +160,7 @@ class SlurmJob:
             workdir=native["workdir"],
             ssh=native.get("ssh"),
             job_id=native["job_id"],
+            tag=native.get("tag", ""),  # jobs recorded before tags were
         )
 
 
@@ -196,11 +206,15 @@ def _component_opts(role: Role, opts: SlurmOpts, version: tuple[int, int]) -> li
     return out
 
 
-def _srun_group(role: Role, k: int, app_id: str) -> list[str]:
+def _tagged(tag: str) -> str:
+    return f"-{tag}" if tag else ""
+
+
+def _srun_group(role: Role, k: int, app_id: str, tag: str) -> list[str]:
     """One component's part of the srun line: its output files, env and command."""
     macros = Macros(img_root=role.image, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV)
     role = macros.apply(role)
-    base = f"slurm-{_JOB_ID_MARK}-{role.name}-{k}"
+    base = f"slurm-{_JOB_ID_MARK}{_tagged(tag)}-{role.name}-{k}"
     tokens = [f"--output={base}.out", f"--error={base}.err", "--wait=60", "--kill-on-bad-exit=1"]
     # env(1) rather than --export=ALL,K=V: Slurm splits --export at commas.
     if role.env:
@@ -210,9 +224,15 @@ def _srun_group(role: Role, k: int, app_id: str) -> list[str]:
 
 
 def build_script(
-    app: AppDef, opts: SlurmOpts, workdir: str, version: tuple[int, int], app_id_prefix: str = ""
+    app: AppDef,
+    opts: SlurmOpts,
+    workdir: str,
+    version: tuple[int, int],
+    app_id_prefix: str = "",
+    tag: str = "",
 ) -> str:
-    """The sbatch script of an app. `app_id_prefix` + the job id is what ${app_id} expands to."""
+    """The sbatch script of an app. `app_id_prefix` + the job id is what ${app_id} expands to;
+    `tag` goes into the log files' names (SlurmJob.tag)."""
     app_id = app_id_prefix + _JOB_ID_MARK
     lines = [
         "#!/bin/bash",
@@ -220,7 +240,7 @@ def build_script(
         "Submit with: sbatch --parsable < this-file",
     ]
     job_opts = [f"--chdir={workdir}"] if workdir else []
-    job_opts.append("--output=slurm-%j.out")
+    job_opts.append(f"--output=slurm-%j{_tagged(tag)}.out")
     for name in ("comment", "mail_user", "mail_type"):
         if (value := getattr(opts, name)) is not None:
             job_opts.append(f"--{name.replace('_', '-')}={value}")
@@ -235,7 +255,7 @@ def build_script(
             first = False
             lines.append(f"#SBATCH --job-name={shlex.quote(f'{role.name}-{k}')}")
             lines += [f"#SBATCH {o}" for o in comp]
-            groups.append(" ".join(_srun_group(role, k, app_id)))
+            groups.append(" ".join(_srun_group(role, k, app_id, tag)))
     retries = min(r.max_retries for r in app.roles)
     lines += [
         "",
@@ -440,9 +460,10 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         if any(r.resource.gpu > 0 for r in app.roles):
             version = await self._version(self.hosts.get(target))
         prefix = f"{target.host}:" if target else ""
-        script = build_script(app, opts, workdir, version, prefix)
+        tag = make_unique("", 6)
+        script = build_script(app, opts, workdir, version, prefix, tag)
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
-        job = SlurmJob(replicas, workdir, target_to_native(target))
+        job = SlurmJob(replicas, workdir, target_to_native(target), tag=tag)
         req = SbatchRequest(script, job, {} if target else _sbatch_env(ctx.env), bool(opts.job_dir))
         where = f" (on {target})" if target else ""
         return DryRunInfo(
@@ -554,8 +575,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         slurm_job = SlurmJob.of(job)
         check_replica(job, slurm_job.replicas if slurm_job else [], role, k)
         assert slurm_job is not None
-        base = slurm_job.path(f"slurm-{slurm_job.job_id}-{role}-{k}")
-        return f"{base}.out", f"{base}.err"
+        return slurm_job.log_file(f"-{role}-{k}.out"), slurm_job.log_file(f"-{role}-{k}.err")
 
     # -- control ----------------------------------------------------------------------------
 
@@ -582,7 +602,7 @@ def _settled(job: SlurmJob, state: AppState, code: int, source: str) -> AppStatu
 
 
 async def _exit_mark(host: Host, job: SlurmJob) -> int | None:
-    res = await host.run(["tail", "-n", "1", "--", job.path(f"slurm-{job.job_id}.out")])
+    res = await host.run(["tail", "-n", "1", "--", job.log_file(".out")])
     last = res.text.strip()
     if res.returncode == 0 and last.startswith(EXIT_MARK):
         code = last.removeprefix(EXIT_MARK)

@@ -527,12 +527,18 @@ class Gates:
             gate.close()
 
 
-def job_replicas(state_dir: Path, handle: str) -> list[dict[str, Any]]:
-    """The replicas local_cwd recorded for one job under state_dir (pid, start_ticks ...)."""
+def recorded_native(state_dir: Path, handle: str) -> dict[str, Any]:
+    """The native facts the daemon under state_dir recorded for a job."""
     with contextlib.closing(sqlite3.connect(state_dir / "registry.db")) as conn:
         [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
-    replicas: list[dict[str, Any]] = json.loads(native)["replicas"]
+    out: dict[str, Any] = json.loads(native)
+    return out
+
+
+def job_replicas(state_dir: Path, handle: str) -> list[dict[str, Any]]:
+    """The replicas local_cwd recorded for one job under state_dir (pid, start_ticks ...)."""
+    replicas: list[dict[str, Any]] = recorded_native(state_dir, handle)["replicas"]
     return replicas
 
 
-__all__ = [*__all__, "Gate", "Gates", "job_replicas"]
+__all__ = [*__all__, "Gate", "Gates", "job_replicas", "recorded_native"]

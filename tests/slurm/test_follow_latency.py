@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from txd.v1 import AppDef, AppState, Role
-from txd_testing import pids_with_marker
+from txd_testing import pids_with_marker, recorded_native
 
 LINES = 5
 # Generous for a loaded 2-core machine; 1 s polling puts every line near 1 s.
@@ -68,7 +68,12 @@ async def follow_stamps(client: Any, handle: str, releases: Path) -> dict[int, f
 
 @pytest.mark.parametrize("file_exists", [False, True], ids=["before-file", "after-file"])
 async def test_follow_delivers_each_line_as_written(
-    slurm_client: Any, slurm_cluster: Any, target: Any, jobdir: Path, file_exists: bool
+    slurm_client: Any,
+    slurm_daemon: Any,
+    slurm_cluster: Any,
+    target: Any,
+    jobdir: Path,
+    file_exists: bool,
 ) -> None:
     releases = jobdir / "releases"
     releases.mkdir(parents=True)
@@ -86,8 +91,8 @@ async def test_follow_delivers_each_line_as_written(
     follow = None
     try:
         handle = await slurm_client.run(app, "slurm", cfg)
-        job_id = handle.rpartition("/")[2].rpartition(":")[2]
-        out = jobdir / f"slurm-{job_id}-main-0.out"
+        native = recorded_native(slurm_daemon.state_dir, handle)
+        out = jobdir / f"slurm-{native['job_id']}-{native['tag']}-main-0.out"
         if file_exists:
             await until_true("the first line", lambda: out.exists() and out.stat().st_size > 0)
         follow = asyncio.ensure_future(follow_stamps(slurm_client, handle, releases))

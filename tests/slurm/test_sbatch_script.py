@@ -76,6 +76,14 @@ def test_golden_sbatch_script(case: str) -> None:
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # valid shell
 
 
+def test_a_tag_names_every_log_file() -> None:
+    """A job id Slurm hands out again must not let a new job write over an old one's logs."""
+    script = build_script(APP, SlurmOpts(), "", (22, 5), tag="t4g")
+    assert "#SBATCH --output=slurm-%j-t4g.out\n" in script
+    assert "'--output=slurm-'\"$SLURM_JOB_ID\"'-t4g-trainer-0.out'" in script
+    assert "'--error=slurm-'\"$SLURM_JOB_ID\"'-t4g-trainer-1.err'" in script
+
+
 def test_macros_and_env_reach_the_shell_exactly() -> None:
     """The srun line's words, as bash splits them, are exactly the role's (job id in place)."""
     script = build_script(APP, SlurmOpts(), "", (22, 5))

@@ -189,7 +189,8 @@ async def test_jobs_slurm_forgot_are_settled_from_their_output_or_unknown(
             if not ids & slurm_cluster.squeue_ids():
                 break
             await asyncio.sleep(POLL)
-    (jobdir / f"slurm-{jobs['mute'].native['job_id']}.out").unlink()
+    mute = jobs["mute"].native
+    (jobdir / f"slurm-{mute['job_id']}-{mute['tag']}.out").unlink()
 
     found = {n: answered(s) for n, s in (await sched.describe_many(list(jobs.values()))).items()}
     fails, works = found[jobs["fails"].app_id], found[jobs["works"].app_id]
