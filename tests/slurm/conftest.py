@@ -181,3 +181,9 @@ def target(request: pytest.FixtureRequest) -> Callable[..., dict[str, str]]:
         return out
 
     return cfg
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that restart slurmctld (marked `restarts_slurmctld`) run after every other test of
+    the session: a job of another test running across the restart would be disturbed."""
+    items.sort(key=lambda item: item.get_closest_marker("restarts_slurmctld") is not None)
