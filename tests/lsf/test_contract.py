@@ -4,8 +4,9 @@ that answers in the recorded formats: no LSF can be installed on this machine.
 Every job is a docker container whose args carry the Script (lsf_sim.script_args); the
 simulator reads them back out of the submit script, so what is checked is the script lsf.py
 writes, its parsing of bjobs / bkill / bsub answers, and its log reads through the Host.
-Checks of what lsf does not claim (push, log_since_until) are skipped or expect Unsupported by
-the suite itself; the harness can express every Script, so none is skipped for its sake.
+The harness can express every Script, so no check is skipped for its sake; the suite itself
+skips three by lsf's capabilities: pushed changes (lsf is polled), unclaimed cancel (cancel is
+claimed) and since/until (not claimed; the Unsupported check covers it).
 """
 
 from __future__ import annotations
