@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from txd.schedulers.hosts import Host, Hosts, Result, SshTarget
+from txd.schedulers.errors import BackendUnavailable
+from txd.schedulers.hosts import CHUNK, Host, Hosts, Result, SshTarget
 
 RECORDED = Path(__file__).with_name("recorded")
 
@@ -33,7 +34,11 @@ Responder = Callable[[tuple[str, ...], bytes | None], Reply]
 
 class FakeHost(Host):
     """Answers `run` from replies set per program (the last one repeats) or from a responder
-    function, and `stream` (cat / tail) from `files`. A program in `missing` is not installed."""
+    function, and `stream` (cat / tail) from `files`, in pipe-sized chunks. A program in
+    `missing` is not installed; while `down`, the host cannot be reached at all.
+
+    Bytes appended with `write` reach running follows (`tail -F`) at once, as inotify would
+    wake tail; bytes put into `files` directly are seen only by later reads."""
 
     def __init__(self, label: str = "fake host") -> None:
         super().__init__()
@@ -44,7 +49,9 @@ class FakeHost(Host):
         self.responders: dict[str, Responder] = {}
         self.files: dict[str, bytes] = {}
         self.missing: set[str] = set()
+        self.down = False
         self.closed = False
+        self._written = asyncio.Event()  # set, and replaced, at every `write`
 
     def reply(self, program: str, *replies: Reply) -> None:
         self.replies[program] = list(replies)
@@ -55,12 +62,23 @@ class FakeHost(Host):
     def argvs(self, program: str) -> list[tuple[str, ...]]:
         return [argv for argv, _ in self.runs if argv[0] == program]
 
+    def write(self, path: str, data: bytes) -> None:
+        """Appends to (and creates) a file, as a job writing its output."""
+        self.files[path] = self.files.get(path, b"") + data
+        self._written.set()
+        self._written = asyncio.Event()
+
+    def _refuse(self, argv: tuple[str, ...]) -> None:
+        if self.down:  # as SshHost words a login node it cannot connect to
+            raise BackendUnavailable(f"cannot reach {self.label}: Connection refused")
+        if argv[0] in self.missing:
+            raise self._missing(argv)
+
     async def _run(
         self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None = None
     ) -> Result:
         self.runs.append((argv, input))
-        if argv[0] in self.missing:
-            raise self._missing(argv)
+        self._refuse(argv)
         if argv[0] in self.responders:
             reply = self.responders[argv[0]](argv, input)
         else:
@@ -71,23 +89,26 @@ class FakeHost(Host):
 
     async def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]:
         self.streams.append(argv)
-        if argv[0] in self.missing:
-            raise self._missing(argv)
+        self._refuse(argv)
         path = argv[-1]
-        data = self.files.get(path, b"")
         if argv[0] == "cat":
-            if data:
-                yield data
+            offset = 0
         elif "-F" in " ".join(argv):
-            # tail -F (maybe inside `sh -c`): what is there now, then nothing until stopped
-            # (bytes added later are read by the catch-up read once the job is over).
-            if data:
-                yield data
-            await asyncio.Event().wait()
+            # tail -F (inside `sh -c`): what is there, then each write as it happens, until the
+            # reader stops (the closed stdin the real command ends on).
+            sent = 0
+            while True:
+                written = self._written
+                data = self.files.get(path, b"")
+                for i in range(sent, len(data), CHUNK):
+                    yield data[i : i + CHUNK]
+                sent = len(data)
+                await written.wait()
         else:  # tail -c +N -- path
             offset = int(argv[2].lstrip("+")) - 1
-            if data[offset:]:
-                yield data[offset:]
+        data = self.files.get(path, b"")
+        for i in range(offset, len(data), CHUNK):
+            yield data[i : i + CHUNK]
 
     async def close(self) -> None:
         self.closed = True
