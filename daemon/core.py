@@ -24,7 +24,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd.daemon import validate
-from txd.daemon.registry import JobRecord, Registry
+from txd.daemon.jobstore import JobRecord, JobStore
 from txd.schedulers import options
 from txd.schedulers import registry as sched_registry
 from txd.schedulers.aiters import merge
@@ -93,7 +93,7 @@ class Core:
         self.state_dir = state_dir
         self.session = session
         self.poll_intervals = poll_intervals or {}
-        self.registry = Registry(state_dir / "registry.db")
+        self.registry = JobStore(state_dir / "registry.db")
         self.closing = False
         self._entries = sched_registry.discover()
         self._schedulers: dict[str, Scheduler[Any, Any]] = {}

@@ -48,7 +48,7 @@ class JobRecord:
     request_id: str | None = None
 
 
-class Registry:
+class JobStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
