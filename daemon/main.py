@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
+    from txd.daemon.jobstore import JobStoreError
     from txd.daemon.server import AlreadyRunning, serve
 
     _use_pidfd_child_watcher()
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 intervals,
             )
         )
-    except AlreadyRunning as e:
+    except (AlreadyRunning, JobStoreError) as e:
         print(f"txd: {e}", file=sys.stderr)
         return 1
     return 0
