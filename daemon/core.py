@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd.daemon import validate
 from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.listing import ListQuery
 from txd.schedulers import options
 from txd.schedulers import registry as sched_registry
 from txd.schedulers.aiters import merge
@@ -38,7 +39,7 @@ from txd.schedulers.errors import (
 )
 from txd.schedulers.pulse import Pulse
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus
-from txd.v1.runner_pb2 import LogsRequest, LogsResponse, RunRequest
+from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, RunRequest
 from txd.v1.scheduler_pb2 import CfgValue, RunOpt, SchedulerInfo
 
 log = logging.getLogger(__name__)
@@ -423,18 +424,21 @@ class Core:
                 return
             await job.pulse.wait_past(gen)
 
-    async def list(self, scheduler: str, backend: bool = False) -> list[AppStatus]:
+    async def list(self, req: ListRequest) -> tuple[list[AppStatus], str]:
+        """One page of jobs, newest first, and the next page's token ("" after the last)."""
+        query = ListQuery.parse(req, self.registry.page_token_key)
+        scheduler = req.scheduler
         if scheduler and scheduler not in self._entries:
             raise NotFound(f"unknown scheduler {scheduler!r} (known: {', '.join(self._entries)})")
-        if not backend:
-            return self.registry.statuses(scheduler)
+        if not req.backend:
+            return query.from_store(self.registry)
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
         apps = await self.scheduler(scheduler).list()
         for status in apps:
             status.scheduler = scheduler
             status.app_handle = f"{scheduler}://{self.session}/{status.app_id}"
-        return apps
+        return query.from_statuses(apps)
 
     # -- control ----------------------------------------------------------------------------
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txd.schedulers.api import TERMINAL
 from txd.schedulers.options import CfgVal
+from txd.v1 import TERMINAL_STATES
 from txd.v1.app_pb2 import AppDef, AppStatus
 
 # Version 0: the schema before versions existed (user_version 0). Frozen: a fresh file is
@@ -191,13 +191,9 @@ class JobStore:
         return _record(row) if row else None
 
     def live(self) -> list[JobRecord]:
-        marks = ",".join("?" * len(TERMINAL))
-        rows = self._db.execute(f"{_SELECT} WHERE state NOT IN ({marks})", tuple(TERMINAL))
+        marks = ",".join("?" * len(TERMINAL_STATES))
+        rows = self._db.execute(f"{_SELECT} WHERE state NOT IN ({marks})", tuple(TERMINAL_STATES))
         return [_record(r) for r in rows]
-
-    def statuses(self, scheduler: str = "") -> list[AppStatus]:
-        """Last recorded statuses, newest job first."""
-        return [s for _, s in self.page(-1, scheduler=scheduler)]  # LIMIT -1: no limit
 
     def page(
         self,

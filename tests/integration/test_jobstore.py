@@ -111,6 +111,25 @@ def test_page_orders_newest_first_and_breaks_ties_by_handle(tmp_path: Path) -> N
         store.close()
 
 
+def test_page_created_since_keeps_the_job_whose_reported_time_is_the_bound(
+    tmp_path: Path,
+) -> None:
+    """Statuses report created to the nanosecond from a float of seconds; the bound is
+    compared the same way, so no float rounding drops the job at the bound."""
+    store = JobStore(_v0_copy(tmp_path))
+    try:
+        for fields in V0.RECORDS:
+            bound = fields["status"].created.ToNanoseconds()
+            got = {c.handle for c, _ in store.page(100, created_since_ns=bound)}
+            want = {f["handle"] for f in V0.RECORDS if f["created"] >= fields["created"]}
+            assert got == want, fields["handle"]
+            assert {c.handle for c, _ in store.page(100, created_since_ns=bound + 1)} == {
+                f["handle"] for f in V0.RECORDS if f["created"] > fields["created"]
+            }
+    finally:
+        store.close()
+
+
 def test_fresh_file_is_created_at_the_current_version(tmp_path: Path) -> None:
     path = tmp_path / "sub" / "registry.db"
     store = JobStore(path)
