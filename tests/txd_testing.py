@@ -224,20 +224,6 @@ def kill_recorded_replicas(state_dir: Path) -> list[int]:
     return killed
 
 
-def install_fakepoll(site: Path) -> None:
-    """Installs tests/plugins/txd_fakepoll.py into the folder `site` as a minimal distribution
-    (the module, and a dist-info with its `txd.schedulers` entry point): a daemon with `site`
-    on its PYTHONPATH knows the scheduler `fakepoll`."""
-    site.mkdir(parents=True)
-    shutil.copy(REPO / "tests" / "plugins" / "txd_fakepoll.py", site / "txd_fakepoll.py")
-    info = site / "txd_fakepoll-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakepoll\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[txd.schedulers]\nfakepoll = txd_fakepoll:create_scheduler\n"
-    )
-
-
 # -- the daemon -------------------------------------------------------------------------------
 
 
@@ -453,7 +439,6 @@ __all__: Sequence[str] = [
     "descendants",
     "first_line",
     "group_members",
-    "install_fakepoll",
     "is_running",
     "kill_recorded_replicas",
     "no_traceback",

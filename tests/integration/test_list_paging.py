@@ -18,8 +18,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from txd.client import InvalidArgumentError
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.v1 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
-from txd_testing import Daemon, install_fakepoll, remove_tree, sh_app, short_tmpdir
+from txd_testing import REPO, Daemon, remove_tree, sh_app, short_tmpdir
 
+PLUGINS = REPO / "tests" / "plugins"
 BIG = 20_000
 BASE = 1600000000.0  # 2020-09-13: older than any job the tests submit
 TERMINAL = (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED)
@@ -351,21 +352,37 @@ def test_txctl_list_json_is_the_same_text_as_before(small_daemon: Daemon) -> Non
 # -- a backend's own list -----------------------------------------------------------------------
 
 
+def _install_fakelist(site: Path) -> None:
+    """tests/plugins/txd_fakelist.py (and txd_fakepoll.py, which it extends) as a minimal
+    installed distribution with its `txd.schedulers` entry point."""
+    site.mkdir(parents=True)
+    for name in ("txd_fakelist.py", "txd_fakepoll.py"):
+        shutil.copy(PLUGINS / name, site / name)
+    info = site / "txd_fakelist-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakelist\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[txd.schedulers]\nfakelist = txd_fakelist:create_scheduler\n"
+    )
+
+
 @pytest.fixture
-def fakepoll_daemon() -> Iterator[Daemon]:
+def fakelist_daemon() -> Iterator[Daemon]:
     root = short_tmpdir()
-    install_fakepoll(root / "site")
+    _install_fakelist(root / "site")
     d = Daemon(root, env={"PYTHONPATH": str(root / "site")}).start()
     try:
         yield d
     finally:
         d.close()
+        alarms = _log_alarms(d)
         remove_tree(root)
+    assert not alarms, alarms
 
 
-async def test_backend_list_is_paged_by_the_daemon(fakepoll_daemon: Daemon) -> None:
-    """fakepoll lists every job file it finds, txd's or not: the daemon pages its answer."""
-    jobs = fakepoll_daemon.state_dir / "schedulers" / "fakepoll"
+async def test_backend_list_is_paged_by_the_daemon(fakelist_daemon: Daemon) -> None:
+    """fakelist lists every job file it finds, txd's or not: the daemon pages its answer."""
+    jobs = fakelist_daemon.state_dir / "schedulers" / "fakelist"
     jobs.mkdir(parents=True)
     states = ["SUCCEEDED", "FAILED", "CANCELLED"]
     for i in range(7):
@@ -373,28 +390,28 @@ async def test_backend_list_is_paged_by_the_daemon(fakepoll_daemon: Daemon) -> N
         path.write_text(states[i % 3])
         when = int((BASE + (i // 2)) * 1e9)  # two by two at the same time
         os.utime(path, ns=(when, when))
-    expected = [f"fakepoll://txd/outside-{i}" for i in (6, 5, 4, 3, 2, 1, 0)]
-    assert fakepoll_daemon.txctl("list", "--json", check=0).stdout == "[]\n"
-    assert fakepoll_daemon.txctl("list", check=0).stdout.split() == [
+    expected = [f"fakelist://txd/outside-{i}" for i in (6, 5, 4, 3, 2, 1, 0)]
+    assert fakelist_daemon.txctl("list", "--json", check=0).stdout == "[]\n"
+    assert fakelist_daemon.txctl("list", check=0).stdout.split() == [
         "HANDLE",
         "NAME",
         "STATE",
         "CREATED",
     ]
-    async with fakepoll_daemon.client() as c:
+    async with fakelist_daemon.client() as c:
         pages, tokens = [], [""]
         for _ in range(4):
-            page = await c.list_page("fakepoll", True, page_size=3, page_token=tokens[-1])
+            page = await c.list_page("fakelist", True, page_size=3, page_token=tokens[-1])
             pages.append([a.app_handle for a in page.apps])
             tokens.append(page.next_page_token)
             if not tokens[-1]:
                 break
         assert pages == [expected[:3], expected[3:6], expected[6:]]
-        failed = await c.list("fakepoll", True, states=[AppState.FAILED], page_size=1)
+        failed = await c.list("fakelist", True, states=[AppState.FAILED], page_size=1)
         assert [a.app_id for a in failed] == ["outside-4", "outside-1"]
         # A backend listing's token does not page the job store's list.
         with pytest.raises(InvalidArgumentError, match=r"^page_token: issued for other"):
-            await c.list_page("fakepoll", False, page_size=3, page_token=tokens[1])
+            await c.list_page("fakelist", False, page_size=3, page_token=tokens[1])
 
 
 def test_blocking_client_pages_alike(small_daemon: Daemon, small_records: list[JobRecord]) -> None:

@@ -5,21 +5,34 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from txd.v1 import TERMINAL_STATES, AppDef, AppState, Role
-from txd_testing import Daemon, install_fakepoll, remove_tree, short_tmpdir
+from txd_testing import Daemon, remove_tree, short_tmpdir
 
 PLUGIN = Path(__file__).resolve().parent.parent / "plugins" / "txd_fakepoll.py"
+
+
+def _install_plugin(site: Path) -> None:
+    """A minimal installed distribution: the module, and a dist-info with its entry point."""
+    site.mkdir(parents=True)
+    shutil.copy(PLUGIN, site / "txd_fakepoll.py")
+    info = site / "txd_fakepoll-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakepoll\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[txd.schedulers]\nfakepoll = txd_fakepoll:create_scheduler\n"
+    )
 
 
 @pytest.fixture
 def plugin_daemon() -> Iterator[Daemon]:
     root = short_tmpdir()
-    install_fakepoll(root / "site")
+    _install_plugin(root / "site")
     d = Daemon(root, env={"PYTHONPATH": str(root / "site")}).start()
     try:
         yield d

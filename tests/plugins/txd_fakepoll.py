@@ -3,7 +3,7 @@ entry-point group. Its jobs are files; it cannot push, so the daemon polls it.
 
 A job reports RUNNING until the scheduler has answered FINISH_AFTER batched status queries in
 all, then SUCCEEDED. Every describe_many call appends the ids it was asked about, one line per
-call, to <state_dir>/calls. list() reports every <state_dir>/*.job file.
+call, to <state_dir>/calls.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class FakeOpts:
 class FakePoll(Scheduler[FakeOpts, str]):
     name = "fakepoll"
     description = "test double: jobs are files, status is polled"
-    capabilities = Capabilities(cancel=True, describe=True, list=True)
+    capabilities = Capabilities(cancel=True, describe=True)
     Opts = FakeOpts
     poll_interval = 0.1
 
@@ -63,15 +63,6 @@ class FakePoll(Scheduler[FakeOpts, str]):
         with (self.dir / "calls").open("a") as f:
             f.write(" ".join(ids) + "\n")
         return {i: await self.describe(i) for i in ids}
-
-    async def list(self) -> list[AppStatus]:
-        """Every job file, also those txd did not submit; created is the file's mtime."""
-        out = []
-        for path in sorted(self.dir.glob("*.job")):
-            status = AppStatus(state=AppState.Value(path.read_text()), app_id=path.stem)
-            status.created.FromNanoseconds(path.stat().st_mtime_ns)
-            out.append(status)
-        return out
 
     async def _cancel_existing(self, app_id: str) -> None:
         (self.dir / f"{app_id}.job").write_text("CANCELLED")
