@@ -203,7 +203,9 @@ def test_not_a_database_is_refused_by_name(tmp_path: Path) -> None:
 # -- a real daemon ------------------------------------------------------------------------------
 
 
-def test_daemon_lists_and_serves_the_jobs_of_a_version_0_file(unstarted_daemon: Any) -> None:
+async def test_daemon_lists_and_serves_the_jobs_of_a_version_0_file(
+    unstarted_daemon: Any,
+) -> None:
     d = unstarted_daemon
     d.state_dir.mkdir(mode=0o700)
     shutil.copy(V0.DB, d.state_dir / "registry.db")
@@ -228,9 +230,11 @@ def test_daemon_lists_and_serves_the_jobs_of_a_version_0_file(unstarted_daemon: 
     desc = json.loads(d.txctl("describe", "--json", "local_cwd://txd/fail-f4g5h6", check=0).stdout)
     assert desc["app"]["roles"][0]["args"] == ["-c", "echo fail"]
     assert desc["cfg"]["log_dir"] == {"str": "/tmp/logs"}
-    # The old request ids are still honoured: the same id runs nothing new.
-    handle = d.txctl("run", "--request-id", "rid-first", "utils.echo", check=0).stdout.strip()
-    assert handle == "local_cwd://txd/echo-b1c2d3"
+    # The old request ids are still honoured: the same request again runs nothing new.
+    first = V0.RECORDS[0]
+    async with d.client() as c:
+        again = await c.run(first["app"], first["scheduler"], request_id=first["request_id"])
+    assert again == first["handle"]
     d.stop()
     assert _user_version(d.state_dir / "registry.db") == jobstore.SCHEMA_VERSION
 

@@ -370,7 +370,8 @@ def _install_fakelist(site: Path) -> None:
 def fakelist_daemon() -> Iterator[Daemon]:
     root = short_tmpdir()
     _install_fakelist(root / "site")
-    d = Daemon(root, env={"PYTHONPATH": str(root / "site")}).start()
+    path = [str(root / "site"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    d = Daemon(root, env={"PYTHONPATH": os.pathsep.join(path)}).start()
     try:
         yield d
     finally:
