@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -15,11 +15,12 @@ from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
 from txd.client._errors import TxdError, from_rpc_error
 from txd.v1 import runner_pb2 as pb
-from txd.v1.app_pb2 import AppDef, AppStatus
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus
 from txd.v1.runner_pb2_grpc import RunnerStub
 from txd.v1.scheduler_pb2 import RunOpt
 
 DEFAULT_TIMEOUT = 30.0
+_INT32_MAX = 2**31 - 1  # page_size is an int32
 _STREAMS = {"combined": pb.COMBINED, "stdout": pb.STDOUT, "stderr": pb.STDERR}
 
 
@@ -135,11 +136,91 @@ class AsyncClient:
     async def describe(self, handle: str) -> pb.DescribeResponse:
         return await self._call("Describe", pb.DescribeRequest(app_handle=handle))
 
-    async def list(self, scheduler: str = "", backend: bool = False) -> list[AppStatus]:
-        """Jobs txd launched (newest first); with `backend`, every job of yours the scheduler
-        knows instead."""
-        req = pb.ListRequest(scheduler=scheduler, backend=backend)
-        return list((await self._call("List", req)).apps)
+    async def list(
+        self,
+        scheduler: str = "",
+        backend: bool = False,
+        *,
+        states: Iterable[AppState] = (),
+        created_since: dt.datetime | None = None,
+        limit: int | None = None,
+        page_size: int = 0,
+    ) -> builtins.list[AppStatus]:
+        """Jobs txd launched, newest first; with `backend`, every job of yours the scheduler
+        knows instead. Only those of `scheduler`, in `states` and created since
+        `created_since`, when given; the newest `limit` of them, when given. Fetched a page
+        (of `page_size` jobs, 0: the daemon's default) at a time; see list_iter to handle
+        each as it arrives."""
+        return [
+            status
+            async for status in self.list_iter(
+                scheduler,
+                backend,
+                states=states,
+                created_since=created_since,
+                limit=limit,
+                page_size=page_size,
+            )
+        ]
+
+    async def list_iter(
+        self,
+        scheduler: str = "",
+        backend: bool = False,
+        *,
+        states: Iterable[AppState] = (),
+        created_since: dt.datetime | None = None,
+        limit: int | None = None,
+        page_size: int = 0,
+    ) -> AsyncIterator[AppStatus]:
+        """The jobs of list(), yielded as their page arrives: one page in memory at a time."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        states = builtins.list(states)
+        token, left = "", limit
+        while True:  # ends: every page holds at least one job, or it is the last
+            size = page_size
+            if left is not None:  # ask for no more than is left
+                size = min(left, page_size or _INT32_MAX)
+            page = await self.list_page(
+                scheduler,
+                backend,
+                states=states,
+                created_since=created_since,
+                page_size=size,
+                page_token=token,
+            )
+            for status in page.apps[:left]:
+                yield status
+            if left is not None:
+                left -= min(left, len(page.apps))
+            if not page.next_page_token or left == 0:
+                return
+            if not page.apps or page.next_page_token == token:
+                raise TxdError("the daemon sent a page that lists nothing new; stopped paging")
+            token = page.next_page_token
+
+    async def list_page(
+        self,
+        scheduler: str = "",
+        backend: bool = False,
+        *,
+        states: Iterable[AppState] = (),
+        created_since: dt.datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> pb.ListResponse:
+        """One page of the list, as the List RPC returns it (see ListRequest in runner.proto):
+        pass its next_page_token, with the same filters, for the next page."""
+        req = pb.ListRequest(
+            scheduler=scheduler,
+            backend=backend,
+            states=states,
+            created_since=_timestamp(created_since),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return await self._call("List", req)
 
     async def cancel(self, handle: str) -> AppStatus:
         return (await self._call("Cancel", pb.CancelRequest(app_handle=handle))).status

@@ -62,17 +62,48 @@ def status_text(status: AppStatus) -> str:
     return "\n".join(lines)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def _row_format(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A str.format pattern with columns as wide as the headers and rows need."""
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "  ".join(f"{{:<{w}}}" for w in widths)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    fmt = _row_format(headers, rows)
     return "\n".join(fmt.format(*row).rstrip() for row in [list(headers), *rows])
 
 
-def list_text(apps: Sequence[AppStatus]) -> str:
-    rows = [[a.app_handle, a.name, state_name(a.state), _when(a.created)] for a in apps]
-    return table(["HANDLE", "NAME", "STATE", "CREATED"], rows)
+_LIST_HEADERS = ("HANDLE", "NAME", "STATE", "CREATED")
+
+
+class ListTable:
+    """`txctl list` as text, a line as soon as it can be printed: the columns are as wide as
+    the first HEAD_ROWS rows need (a longer cell further down shifts its own line only), so
+    a list of any length is printed holding no more than that many rows."""
+
+    HEAD_ROWS = 500
+
+    def __init__(self) -> None:
+        self._head: list[list[str]] | None = []  # None once the head is printed
+        self._fmt = ""
+
+    def add(self, app: AppStatus) -> list[str]:
+        """The lines to print now (none while the head is still being collected)."""
+        row = [app.app_handle, app.name, state_name(app.state), _when(app.created)]
+        if self._head is None:
+            return [self._fmt.format(*row).rstrip()]
+        self._head.append(row)
+        return self.end() if len(self._head) >= self.HEAD_ROWS else []
+
+    def end(self) -> list[str]:
+        """The lines still held back: call once no more rows come."""
+        if self._head is None:
+            return []
+        head, self._head = self._head, None
+        self._fmt = _row_format(_LIST_HEADERS, head)
+        return [self._fmt.format(*row).rstrip() for row in [list(_LIST_HEADERS), *head]]
 
 
 def app_text(app: AppDef) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from txd.cfgvalue import CfgVal
 from txd.client._async import DEFAULT_TIMEOUT, AsyncClient
 from txd.v1 import runner_pb2 as pb
-from txd.v1.app_pb2 import AppDef, AppStatus
+from txd.v1.app_pb2 import AppDef, AppState, AppStatus
 from txd.v1.scheduler_pb2 import RunOpt
 
 T = TypeVar("T")
@@ -95,8 +95,68 @@ class Client:
     def describe(self, handle: str) -> pb.DescribeResponse:
         return self._run(self._async.describe(handle))
 
-    def list(self, scheduler: str = "", backend: bool = False) -> list[AppStatus]:
-        return self._run(self._async.list(scheduler, backend))
+    def list(
+        self,
+        scheduler: str = "",
+        backend: bool = False,
+        *,
+        states: Iterable[AppState] = (),
+        created_since: dt.datetime | None = None,
+        limit: int | None = None,
+        page_size: int = 0,
+    ) -> builtins.list[AppStatus]:
+        return self._run(
+            self._async.list(
+                scheduler,
+                backend,
+                states=states,
+                created_since=created_since,
+                limit=limit,
+                page_size=page_size,
+            )
+        )
+
+    def list_iter(
+        self,
+        scheduler: str = "",
+        backend: bool = False,
+        *,
+        states: Iterable[AppState] = (),
+        created_since: dt.datetime | None = None,
+        limit: int | None = None,
+        page_size: int = 0,
+    ) -> Iterator[AppStatus]:
+        return self._iterate(
+            self._async.list_iter(
+                scheduler,
+                backend,
+                states=states,
+                created_since=created_since,
+                limit=limit,
+                page_size=page_size,
+            )
+        )
+
+    def list_page(
+        self,
+        scheduler: str = "",
+        backend: bool = False,
+        *,
+        states: Iterable[AppState] = (),
+        created_since: dt.datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> pb.ListResponse:
+        return self._run(
+            self._async.list_page(
+                scheduler,
+                backend,
+                states=states,
+                created_since=created_since,
+                page_size=page_size,
+                page_token=page_token,
+            )
+        )
 
     def cancel(self, handle: str) -> AppStatus:
         return self._run(self._async.cancel(handle))

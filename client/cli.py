@@ -108,10 +108,23 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="ask the scheduler (-s) for all your jobs it knows, not only txd's",
     )
+    lst.add_argument(
+        "--limit", type=_positive_int, metavar="N", help="only the newest N jobs (default: all)"
+    )
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("builtins", "list the builtin components")
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,10 +322,23 @@ async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
-    from txd.client._format import list_text, to_dict
+    """Prints jobs as their pages arrive, so a list of any length takes one page of memory."""
+    from txd.client._format import ListTable, dumps, to_dict
 
-    apps = await client.list(args.scheduler, args.backend)
-    _out([to_dict(a) for a in apps] if args.json else list_text(apps), args.json)
+    apps = client.list_iter(args.scheduler, args.backend, limit=args.limit)
+    if args.json:  # the same text as json.dumps(list, indent=2), one element at a time
+        sep = "[\n"
+        async for app in apps:
+            print(sep + "  " + dumps(to_dict(app)).replace("\n", "\n  "), end="")
+            sep = ",\n"
+        print("[]" if sep == "[\n" else "\n]")
+        return 0
+    table = ListTable()
+    async for app in apps:
+        for line in table.add(app):
+            print(line)
+    for line in table.end():
+        print(line)
     return 0
 
 

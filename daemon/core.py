@@ -19,6 +19,7 @@ from typing import Any
 
 from txd.daemon import logs, validate
 from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.listing import ListQuery
 from txd.daemon.schedulers import Schedulers
 from txd.daemon.status import StatusCache
 from txd.schedulers import options, plugins
@@ -33,7 +34,7 @@ from txd.schedulers.errors import (
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus
-from txd.v1.runner_pb2 import LogsRequest, LogsResponse, RunRequest
+from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, RunRequest
 from txd.v1.scheduler_pb2 import CfgValue, RunOpt, SchedulerInfo
 
 log = logging.getLogger(__name__)
@@ -252,11 +253,14 @@ class Core:
     def watch(self, handle: str) -> AsyncIterator[AppStatus]:
         return self.cache.watch(self.lookup(handle))
 
-    async def list(self, scheduler: str, backend: bool = False) -> list[AppStatus]:
+    async def list(self, req: ListRequest) -> tuple[list[AppStatus], str]:
+        """One page of jobs, newest first, and the next page's token ("" after the last)."""
+        query = ListQuery.parse(req, self.store.page_token_key)
+        scheduler = req.scheduler
         if scheduler:
             self.schedulers.check(scheduler)
-        if not backend:
-            return self.store.statuses(scheduler)
+        if not req.backend:
+            return query.from_store(self.store)
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
         sched = await self.schedulers.get(scheduler)
@@ -266,7 +270,7 @@ class Core:
         for status in apps:
             status.scheduler = scheduler
             status.app_handle = handle_of(scheduler, self.session, status.app_id)
-        return apps
+        return query.from_statuses(apps)
 
     # -- control ----------------------------------------------------------------------------
 

@@ -3,36 +3,85 @@ and logs survive a daemon restart and terminal states are remembered.
 
 Calls are synchronous and short (one indexed statement, one commit); WAL with synchronous=NORMAL
 keeps a commit off the disk's fsync path while staying safe against a daemon crash.
+
+Schema versions: the file's `PRAGMA user_version`. Opening a file of an older version migrates
+it in place, in one transaction, through every step of _MIGRATIONS from its version on; a file
+of a newer version than this code knows is refused before anything is written to it. Every
+statement names its columns, so a step may add one without breaking the others.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 import sqlite3
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from txd.schedulers.options import CfgVal
-from txd.v1 import TERMINAL_STATES as TERMINAL
+from txd.v1 import TERMINAL_STATES
 from txd.v1.app_pb2 import AppDef, AppStatus
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    handle     TEXT PRIMARY KEY,
-    scheduler  TEXT NOT NULL,
-    app_id     TEXT NOT NULL,
-    request_id TEXT UNIQUE,
-    created    REAL NOT NULL,
-    state      INTEGER NOT NULL,
-    app        BLOB NOT NULL,   -- AppDef, serialized
-    status     BLOB NOT NULL,   -- last AppStatus, serialized
-    cfg        TEXT NOT NULL,   -- resolved options, JSON
-    native     TEXT NOT NULL    -- what the scheduler needs to find the job again, JSON
-);
-CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created);
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state);
-"""
+# Version 0: the schema before versions existed (user_version 0). Frozen: a fresh file is
+# created as version 0 and then takes the same migration steps as a user's old file.
+_V0 = (
+    """CREATE TABLE IF NOT EXISTS jobs (
+        handle     TEXT PRIMARY KEY,
+        scheduler  TEXT NOT NULL,
+        app_id     TEXT NOT NULL,
+        request_id TEXT UNIQUE,
+        created    REAL NOT NULL,   -- time.time() at submission
+        state      INTEGER NOT NULL,
+        app        BLOB NOT NULL,   -- AppDef, serialized
+        status     BLOB NOT NULL,   -- last AppStatus, serialized
+        cfg        TEXT NOT NULL,   -- resolved options, JSON
+        native     TEXT NOT NULL    -- what the scheduler needs to find the job again, JSON
+    )""",
+    "CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs (created)",
+    "CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state)",
+)
+
+
+def _to_v1(db: sqlite3.Connection) -> None:
+    """Pages of the job list, newest first, keyed by (created, handle): each order, with or
+    without a scheduler, is one index range. A random key signs page tokens, kept here so
+    they outlive a daemon restart and are worthless to any other job store."""
+    db.execute("CREATE INDEX jobs_by_created_handle ON jobs (created, handle)")
+    db.execute("CREATE INDEX jobs_by_scheduler_created ON jobs (scheduler, created, handle)")
+    db.execute("DROP INDEX jobs_by_created")  # a prefix of jobs_by_created_handle
+    db.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    db.execute(
+        "INSERT INTO meta (name, value) VALUES ('page_token_key', ?)", (secrets.token_bytes(32),)
+    )
+
+
+# _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
+# edit one that has shipped.
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1]
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_COLUMNS = (
+    "handle",
+    "scheduler",
+    "app_id",
+    "request_id",
+    "created",
+    "state",
+    "app",
+    "status",
+    "cfg",
+    "native",
+)
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
+_INSERT = (
+    f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
+)
+
+
+class JobStoreError(Exception):
+    """The file cannot be used as a job store (written by a newer txd, or not a database)."""
 
 
 @dataclass
@@ -48,33 +97,81 @@ class JobRecord:
     request_id: str | None = None
 
 
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """A job's place in the list order, newest first: by `created`, then by `handle`."""
+
+    created: float
+    handle: str
+
+
 class JobStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        try:
+            self._check_version()  # before the first write: WAL mode writes the header
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+            self._db.row_factory = sqlite3.Row
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'page_token_key'")
+            self.page_token_key: bytes = row.fetchone()["value"]
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _version(self) -> int:
+        try:
+            version: int = self._db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as e:
+            raise JobStoreError(f"{self.path} is not a txd job store: {e}") from None
+        return version
+
+    def _check_version(self) -> int:
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise JobStoreError(
+                f"{self.path} has job store schema version {version}, but this txd knows "
+                f"versions up to {SCHEMA_VERSION}: a newer txd wrote it. Run that txd, or "
+                f"move the file away to start with no jobs."
+            )
+        return version
+
+    def _migrate(self) -> None:
+        if self._version() == SCHEMA_VERSION:
+            return
+        # One transaction for every step: a crash or a failing step leaves the file as it was.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            version = self._check_version()  # read again under the write lock
+            if version == 0:
+                for statement in _V0:  # a fresh file; a no-op on an existing version 0 file
+                    self._db.execute(statement)
+            for step in _MIGRATIONS[version:]:
+                step(self._db)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._db.close()
 
     def insert(self, rec: JobRecord) -> None:
-        self._db.execute(
-            "INSERT INTO jobs VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                rec.handle,
-                rec.scheduler,
-                rec.app_id,
-                rec.request_id,
-                rec.created,
-                rec.status.state,
-                rec.app.SerializeToString(),
-                rec.status.SerializeToString(),
-                json.dumps(rec.cfg),
-                json.dumps(rec.native),
-            ),
-        )
+        self._db.execute(_INSERT, _row(rec))
+
+    def insert_many(self, recs: Iterable[JobRecord]) -> None:
+        """Inserts every record or, if one fails, none: one transaction, one commit."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany(_INSERT, map(_row, recs))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def update_status(self, handle: str, status: AppStatus) -> None:
         self._db.execute(
@@ -86,39 +183,83 @@ class JobStore:
         self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
 
     def get(self, handle: str) -> JobRecord | None:
-        row = self._db.execute("SELECT * FROM jobs WHERE handle = ?", (handle,)).fetchone()
+        row = self._db.execute(f"{_SELECT} WHERE handle = ?", (handle,)).fetchone()
         return _record(row) if row else None
 
     def by_request_id(self, request_id: str) -> JobRecord | None:
-        row = self._db.execute("SELECT * FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+        row = self._db.execute(f"{_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
         return _record(row) if row else None
 
     def live(self) -> list[JobRecord]:
-        marks = ",".join("?" * len(TERMINAL))
-        rows = self._db.execute(f"SELECT * FROM jobs WHERE state NOT IN ({marks})", tuple(TERMINAL))
+        marks = ",".join("?" * len(TERMINAL_STATES))
+        rows = self._db.execute(f"{_SELECT} WHERE state NOT IN ({marks})", tuple(TERMINAL_STATES))
         return [_record(r) for r in rows]
 
-    def statuses(self, scheduler: str = "") -> list[AppStatus]:
-        """Last recorded statuses, newest job first."""
+    def page(
+        self,
+        limit: int,
+        *,
+        after: Cursor | None = None,
+        scheduler: str = "",
+        states: Collection[int] = (),
+        created_since_ns: int | None = None,
+    ) -> list[tuple[Cursor, AppStatus]]:
+        """Up to `limit` last recorded statuses, newest first, each with its place; only those
+        after `after` in that order, of `scheduler` (empty: any), in `states` (empty: any) and
+        created at or after `created_since_ns` (nanoseconds since the epoch, compared with the
+        `created` time the statuses report)."""
+        where: list[str] = []
+        args: list[object] = []
         if scheduler:
-            rows = self._db.execute(
-                "SELECT status FROM jobs WHERE scheduler = ? ORDER BY created DESC", (scheduler,)
-            )
-        else:
-            rows = self._db.execute("SELECT status FROM jobs ORDER BY created DESC")
-        return [AppStatus.FromString(r[0]) for r in rows]
+            where.append("scheduler = ?")
+            args.append(scheduler)
+        if after is not None:
+            # Keyset, not OFFSET: a page starts where the last ended, whatever was inserted
+            # or deleted before that place since, and costs one index range however deep.
+            where.append("(created, handle) < (?, ?)")
+            args += [after.created, after.handle]
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += list(states)
+        if created_since_ns is not None:
+            # Statuses report created as int(created * 1e9) ns: the same rounding here keeps
+            # a job whose reported time is the bound. The looser first test uses the index.
+            where.append("created >= ? AND CAST(created * 1e9 AS INTEGER) >= ?")
+            args += [created_since_ns / 1e9 - 1e-3, created_since_ns]
+        rows = self._db.execute(
+            f"SELECT created, handle, status FROM jobs WHERE {' AND '.join(where) or 1} "
+            "ORDER BY created DESC, handle DESC LIMIT ?",
+            (*args, limit),
+        )
+        return [
+            (Cursor(r["created"], r["handle"]), AppStatus.FromString(r["status"])) for r in rows
+        ]
 
 
-def _record(row: tuple[Any, ...]) -> JobRecord:
-    handle, scheduler, app_id, request_id, created, _state, app, status, cfg, native = row
+def _row(rec: JobRecord) -> dict[str, Any]:
+    return {
+        "handle": rec.handle,
+        "scheduler": rec.scheduler,
+        "app_id": rec.app_id,
+        "request_id": rec.request_id,
+        "created": rec.created,
+        "state": rec.status.state,
+        "app": rec.app.SerializeToString(),
+        "status": rec.status.SerializeToString(),
+        "cfg": json.dumps(rec.cfg),
+        "native": json.dumps(rec.native),
+    }
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
     return JobRecord(
-        handle=handle,
-        scheduler=scheduler,
-        app_id=app_id,
-        request_id=request_id,
-        created=created,
-        app=AppDef.FromString(app),
-        status=AppStatus.FromString(status),
-        cfg=json.loads(cfg),
-        native=json.loads(native),
+        handle=row["handle"],
+        scheduler=row["scheduler"],
+        app_id=row["app_id"],
+        request_id=row["request_id"],
+        created=row["created"],
+        app=AppDef.FromString(row["app"]),
+        status=AppStatus.FromString(row["status"]),
+        cfg=json.loads(row["cfg"]),
+        native=json.loads(row["native"]),
     )

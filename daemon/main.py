@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
+    from txd.daemon.jobstore import JobStoreError
     from txd.daemon.schedulers import SettingsError
     from txd.daemon.server import AlreadyRunning, serve
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 settings,
             )
         )
-    except AlreadyRunning as e:
+    except (AlreadyRunning, JobStoreError) as e:
         print(f"txd: {e}", file=sys.stderr)
         return 1
     except SettingsError as e:

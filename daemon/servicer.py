@@ -101,7 +101,8 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
 
     @_mapped
     async def List(self, request: pb.ListRequest, context: Any) -> pb.ListResponse:
-        return pb.ListResponse(apps=await self.core.list(request.scheduler, request.backend))
+        apps, next_page_token = await self.core.list(request)
+        return pb.ListResponse(apps=apps, next_page_token=next_page_token)
 
     @_mapped
     async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:

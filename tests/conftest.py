@@ -1,7 +1,8 @@
 """Fixtures that start a real `txd` daemon on a temporary socket.
 
 - `shared_daemon` (session): one daemon for every test that needs no isolation.
-- `daemon` (function): a fresh daemon of the test's own, for restart / crash / signal tests.
+- `daemon` (function): a fresh daemon of the test's own, for restart / crash / signal tests;
+  `unstarted_daemon` the same before start(), for tests that prepare its state dir.
 - `txctl(*args, input=None, check=None)`: runs the CLI against the shared daemon, in `workdir`.
 - `client`: a txd.client.AsyncClient on the shared daemon (function-scoped, so it lives on the
   test's own event loop).
@@ -67,11 +68,12 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 
 
 @pytest.fixture
-def daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A daemon of this test's own (stopped, and its leftovers ended, at teardown). A passing
-    test also fails if the daemon logged a traceback or an internal error."""
+def unstarted_daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A daemon of this test's own, not started yet: the test may fill its `state_dir` first,
+    then calls start(). Stopped, its leftovers ended, at teardown; a passing test also fails
+    if the daemon logged a traceback or an internal error."""
     root = txd_testing.short_tmpdir()
-    d = Daemon(root).start()
+    d = Daemon(root)
     try:
         yield d
     finally:
@@ -80,6 +82,12 @@ def daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
         txd_testing.remove_tree(root)
     alarms = [line for line in log.splitlines() if any(a in line for a in _LOG_ALARMS)]
     assert _failed(request) or not alarms, "the daemon logged errors:\n" + log
+
+
+@pytest.fixture
+def daemon(unstarted_daemon: Any) -> Any:
+    """A daemon of this test's own, started (see unstarted_daemon)."""
+    return unstarted_daemon.start()
 
 
 @pytest.fixture(autouse=True)

@@ -157,18 +157,28 @@ class DescribeResponse(_message.Message):
     def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("scheduler", "backend")
+    __slots__ = ("scheduler", "backend", "page_size", "page_token", "states", "created_since")
     SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_SINCE_FIELD_NUMBER: _ClassVar[int]
     scheduler: str
     backend: bool
-    def __init__(self, scheduler: _Optional[str] = ..., backend: _Optional[bool] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    states: _containers.RepeatedScalarFieldContainer[_app_pb2.AppState]
+    created_since: _timestamp_pb2.Timestamp
+    def __init__(self, scheduler: _Optional[str] = ..., backend: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppState, str]]] = ..., created_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListResponse(_message.Message):
-    __slots__ = ("apps",)
+    __slots__ = ("apps", "next_page_token")
     APPS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     apps: _containers.RepeatedCompositeFieldContainer[_app_pb2.AppStatus]
-    def __init__(self, apps: _Optional[_Iterable[_Union[_app_pb2.AppStatus, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, apps: _Optional[_Iterable[_Union[_app_pb2.AppStatus, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("app_handle",)

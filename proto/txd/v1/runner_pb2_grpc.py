@@ -100,7 +100,7 @@ class RunnerServicer:
     """Missing associated documentation comment in .proto file."""
 
     def Run(self, request, context):
-        """Validates, submits and records a job; the job is in the registry before the handle returns.
+        """Validates, submits and records a job; the job is in the job store before the handle returns.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -143,7 +143,8 @@ class RunnerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def List(self, request, context):
-        """Jobs this daemon launched, newest first.
+        """Jobs this daemon launched, newest first, a page at a time (Google AIP-158; see
+        ListRequest). Page until next_page_token is empty.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -157,7 +158,7 @@ class RunnerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Delete(self, request, context):
-        """Cancels the job if live, then forgets it: registry entry and logs are removed, and the
+        """Cancels the job if live, then forgets it: job store entry and logs are removed, and the
         handle is NOT_FOUND from then on.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
