@@ -210,7 +210,10 @@ class StatusCache:
             await job.pulse.wait_past(gen)
 
     async def until_ended(self, handle: str) -> None:
-        """Returns once the job is no longer followed (terminal, forgotten or deleted)."""
+        """Returns once the job is no longer followed (terminal, forgotten or deleted); raises
+        BackendUnavailable when the daemon stops first (a log follow then ends at once)."""
         job = self._followed.get(handle)
         while job is not None and job.followed:
+            if self._closing:
+                raise BackendUnavailable(self._closing)
             await job.pulse.wait_past(job.pulse.gen)

@@ -71,45 +71,63 @@ async def _read(host: Host, path: str, offset: int = 0) -> AsyncIterator[bytes]:
         yield chunk
 
 
+class _Ended:
+    """Queue items of a follow that are not bytes: who ended."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+_TAIL_ENDED, _JOB_ENDED = _Ended("the tail"), _Ended("the job")
+
+
 async def _follow(
     host: Host, path: str, until_done: Callable[[], Coroutine[Any, Any, None]]
 ) -> AsyncIterator[bytes]:
-    queue: asyncio.Queue[bytes] = asyncio.Queue(QUEUE_CHUNKS)
+    """The file as it grows, until the job is terminal; then whatever the tail had not yet
+    delivered, read from the offset reached. Two tasks feed one bounded queue: the tail's
+    chunks, and the job's end (or why either failed)."""
+    queue: asyncio.Queue[bytes | _Ended | BaseException] = asyncio.Queue(QUEUE_CHUNKS)
 
     async def pump() -> None:
-        async for chunk in host.stream(["sh", "-c", FOLLOW, "txd-follow", path]):
-            await queue.put(chunk)
+        try:
+            async for chunk in host.stream(["sh", "-c", FOLLOW, "txd-follow", path]):
+                await queue.put(chunk)
+            await queue.put(_TAIL_ENDED)
+        except Exception as e:  # a lost connection, say: the reader raises it
+            await queue.put(e)
+
+    async def watch() -> None:
+        try:
+            await until_done()
+            await queue.put(_JOB_ENDED)
+        except Exception as e:  # the daemon is shutting down, say
+            await queue.put(e)
 
     loop = asyncio.get_running_loop()
-    tail = loop.create_task(pump())
-    done = loop.create_task(until_done())
+    tasks = [loop.create_task(pump()), loop.create_task(watch())]
     sent = 0
     try:
-        while True:
-            get = loop.create_task(queue.get())
-            await asyncio.wait({get, done, tail}, return_when=asyncio.FIRST_COMPLETED)
-            if get.done():
-                chunk = get.result()
-                sent += len(chunk)
-                yield chunk
-                yield b""  # caught up with the writer: flush
-                continue
-            get.cancel()
-            if tail.done() and not done.done():
-                tail.result()  # re-raises why the tail stopped (a lost connection, say)
-                await done  # the tail ended by itself: nothing more can come from it
-            break
-        tail.cancel()
+        while (item := await queue.get()) is not _JOB_ENDED:
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, bytes):
+                sent += len(item)
+                yield item
+                if queue.empty():
+                    yield b""  # caught up with the writer: flush
+            # _TAIL_ENDED: nothing more can come from it; the job's end is still to come.
+        tasks[0].cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await tail
-        while not queue.empty():
-            chunk = queue.get_nowait()
-            sent += len(chunk)
-            yield chunk
+            await tasks[0]
+        while not queue.empty():  # what the tail delivered before it was stopped
+            if isinstance(item := queue.get_nowait(), bytes):
+                sent += len(item)
+                yield item
         async for chunk in _read(host, path, sent):
             yield chunk
     finally:
-        for task in (tail, done):
+        for task in tasks:
             task.cancel()
 
 
