@@ -281,9 +281,15 @@ async def submit(sched: Scheduler[Any, Any], harness: Harness, script: Script) -
     assert isinstance(info.text, str)
     submitted = await sched.schedule(info)
     assert submitted.app_id, "schedule() returned no app id"
+    _SUBMITTED.setdefault(id(sched), []).append(Job(submitted.app_id, submitted.native))
     # The daemon persists `native` as JSON and hands that back: a job must work from it.
     native = json.loads(json.dumps(submitted.native))
     return Submission(app, Job(submitted.app_id, native))
+
+
+# Jobs each scheduler under test was given, by id(sched): cancelled when its test ends, since a
+# cluster backend's jobs outlive the scheduler's shutdown.
+_SUBMITTED: dict[int, list[Job]] = {}
 
 
 def unknown_job() -> Job:
@@ -440,6 +446,9 @@ class SchedulerContract:
         finally:
             try:
                 async with asyncio.timeout(harness.grace * 3 + 10):
+                    for job in _SUBMITTED.pop(id(sched), []):
+                        with contextlib.suppress(Exception):  # a test may have taken it down
+                            await sched.cancel(job)
                     await sched.shutdown(harness.grace)
                     await sched.aclose()
             finally:
