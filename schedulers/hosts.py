@@ -193,7 +193,9 @@ class LocalHost(Host):
 
 
 async def _reap(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """Waits up to `grace` seconds for the process to exit, then kills it; always reaps it."""
+    """Waits up to `grace` seconds for the process to exit, then kills it; always reaps it and
+    closes its pipes (a child of the command, such as a tail, may hold them a moment longer,
+    and asyncio's Process has no public close)."""
     try:
         if proc.returncode is None and grace > 0:
             with contextlib.suppress(TimeoutError):
@@ -203,6 +205,9 @@ async def _reap(proc: asyncio.subprocess.Process, grace: float) -> None:
         if proc.returncode is None:
             proc.kill()
             await asyncio.shield(proc.wait())
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()
 
 
 class SshHost(Host):
