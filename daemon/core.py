@@ -23,7 +23,7 @@ from txd.daemon.listing import ListQuery
 from txd.daemon.schedulers import Schedulers
 from txd.daemon.status import StatusCache
 from txd.schedulers import options, plugins
-from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted
+from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted, TaskGroupLike
 from txd.schedulers.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -54,7 +54,8 @@ class Core:
         state_dir: Path,
         session: str,
         settings: dict[str, dict[str, Any]] | None = None,
-        tasks: Any = None,
+        *,
+        tasks: TaskGroupLike,
         entries: dict[str, plugins.Entry] | None = None,
     ) -> None:
         self.session = session

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from txd.daemon.status import LiveJob, StatusCache
-from txd.schedulers.api import Described, NoAnswer, Scheduler, Subscribed
+from txd.schedulers.api import Described, NoAnswer, Scheduler, Subscribed, TaskGroupLike
 from txd.schedulers.errors import TxdError
 from txd.schedulers.pulse import Pulse
 
@@ -33,7 +33,7 @@ NOT_DESCRIBED = NoAnswer("the backend's answer left this job out")
 
 class Feed(abc.ABC):
     def __init__(
-        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: Any
+        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: TaskGroupLike
     ) -> None:
         self.name = name
         self.sched = sched
@@ -109,7 +109,7 @@ class PollFeed(Feed):
     interval."""
 
     def __init__(
-        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: Any
+        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: TaskGroupLike
     ) -> None:
         super().__init__(name, sched, cache, tasks)
         self._kick = asyncio.Event()  # set: poll soon
@@ -176,6 +176,8 @@ class ChangeFeed(Feed):
         await self._describe([j for j in jobs if j.followed])
 
 
-def feed_for(name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: Any) -> Feed:
+def feed_for(
+    name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: TaskGroupLike
+) -> Feed:
     kind = ChangeFeed if sched.pushes() else PollFeed
     return kind(name, sched, cache, tasks)

@@ -13,7 +13,7 @@ from typing import Any
 from txd.daemon.feeds import Feed, feed_for
 from txd.daemon.status import StatusCache
 from txd.schedulers import options, plugins
-from txd.schedulers.api import Scheduler
+from txd.schedulers.api import Scheduler, TaskGroupLike
 from txd.schedulers.errors import FailedPrecondition, InvalidArgument, NotFound, TxdError
 from txd.v1.scheduler_pb2 import Capabilities, SchedulerInfo
 
@@ -31,7 +31,7 @@ class Schedulers:
         state_dir: Path,
         settings: dict[str, dict[str, Any]],
         cache: StatusCache,
-        tasks: Any,
+        tasks: TaskGroupLike,
         entries: dict[str, plugins.Entry] | None = None,
     ) -> None:
         self.session = session

@@ -109,7 +109,7 @@ async def serve(
             async with asyncio.TaskGroup() as group:
                 tasks = Tasks(group)
                 try:
-                    core = Core(state_dir, session, settings, tasks)
+                    core = Core(state_dir, session, settings, tasks=tasks)
                     await _serve(core, socket_path, state_dir, grace, ready_fd)
                 finally:
                     tasks.cancel_all()
