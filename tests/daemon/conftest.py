@@ -8,10 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import selectors
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+from txd.daemon.jobstore import JobStore
+from txd.daemon.status import StatusCache
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[JobStore]:
+    s = JobStore(tmp_path / "registry.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def cache(store: JobStore) -> StatusCache:
+    return StatusCache(store)
 
 
 class _AutojumpSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]

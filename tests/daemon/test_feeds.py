@@ -5,8 +5,7 @@ describe_many answers when the test says, so every count below is exact."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from daemon_fakes import TIMEOUT, FakePusher, FakeScheduler, Tasks, new_record, states
@@ -18,18 +17,6 @@ from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus
 
 INTERVAL = 1.0
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore(tmp_path / "registry.db")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def cache(store: JobStore) -> StatusCache:
-    return StatusCache(store)
 
 
 @pytest.fixture

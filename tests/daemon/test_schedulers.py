@@ -3,7 +3,7 @@ use (and at start), capabilities reported as facts, unknown names with a hint.""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +46,6 @@ def registered(monkeypatch: pytest.MonkeyPatch) -> None:
         for name, factory in FACTORIES.items()
     }
     monkeypatch.setattr(plugins, "discover", lambda: entries)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore(tmp_path / "registry.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

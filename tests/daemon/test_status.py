@@ -4,8 +4,7 @@ real job store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 from daemon_fakes import TIMEOUT, new_record
@@ -13,18 +12,6 @@ from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.status import LiveJob, StatusCache
 from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore(tmp_path / "registry.db")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def cache(store: JobStore) -> StatusCache:
-    return StatusCache(store)
 
 
 def st(state: AppState.ValueType, msg: str = "") -> AppStatus:
