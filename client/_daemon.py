@@ -7,6 +7,7 @@ import select
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from txd import defaults
@@ -60,8 +61,18 @@ def start_daemon(path: Path) -> int | None:
         os.close(read_end)
     if not ok:
         # Several clients may autostart at once; the losers' daemons exit ("already running")
-        # once the winner holds the state dir, by which time the winner is serving.
-        if proc.wait(START_TIMEOUT) != 0 and is_listening(path):
+        # as soon as the winner holds the state dir, which may be a moment before the winner
+        # serves: give it until START_TIMEOUT (a start-up race only, so a short poll is fine).
+        if proc.wait(START_TIMEOUT) != 0 and _until_listening(path, START_TIMEOUT):
             return None
         raise RuntimeError(f"txd did not start (exit code {proc.poll()}); see {log_path}")
     return proc.pid
+
+
+def _until_listening(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not is_listening(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
