@@ -97,9 +97,17 @@ async def test_a_job_runs_to_its_end_and_any_instance_can_tell(
     sched: SlurmScheduler, where: dict[str, str], jobdir: Path
 ) -> None:
     echo = 'echo "$0 $1 of $SLURM_HET_SIZE"; echo "err $1" >&2'
+    done = f"{jobdir}/trainer-$1.done"
+    # srun stops the other replicas when one fails (--kill-on-bad-exit): ps fails only once
+    # both trainers are through, plus a margin for their exit to reach slurmstepd.
+    trainers_done = " && ".join(f"[ -e {jobdir}/trainer-{k}.done ]" for k in range(2))
+    fail_last = f"; until {trainers_done}; do sleep 0.05; done; sleep 0.5; exit 3"
     app = AppDef(
         name="two",
-        roles=[role("trainer", echo, replicas=2), role("ps", echo + "; exit 3")],
+        roles=[
+            role("trainer", f"{echo}; touch {done}", replicas=2),
+            role("ps", echo + fail_last),
+        ],
     )
     for r in app.roles:
         r.args.extend([r.name, "${replica_id}"])
