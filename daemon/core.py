@@ -21,7 +21,7 @@ from txd.daemon import logs, validate
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
 from txd.daemon.schedulers import Schedulers
-from txd.daemon.status import StatusCache
+from txd.daemon.status import StatusCache, unknown
 from txd.schedulers import options, plugins
 from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted, TaskGroupLike
 from txd.schedulers.errors import (
@@ -78,10 +78,11 @@ class Core:
         for name, recs in by_scheduler.items():
             try:
                 sched = await self.schedulers.get(name)
-                settled = await sched.recover([(_job(r), r.status) for r in recs])
+                settled = await sched.recover([(r.job, r.status) for r in recs])
             except TxdError as e:
                 for rec in recs:
-                    self._record_lost(rec, f"cannot follow the job after a restart: {e}")
+                    lost = unknown(rec.status, f"cannot follow the job after a restart: {e}")
+                    self.store.update_status(rec.handle, lost)
                 continue
             for rec in recs:
                 job = self.cache.follow(rec)
@@ -90,13 +91,6 @@ class Core:
                 log.info("following %s again: %s", rec.handle, AppState.Name(job.status.state))
             if self.cache.followed(name):
                 self.schedulers.feed(name).start()
-
-    def _record_lost(self, rec: JobRecord, msg: str) -> None:
-        status = AppStatus()
-        status.CopyFrom(rec.status)
-        status.state = AppState.UNKNOWN
-        status.msg = msg
-        self.store.update_status(rec.handle, status)
 
     async def shutdown(self, grace: float) -> None:
         """Stops accepting runs, ends local jobs (SIGKILL after `grace` seconds) and records
@@ -289,7 +283,7 @@ class Core:
 
     async def delete(self, handle: str) -> None:
         rec = self.lookup(handle)
-        await (await self.schedulers.get(rec.scheduler)).delete(_job(rec))
+        await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
         self.cache.drop(handle, "deleted")
         self.store.delete(handle)
 
@@ -302,12 +296,8 @@ class Core:
         async def ended() -> None:
             await self.cache.until_ended(rec.handle)
 
-        async for msg in logs.read(sched, _job(rec), rec.app, req, ended):
+        async for msg in logs.read(sched, rec.job, rec.app, req, ended):
             yield msg
-
-
-def _job(rec: JobRecord) -> Job:
-    return Job(rec.app_id, rec.native)
 
 
 async def _undo(sched: Scheduler[Any, Any], job: Job) -> None:

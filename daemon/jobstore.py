@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from txd.schedulers.api import Job
 from txd.schedulers.options import CfgVal
 from txd.v1 import TERMINAL_STATES
 from txd.v1.app_pb2 import AppDef, AppStatus
@@ -95,6 +96,11 @@ class JobRecord:
     cfg: dict[str, CfgVal]
     native: dict[str, Any]
     request_id: str | None = None
+
+    @property
+    def job(self) -> Job:
+        """The job as its scheduler is handed it."""
+        return Job(self.app_id, self.native)
 
 
 @dataclass(frozen=True, order=True)

@@ -35,13 +35,25 @@ class LiveJob:
 
     @property
     def job(self) -> Job:
-        return Job(self.record.app_id, self.record.native)
+        return self.record.job
 
 
 def now() -> Timestamp:
     ts = Timestamp()
     ts.GetCurrentTime()
     return ts
+
+
+def unknown(old: AppStatus, msg: str) -> AppStatus:
+    """`old` turned UNKNOWN for the reason `msg` (nothing about the job can be learnt any more),
+    without stale marks."""
+    status = AppStatus()
+    status.CopyFrom(old)
+    status.ClearField("stale_since")
+    status.ClearField("stale_msg")
+    status.state = AppState.UNKNOWN
+    status.msg = msg
+    return status
 
 
 def _same(a: AppStatus, b: AppStatus) -> bool:
@@ -116,16 +128,11 @@ class StatusCache:
     def forgotten(self, job: LiveJob, scheduler: str) -> None:
         """The backend no longer knows the job: nothing will change, record UNKNOWN."""
         old = job.record.status
-        status = AppStatus()
-        status.CopyFrom(old)
-        status.ClearField("stale_since")
-        status.ClearField("stale_msg")
-        status.state = AppState.UNKNOWN
-        status.msg = (
+        msg = (
             f"{scheduler} no longer knows this job; its last known state was "
             f"{AppState.Name(old.state)}" + (f" ({old.msg})" if old.msg else "")
         )
-        self.record(job, status)
+        self.record(job, unknown(old, msg))
         self._unfollow(job)
         job.pulse.fire()
 
