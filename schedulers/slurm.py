@@ -267,7 +267,8 @@ def build_script(
         'restarts="${SLURM_RESTART_COUNT:-0}"',
         'if [ "$exitcode" -ne 0 ] && [ "$TORCHX_MAX_RETRIES" -gt "$restarts" ]; then',
         '  echo "txd: exit code $exitcode, requeued (retry $((restarts + 1)))"',
-        '  scontrol requeue "$SLURM_JOB_ID"',
+        # Slurm ends this attempt itself; an exit racing it could fail the requeued job.
+        '  scontrol requeue "$SLURM_JOB_ID" && exec sleep 300',
         "fi",
         f'echo "{EXIT_MARK}$exitcode"',
         'exit "$exitcode"',

@@ -32,7 +32,7 @@ exitcode=$?
 restarts="${SLURM_RESTART_COUNT:-0}"
 if [ "$exitcode" -ne 0 ] && [ "$TORCHX_MAX_RETRIES" -gt "$restarts" ]; then
   echo "txd: exit code $exitcode, requeued (retry $((restarts + 1)))"
-  scontrol requeue "$SLURM_JOB_ID"
+  scontrol requeue "$SLURM_JOB_ID" && exec sleep 300
 fi
 echo "txd: exit code $exitcode"
 exit "$exitcode"
