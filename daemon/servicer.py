@@ -26,12 +26,19 @@ _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
 }
 
 
-def _code(e: Exception) -> tuple[grpc.StatusCode, str]:
+# Trailing metadata naming the scheduler whose backend failed, on UNAVAILABLE. Its presence is
+# how a client knows the daemon answered: gRPC also says UNAVAILABLE when it cannot connect.
+BACKEND_KEY = "txd-backend"
+
+
+def _code(e: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """(code, message, trailing metadata) for an exception raised by the core."""
     for cls, code in _CODES.items():
         if isinstance(e, cls):
-            return code, str(e)
+            backend = getattr(e, "backend", "")
+            return code, str(e), ((BACKEND_KEY, backend),) if backend else ()
     log.exception("internal error")
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}", ()
 
 
 def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
