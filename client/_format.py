@@ -70,11 +70,6 @@ def _row_format(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "  ".join(f"{{:<{w}}}" for w in widths)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    fmt = _row_format(headers, rows)
-    return "\n".join(fmt.format(*row).rstrip() for row in [list(headers), *rows])
-
-
 _LIST_HEADERS = ("HANDLE", "NAME", "STATE", "CREATED")
 
 

@@ -470,7 +470,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         if app is not None:
             app.cancel("cancelled by request")
             if app.finisher is not None:
-                await app.finisher  # retires the app
+                # Retires the app. Shielded: a caller that gives up (a client's deadline
+                # cancels its Delete) must not cancel the stopping of the app with it.
+                await asyncio.shield(app.finisher)
         self._recent.pop(job.app_id, None)
         if app_dir := job.native.get("app_dir"):
             shutil.rmtree(app_dir, ignore_errors=True)
