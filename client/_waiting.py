@@ -89,8 +89,9 @@ class Progress:
 
 
 def _columns(out: TextIO) -> int:
+    """The terminal's width; 80 when it does not say (a new pty says 0)."""
     try:
-        return os.get_terminal_size(out.fileno()).columns
+        return os.get_terminal_size(out.fileno()).columns or 80
     except (OSError, ValueError):
         return 80
 

@@ -81,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
         return sp
 
     run = cmd("run", "run a component (a builtin like utils.echo, or path/file.py:function)")
+    # The component's own options follow: `--c` must not be taken for an abbreviation of ours.
+    run.allow_abbrev = False
     run.add_argument("-s", "--scheduler", help="scheduler (default: local_cwd, or [cli:run])")
     run.add_argument(
         "-c",
