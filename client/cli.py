@@ -400,7 +400,8 @@ async def _cmd_wait(client: Any, args: argparse.Namespace) -> int:
     from txd.client._waiting import interruptible
 
     try:
-        async with asyncio.timeout(args.wait_timeout), interruptible(client, args.handle):
+        # The timeout inside: it ends the wait by cancelling it, which is no Ctrl-C.
+        async with interruptible(client, args.handle), asyncio.timeout(args.wait_timeout):
             status = await _follow(client, args.handle)
     except TimeoutError:
         raise CliError(

@@ -566,16 +566,18 @@ async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:
         waits.append((fd, gone))
     for pgid in pgids:
         _killpg(pgid, signal.SIGTERM)
+    # asyncio.wait, not gather under a timeout: that would cancel the futures at the first
+    # timeout, and the wait after SIGKILL would then end at once with CancelledError.
+    pending: set[asyncio.Future[None]] = {g for _, g in waits}
     try:
         for sig in (signal.SIGKILL, None):
-            try:
-                async with asyncio.timeout(DRAIN_GRACE):
-                    await asyncio.gather(*(g for _, g in waits))
+            if pending:
+                _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)
+            if not pending:
                 return
-            except TimeoutError:
-                if sig is not None:
-                    for pgid in pgids:
-                        _killpg(pgid, sig)
+            if sig is not None:
+                for pgid in pgids:
+                    _killpg(pgid, sig)
     finally:
         for fd, _ in waits:
             loop.remove_reader(fd)

@@ -54,6 +54,19 @@ def test_a_backend_that_is_not_there_exits_4_naming_it(no_lsf_daemon: Any) -> No
     assert "daemon socket" not in listed.stderr
 
 
+async def test_the_python_client_tells_backend_trouble_apart(no_lsf_daemon: Any) -> None:
+    from txd.client import BackendUnavailableError, UnavailableError
+    from txd.v1 import AppDef, Role
+
+    app = AppDef(name="x", roles=[Role(name="r", image="alpine", entrypoint="true")])
+    async with no_lsf_daemon.client() as c:
+        with pytest.raises(BackendUnavailableError) as err:
+            await c.run(app, "lsf")
+    assert err.value.backend == "lsf"
+    assert isinstance(err.value, UnavailableError) and err.value.code == "UNAVAILABLE"
+    assert "bhosts: command not found" in err.value.message
+
+
 def test_lsf_dryrun_needs_no_lsf(no_lsf_daemon: Any) -> None:
     proc = no_lsf_daemon.txctl("run", "--dryrun", "-s", "lsf", "utils.echo", check=0)
     assert "=== SCHEDULER REQUEST (lsf) ===" in proc.stdout
