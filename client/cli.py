@@ -26,7 +26,7 @@ from txd.client import _exitcodes as exits
 EPILOG = (
     exits.TABLE + "\nenvironment:\n  TXD_SOCKET        the daemon's socket (as --socket)\n"
     "  TXD_NO_AUTOSTART  1: as --no-autostart\n"
-    "  TXD_DEBUG         1: print the traceback of an error too (exit codes stay the same)\n"
+    "  TXD_DEBUG         1: print an error's traceback too (the exit code stays)\n"
 )
 
 
@@ -64,7 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout",
         type=float,
         default=30.0,
-        help="seconds allowed for each call (default %(default)s)",
+        help="seconds allowed for each request, not for waiting on a job (default %(default)s)",
     )
     p.add_argument(
         "--no-autostart",
@@ -430,16 +430,17 @@ async def _cmd_cancel(client: Any, args: argparse.Namespace) -> int:
     from txd.v1 import TERMINAL_STATES
 
     status = await client.status(args.handle)
+    handle = status.app_handle or args.handle  # the job's full handle
     ended = status.state in TERMINAL_STATES
     if not ended:
-        status = await client.cancel(args.handle)
+        status = await client.cancel(handle)
     state = state_name(status.state)
     if args.json:
-        _out({"handle": args.handle, "cancelled": not ended, "status": to_dict(status)}, True)
+        _out({"handle": handle, "cancelled": not ended, "status": to_dict(status)}, True)
     elif ended:
-        print(f"{args.handle} is already {state}; nothing to cancel")
+        print(f"{handle} is already {state}; nothing to cancel")
     else:
-        print(f"{args.handle}: cancel requested (state {state})")
+        print(f"{handle}: cancel requested (state {state})")
     return 0
 
 
@@ -448,13 +449,14 @@ async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
     from txd.v1 import TERMINAL_STATES
 
     status = await client.status(args.handle)
-    await client.delete(args.handle)
+    handle = status.app_handle or args.handle
+    await client.delete(handle)
     was = state_name(status.state)
     cancelled = status.state not in TERMINAL_STATES
     if args.json:
-        _out({"handle": args.handle, "deleted": True, "was": was, "cancelled": cancelled}, True)
+        _out({"handle": handle, "deleted": True, "was": was, "cancelled": cancelled}, True)
     else:
-        print(f"deleted {args.handle} (was {was}{', cancelled' if cancelled else ''})")
+        print(f"deleted {handle} (was {was}{', cancelled' if cancelled else ''})")
     return 0
 
 

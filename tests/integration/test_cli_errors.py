@@ -243,6 +243,6 @@ def test_help_documents_exit_codes_and_txd_debug() -> None:
         "  4    the daemon answered but the scheduler's backend did not",
         "  5    the call took longer than --timeout",
         "  7    --wait-timeout ran out; the job goes on",
-        "  TXD_DEBUG         1: print the traceback of an error too",
+        "  TXD_DEBUG         1: print an error's traceback too (the exit code stays)",
     ):
         assert line in text, line
