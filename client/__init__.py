@@ -22,10 +22,13 @@ if TYPE_CHECKING:
     from txd.client._async import AsyncClient
     from txd.client._errors import (
         AlreadyExistsError,
+        BackendUnavailableError,
         DeadlineExceededError,
         FailedPreconditionError,
+        InternalError,
         InvalidArgumentError,
         NotFoundError,
+        ResourceExhaustedError,
         TxdError,
         UnavailableError,
         UnimplementedError,
@@ -38,10 +41,13 @@ _WHERE = {
     **dict.fromkeys(
         [
             "AlreadyExistsError",
+            "BackendUnavailableError",
             "DeadlineExceededError",
             "FailedPreconditionError",
+            "InternalError",
             "InvalidArgumentError",
             "NotFoundError",
+            "ResourceExhaustedError",
             "TxdError",
             "UnavailableError",
             "UnimplementedError",

@@ -61,13 +61,36 @@ class UnimplementedError(TxdError):
 
 
 class UnavailableError(TxdError):
-    """The daemon (or the backend behind it) cannot be reached."""
+    """The daemon cannot be reached (or is shutting down); see BackendUnavailableError."""
 
     code = "UNAVAILABLE"
 
 
+class BackendUnavailableError(UnavailableError):
+    """The daemon answered, but the backend of scheduler `backend` (its commands, its login
+    node) could not: the daemon marks these with trailing metadata `txd-backend`."""
+
+    def __init__(self, message: str, backend: str) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
 class DeadlineExceededError(TxdError):
+    """The call's timeout ran out."""
+
     code = "DEADLINE_EXCEEDED"
+
+
+class ResourceExhaustedError(TxdError):
+    """The daemon refused for want of a resource (e.g. a request over the message size limit)."""
+
+    code = "RESOURCE_EXHAUSTED"
+
+
+class InternalError(TxdError):
+    """A bug in the daemon (its log has the traceback)."""
+
+    code = "INTERNAL"
 
 
 _BY_CODE = {
@@ -80,24 +103,36 @@ _BY_CODE = {
         UnimplementedError,
         UnavailableError,
         DeadlineExceededError,
+        ResourceExhaustedError,
+        InternalError,
     )
 }
+_BACKEND_KEY = "txd-backend"  # txd.daemon.servicer.BACKEND_KEY
 
 
 def from_rpc_error(err: grpc.RpcError) -> TxdError:
     code = err.code()
+    message = err.details() or code.name
+    if code == grpc.StatusCode.UNAVAILABLE:
+        for key, value in _trailers(err):
+            if key == _BACKEND_KEY:
+                return BackendUnavailableError(message, str(value))
     cls = _BY_CODE.get(code.name, TxdError)
-    out = cls(err.details() or code.name)
+    out = cls(message)
     if cls is TxdError:
         out.code = code.name
     out.status_details = _status_details(err)
     return out
 
 
-def _status_details(err: grpc.RpcError) -> bytes:
+def _trailers(err: grpc.RpcError) -> Iterable[tuple[str, str | bytes]]:
     trailers = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     # (key, value) pairs at run time, sync and aio alike; grpc-stubs types them otherwise.
-    for key, value in cast(Iterable[tuple[str, bytes]], trailers or ()):
-        if key == "grpc-status-details-bin":
-            return bytes(value)
+    return cast(Iterable[tuple[str, str | bytes]], trailers or ())
+
+
+def _status_details(err: grpc.RpcError) -> bytes:
+    for key, value in _trailers(err):
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            return value
     return b""

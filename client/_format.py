@@ -71,11 +71,6 @@ def _row_format(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "  ".join(f"{{:<{w}}}" for w in widths)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    fmt = _row_format(headers, rows)
-    return "\n".join(fmt.format(*row).rstrip() for row in [list(headers), *rows])
-
-
 _LIST_HEADERS = ("HANDLE", "NAME", "STATE", "CREATED")
 
 
@@ -162,13 +157,35 @@ def runopts_text(scheduler: str, opts: Sequence[RunOpt]) -> str:
     return "\n".join(lines)
 
 
+WIDTH = 80  # `txctl schedulers` fits a terminal this wide
+
+
 def schedulers_text(infos: Sequence[SchedulerInfo], default: str) -> str:
-    rows = []
-    for info in infos:
+    """Per scheduler: its name, then its description and capabilities wrapped beside it.
+
+    local_cwd (default)  processes on this host, started in the caller's working
+                         directory
+                         can: logs, log_follow, log_since_until, ...
+    """
+    import textwrap
+
+    names = [info.name + (" (default)" if info.name == default else "") for info in infos]
+    indent = max(map(len, names), default=0) + 2
+    lines = []
+    for name, info in zip(names, infos, strict=True):
         if info.load_error:
-            rows.append([info.name, "unusable", info.load_error])
-            continue
-        caps = [f.name for f, v in info.capabilities.ListFields() if v]
-        mark = " (default)" if info.name == default else ""
-        rows.append([info.name + mark, ",".join(caps), info.description])
-    return table(["NAME", "CAPABILITIES", "DESCRIPTION"], rows)
+            paragraphs = [f"unusable: {info.load_error}"]
+        else:
+            caps = [f.name for f, v in info.capabilities.ListFields() if v]
+            paragraphs = [info.description, "can: " + ", ".join(caps)]
+        first = name.ljust(indent)
+        for text in paragraphs:
+            lines += textwrap.wrap(
+                text,
+                WIDTH,
+                initial_indent=first,
+                subsequent_indent=" " * indent,
+                break_on_hyphens=False,
+            )
+            first = " " * indent
+    return "\n".join(lines)

@@ -3,9 +3,12 @@
 Only argparse and the standard library load at start; each command imports what it needs, so
 `txctl --help` imports no gRPC at all and `txctl status` imports gRPC, protobuf and txd.v1 only.
 
-Exit codes: 0 success; 1 the job did not succeed (`run --wait/--log`, `wait`); 2 a bad request
-(unknown handle, invalid app or option, bad arguments); 3 the daemon cannot be reached;
-130 interrupted.
+Exit codes (txd.client._exitcodes, printed by `txctl --help`): 0 ok; 1 the job did not succeed;
+2 bad request (usage, unknown handle or scheduler, invalid app or option, a component's error);
+3 no daemon answers; 4 the daemon answered but the scheduler's backend did not; 5 a call's
+--timeout ran out; 6 the daemon refused for want of a resource; 7 `--wait-timeout` ran out;
+70 internal error; 130 interrupted. TXD_DEBUG=1 adds the traceback of an error on stderr; the
+exit code stays the same.
 """
 
 from __future__ import annotations
@@ -18,29 +21,50 @@ import re
 import sys
 from typing import Any
 
-EXIT_JOB_FAILED, EXIT_BAD_REQUEST, EXIT_UNAVAILABLE = 1, 2, 3
+from txd.client import _exitcodes as exits
+
+EPILOG = (
+    exits.TABLE + "\nenvironment:\n  TXD_SOCKET        the daemon's socket (as --socket)\n"
+    "  TXD_NO_AUTOSTART  1: as --no-autostart\n"
+    "  TXD_DEBUG         1: print an error's traceback too (the exit code stays)\n"
+)
 
 
 class CliError(Exception):
     """One line for stderr, and the exit code."""
 
-    def __init__(self, message: str, code: int = EXIT_BAD_REQUEST) -> None:
+    def __init__(self, message: str, code: int = exits.BAD_REQUEST) -> None:
         super().__init__(message)
         self.code = code
+
+
+class _Version(argparse.Action):
+    """--version, looked up only when asked (importlib.metadata is not free)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print txd's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from importlib.metadata import version
+
+        print(f"{parser.prog} {version('txd')}")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="txctl",
         description="Run and manage jobs through the txd daemon.",
-        epilog="Exit codes: 0 ok, 1 job did not succeed, 2 bad request, 3 daemon unreachable.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action=_Version)
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
     p.add_argument(
         "--timeout",
         type=float,
         default=30.0,
-        help="seconds allowed for each call (default %(default)s)",
+        help="seconds allowed for each request, not for waiting on a job (default %(default)s)",
     )
     p.add_argument(
         "--no-autostart",
@@ -51,11 +75,14 @@ def _parser() -> argparse.ArgumentParser:
 
     def cmd(name: str, help: str, json: bool = True) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
+        sp.set_defaults(subparser=sp)  # for usage errors found after parsing
         if json:
             sp.add_argument("--json", action="store_true", help="print JSON")
         return sp
 
     run = cmd("run", "run a component (a builtin like utils.echo, or path/file.py:function)")
+    # The component's own options follow: `--c` must not be taken for an abbreviation of ours.
+    run.allow_abbrev = False
     run.add_argument("-s", "--scheduler", help="scheduler (default: local_cwd, or [cli:run])")
     run.add_argument(
         "-c",
@@ -67,7 +94,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--dryrun", action="store_true", help="show what would be submitted")
     run.add_argument("--wait", action="store_true", help="wait for the job to end")
-    run.add_argument("--log", action="store_true", help="stream the job's logs until it ends")
+    run.add_argument(
+        "--log",
+        action="store_true",
+        help="stream the job's logs until it ends (to stderr with --json)",
+    )
+    run.add_argument(
+        "--cancel-on-interrupt",
+        action="store_true",
+        help="with --wait/--log: Ctrl-C cancels the job (default: it keeps running)",
+    )
     run.add_argument("--request-id", default="", help="idempotency key: never run twice")
     run.add_argument("component", nargs="?", help="component name, then its arguments")
     run.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -79,12 +115,17 @@ def _parser() -> argparse.ArgumentParser:
         cmd(name, help).add_argument("handle")
     wait = cmd("wait", "wait until a job ends; exit 0 only if it succeeded")
     wait.add_argument("handle")
-    wait.add_argument("--wait-timeout", type=float, help="give up after this many seconds")
+    wait.add_argument(
+        "--wait-timeout",
+        type=_seconds,
+        metavar="S",
+        help=f"give up after S seconds (exit {exits.WAIT_TIMEOUT}; the job goes on)",
+    )
     for name, help in (
         ("cancel", "cancel a job (returns at once)"),
         ("delete", "cancel a job if live, then forget it and its logs"),
     ):
-        cmd(name, help, json=False).add_argument("handle")
+        cmd(name, help).add_argument("handle")
 
     logs = cmd("logs", "print a job's logs", json=False)
     logs.add_argument("handle")
@@ -117,6 +158,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, not {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -127,27 +178,47 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parses argv; a usage error is reported with the usage of the subcommand it is in."""
+    args, extra = _parser().parse_known_args(argv)
+    sub: argparse.ArgumentParser = args.subparser
+    if extra:
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "list" and args.backend and not args.scheduler:
+        sub.error("--backend needs a scheduler: pass -s SCHEDULER (see `txctl schedulers`)")
+    if args.command == "run" and args.cancel_on_interrupt and not (args.wait or args.log):
+        sub.error("--cancel-on-interrupt needs --wait or --log")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
+    debug = os.environ.get("TXD_DEBUG") == "1"
     try:
         return asyncio.run(_dispatch(args))
     except CliError as e:
+        if debug and e.__cause__ is not None:
+            import traceback
+
+            traceback.print_exception(e.__cause__)
         print(f"txctl: error: {e}", file=sys.stderr)
         return e.code
     except KeyboardInterrupt:
-        return 130
+        return exits.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`| head`): not an error. Keep Python from complaining at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except Exception as e:  # a bug: still one line, unless asked for the traceback
-        if os.environ.get("TXD_DEBUG") == "1":
-            raise
+    except Exception as e:  # a bug: still one line, the traceback only when asked for
+        if debug:
+            import traceback
+
+            traceback.print_exception(e)
         print(
             f"txctl: internal error: {type(e).__name__}: {e} (TXD_DEBUG=1 shows where)",
             file=sys.stderr,
         )
-        return 70
+        return exits.INTERNAL
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
@@ -163,16 +234,15 @@ async def _dispatch(args: argparse.Namespace) -> int:
         if args.submission is None:
             return 0
     from txd.client._async import AsyncClient
-    from txd.client._errors import TxdError, UnavailableError
+    from txd.client._errors import TxdError
 
     socket_path = await _ensure_daemon(args)
     try:
         async with AsyncClient(socket_path, timeout=args.timeout) as client:
             return await _COMMANDS[args.command](client, args)
-    except UnavailableError as e:
-        raise CliError(f"{e} (daemon socket {socket_path})", EXIT_UNAVAILABLE) from None
     except TxdError as e:
-        raise CliError(e.message) from None
+        message, code = exits.for_error(e, socket_path=socket_path, timeout=args.timeout)
+        raise CliError(message, code) from None
 
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:
@@ -183,11 +253,11 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     if is_listening(path):
         return str(path)
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
-        raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", EXIT_UNAVAILABLE)
+        raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:
         pid = start_daemon(path)
     except RuntimeError as e:
-        raise CliError(str(e), EXIT_UNAVAILABLE) from None
+        raise CliError(str(e), exits.NO_DAEMON) from None
     if pid is not None:
         print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
     return str(path)
@@ -240,37 +310,80 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
         print(h.text)
         return None
     except components.ComponentError as e:
-        raise CliError(str(e)) from None
-    return app, scheduler, {**config.scheduler_cfg(scheduler), **parse_cfg(args.cfg)}
+        raise CliError(str(e)) from e  # the cause: TXD_DEBUG=1 prints its traceback
+    cli_cfg = parse_cfg(args.cfg)
+    args.cfg_sources = {
+        **config.scheduler_cfg_sources(scheduler),
+        **{key: f"-c {key}={value}" for key, value in cli_cfg.items()},
+    }
+    return app, scheduler, {**config.scheduler_cfg(scheduler), **cli_cfg}
 
 
 async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import app_text, status_text, to_dict
+    from txd.client._waiting import interruptible
 
     app, scheduler, cfg = args.submission
     if args.dryrun:
-        resp = await client.dryrun(app, scheduler, cfg)
+        resp = await _cfg_checked(args, client.dryrun(app, scheduler, cfg))
         if args.json:
             _out(to_dict(resp), True)
         else:
             print(f"=== APPLICATION ===\n{app_text(resp.app)}\n")
             print(f"=== SCHEDULER REQUEST ({resp.scheduler}) ===\n{resp.request}")
         return 0
-    handle = await client.run(app, scheduler, cfg, request_id=args.request_id)
-    print(handle, flush=True)
+    handle = await _cfg_checked(args, client.run(app, scheduler, cfg, request_id=args.request_id))
+    # The handle's form is documented: SCHEDULER://SESSION/APP_ID.
+    info = {
+        "handle": handle,
+        "app_id": handle.rpartition("/")[2],
+        "scheduler": handle.partition("://")[0],
+    }
+    if not args.json:
+        print(handle, flush=True)
     if not (args.wait or args.log):
+        if args.json:
+            _out(info, True)
         return 0
-    if args.log:
-        await _print_logs(client, handle, "", None, follow=True)
-    status = await client.wait(handle)
-    _out(to_dict(status) if args.json else status_text(status), args.json)
+    async with interruptible(client, handle, cancel=args.cancel_on_interrupt):
+        if args.log:  # with --json, stdout is the JSON object alone: the logs go to stderr
+            out = sys.stderr.buffer if args.json else sys.stdout.buffer
+            await _print_logs(client, handle, "", None, follow=True, out=out)
+            status = await client.wait(handle)
+        else:
+            status = await _follow(client, handle)
+    if args.json:
+        _out({**info, "status": to_dict(status)}, True)
+    else:
+        print(status_text(status))
     return _job_exit(status.state)
+
+
+async def _follow(client: Any, handle: str) -> Any:
+    """The job's terminal status, from its Watch stream, with progress shown on stderr."""
+    from txd.client._waiting import Progress, follow
+
+    return await follow(client.watch(handle), Progress.for_stderr())
+
+
+async def _cfg_checked(args: argparse.Namespace, call: Any) -> Any:
+    """Awaits a run or dryrun; an invalid option is named by where its value came from (a
+    config file's line, or -c) instead of the daemon's `cfg.KEY`."""
+    from txd.client._errors import InvalidArgumentError
+
+    try:
+        return await call
+    except InvalidArgumentError as e:
+        for field, reason in e.violations:
+            if field.startswith("cfg.") and (source := args.cfg_sources.get(field[4:])):
+                raise CliError(f"{source}: {reason}") from None
+        raise
 
 
 def _job_exit(state: int) -> int:
     from txd.v1 import AppState
 
-    return 0 if state == AppState.SUCCEEDED else EXIT_JOB_FAILED
+    return 0 if state == AppState.SUCCEEDED else exits.JOB_FAILED
 
 
 async def _cmd_status(client: Any, args: argparse.Namespace) -> int:
@@ -282,14 +395,17 @@ async def _cmd_status(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _cmd_wait(client: Any, args: argparse.Namespace) -> int:
-    from txd.client._errors import DeadlineExceededError
     from txd.client._format import status_text, to_dict
+    from txd.client._waiting import interruptible
 
     try:
-        status = await client.wait(args.handle, timeout=args.wait_timeout)
-    except DeadlineExceededError:
+        # The timeout inside: it ends the wait by cancelling it, which is no Ctrl-C.
+        async with interruptible(client, args.handle), asyncio.timeout(args.wait_timeout):
+            status = await _follow(client, args.handle)
+    except TimeoutError:
         raise CliError(
-            f"{args.handle} still not done after {args.wait_timeout}s", EXIT_JOB_FAILED
+            f"{args.handle} still not done after {args.wait_timeout:g} s (it goes on)",
+            exits.WAIT_TIMEOUT,
         ) from None
     _out(to_dict(status) if args.json else status_text(status), args.json)
     return _job_exit(status.state)
@@ -309,15 +425,37 @@ async def _cmd_describe(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _cmd_cancel(client: Any, args: argparse.Namespace) -> int:
-    from txd.client._format import state_name
+    from txd.client._format import state_name, to_dict
+    from txd.v1 import TERMINAL_STATES
 
-    status = await client.cancel(args.handle)
-    print(f"{args.handle}: cancel requested (state {state_name(status.state)})")
+    status = await client.status(args.handle)
+    handle = status.app_handle or args.handle  # the job's full handle
+    ended = status.state in TERMINAL_STATES
+    if not ended:
+        status = await client.cancel(handle)
+    state = state_name(status.state)
+    if args.json:
+        _out({"handle": handle, "cancelled": not ended, "status": to_dict(status)}, True)
+    elif ended:
+        print(f"{handle} is already {state}; nothing to cancel")
+    else:
+        print(f"{handle}: cancel requested (state {state})")
     return 0
 
 
 async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
-    await client.delete(args.handle)
+    from txd.client._format import state_name
+    from txd.v1 import TERMINAL_STATES
+
+    status = await client.status(args.handle)
+    handle = status.app_handle or args.handle
+    await client.delete(handle)
+    was = state_name(status.state)
+    cancelled = status.state not in TERMINAL_STATES
+    if args.json:
+        _out({"handle": handle, "deleted": True, "was": was, "cancelled": cancelled}, True)
+    else:
+        print(f"deleted {handle} (was {was}{', cancelled' if cancelled else ''})")
     return 0
 
 
@@ -369,10 +507,12 @@ async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._waiting import interruptible
+
     role, _, k = args.target.partition("/")
     if k and not k.isdigit():
         raise CliError(f"bad replica {k!r} in {args.target!r}: expected ROLE/K with K a number")
-    await _print_logs(
+    logs = _print_logs(
         client,
         args.handle,
         role,
@@ -383,18 +523,30 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
         until=_when(args.until),
         streams=args.streams,
     )
+    if not args.follow:
+        await logs
+        return 0
+    async with interruptible(client, args.handle):
+        await logs
     return 0
 
 
 async def _print_logs(
-    client: Any, handle: str, role: str, replica: int | None, *, follow: bool, **kw: Any
+    client: Any,
+    handle: str,
+    role: str,
+    replica: int | None,
+    *,
+    follow: bool,
+    out: Any = None,
+    **kw: Any,
 ) -> None:
     """Writes log chunks to stdout as they come. One replica: its bytes unchanged. Several:
     whole lines only, each prefixed with `role/k `; a replica's unfinished line waits for its
     newline, or for the end of the stream (then it is printed with a newline added)."""
     from txd.client._lines import ReplicaLines
 
-    out = sys.stdout.buffer
+    out = out or sys.stdout.buffer
     lines: ReplicaLines | None = None
     decided = False
 

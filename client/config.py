@@ -26,10 +26,21 @@ class Config:
 
     sections: dict[str, dict[str, str]] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # loaded files, lowest precedence first
+    # Where each winning value was written: `sources[section][key]` is "FILE:LINE".
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def scheduler_cfg(self, scheduler: str) -> dict[str, str]:
         """The `[<scheduler>]` section: run-config values as raw strings."""
         return dict(self.sections.get(scheduler, {}))
+
+    def scheduler_cfg_sources(self, scheduler: str) -> dict[str, str]:
+        """Each `[<scheduler>]` value as an error message names it:
+        `~/.txdconfig:3: [local_cwd] bogus = 1`."""
+        where = self.sources.get(scheduler, {})
+        return {
+            key: f"{where.get(key, '?')}: [{scheduler}] {key} = {value}"
+            for key, value in self.sections.get(scheduler, {}).items()
+        }
 
     def component_defaults(self, name: str) -> dict[str, str]:
         """The `[component:<name>]` section: argument defaults for component `name`."""
@@ -70,12 +81,44 @@ def load_config(
     """Load and merge the config files (see the module docstring for which and in what order)."""
     config = Config()
     for path in config_files(cwd, home, environ):
+        lines = _key_lines(path)
+        shown = _shown(path)
         for section, values in _read(path).items():
             name = _section_name(section)
             if name is not None:
                 config.sections.setdefault(name, {}).update(values)
+                where = config.sources.setdefault(name, {})
+                for key in values:
+                    where[key] = f"{shown}:{lines.get((section, key), '?')}"
         config.files.append(path)
     return config
+
+
+def _shown(path: str) -> str:
+    """path as a person would type it: under $HOME as ~/..."""
+    home = os.path.expanduser("~")
+    full = os.path.abspath(path)
+    return "~" + full[len(home) :] if full.startswith(home + os.sep) else path
+
+
+def _key_lines(path: str) -> dict[tuple[str, str], int]:
+    """(section, key) -> the line number where the key is set (configparser keeps none).
+    Read after configparser accepted the file, so its syntax is known to be right."""
+    import re
+
+    out: dict[tuple[str, str], int] = {}
+    section = ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return out
+    for n, line in enumerate(text, 1):
+        if m := re.match(r"\[(.*)\]\s*$", line.strip()):
+            section = m[1]
+        elif (m := re.match(r"([^\s=:#;][^=:]*?)\s*[=:]", line)) is not None:
+            out.setdefault((section, m[1].strip()), n)
+    return out
 
 
 def _section_name(section: str) -> str | None:

@@ -8,12 +8,13 @@ jobs' statuses, fed by one status feed per scheduler) and the scheduler instance
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from txd.schedulers.errors import (
     BackendUnavailable,
     InvalidArgument,
     NotFound,
+    ShuttingDown,
     TxdError,
     Unsupported,
 )
@@ -114,20 +116,23 @@ class Core:
         return await self.schedulers.infos()
 
     async def run_opts(self, name: str) -> list[RunOpt]:
-        return (await self.schedulers.get(name or self.default_scheduler)).run_opts()
+        name = name or self.default_scheduler
+        with backend_calls(name):
+            return (await self.schedulers.get(name)).run_opts()
 
     # -- submission -------------------------------------------------------------------------
 
     async def dryrun(self, req: RunRequest) -> tuple[AppDef, str, str]:
-        name, sched, app, ctx = await self._prepare(req)
-        info = await sched.submit_dryrun(app, req.cfg, ctx)
+        with backend_calls(req.scheduler or self.default_scheduler):
+            name, sched, app, ctx = await self._prepare(req)
+            info = await sched.submit_dryrun(app, req.cfg, ctx)
         return info.app, name, info.text
 
     async def run(self, req: RunRequest) -> tuple[str, str]:
         """Submits and records a job; returns (handle, app_id). Idempotent per request_id: the
         same request again returns the same job; another request with that id is refused."""
         if self.closing:
-            raise BackendUnavailable("txd is shutting down; no new jobs are accepted")
+            raise ShuttingDown("txd is shutting down; no new jobs are accepted")
         rid = req.request_id
         if not rid:
             new = await self._submit(req)
@@ -181,9 +186,10 @@ class Core:
         return name, sched, app, SubmitContext(cwd=cwd, env=env)
 
     async def _submit(self, req: RunRequest) -> JobRecord:
-        name, sched, app, ctx = await self._prepare(req)
-        info = await sched.submit_dryrun(app, req.cfg, ctx)
-        submitted = await sched.schedule(info)
+        with backend_calls(req.scheduler or self.default_scheduler):
+            name, sched, app, ctx = await self._prepare(req)
+            info = await sched.submit_dryrun(app, req.cfg, ctx)
+            submitted = await sched.schedule(info)
         cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
         try:
             rec = self._insert(name, info.app, cfg, submitted, req.request_id or None)
@@ -259,10 +265,11 @@ class Core:
             return query.from_store(self.store)
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
-        sched = await self.schedulers.get(scheduler)
-        if not sched.capabilities.list:
-            raise Unsupported(f"{scheduler} cannot list jobs")
-        apps = await sched.list()
+        with backend_calls(scheduler):
+            sched = await self.schedulers.get(scheduler)
+            if not sched.capabilities.list:
+                raise Unsupported(f"{scheduler} cannot list jobs")
+            apps = await sched.list()
         for status in apps:
             status.scheduler = scheduler
             status.app_handle = handle_of(scheduler, self.session, status.app_id)
@@ -275,16 +282,18 @@ class Core:
         job = self.cache.get(handle)
         if job is None:  # nothing can change any more
             return rec.status
-        sched = await self.schedulers.get(rec.scheduler)
-        if not sched.capabilities.cancel:
-            raise Unsupported(f"{rec.scheduler} cannot cancel jobs")
-        await sched.cancel(job.job)
-        await self.schedulers.feed(rec.scheduler).refresh([job])
+        with backend_calls(rec.scheduler):
+            sched = await self.schedulers.get(rec.scheduler)
+            if not sched.capabilities.cancel:
+                raise Unsupported(f"{rec.scheduler} cannot cancel jobs")
+            await sched.cancel(job.job)
+            await self.schedulers.feed(rec.scheduler).refresh([job])
         return job.status
 
     async def delete(self, handle: str) -> None:
         rec = self.lookup(handle)
-        await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
+        with backend_calls(rec.scheduler):
+            await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
         self.cache.drop(handle, "deleted")
         self.store.delete(handle)
 
@@ -292,13 +301,26 @@ class Core:
 
     async def logs(self, req: LogsRequest) -> AsyncIterator[LogsResponse]:
         rec = self.lookup(req.app_handle)
-        sched = await self.schedulers.get(rec.scheduler)
+        with backend_calls(rec.scheduler):
+            sched = await self.schedulers.get(rec.scheduler)
 
-        async def ended() -> None:
-            await self.cache.until_ended(rec.handle)
+            async def ended() -> None:
+                await self.cache.until_ended(rec.handle)
 
-        async for msg in logs.read(sched, rec.job, rec.app, req, ended):
-            yield msg
+            async for msg in logs.read(sched, rec.job, rec.app, req, ended):
+                yield msg
+
+
+@contextlib.contextmanager
+def backend_calls(scheduler: str) -> Iterator[None]:
+    """Names `scheduler` as the backend of a BackendUnavailable raised inside (not the
+    daemon's own ShuttingDown): the client then reports the backend, not the daemon, as down."""
+    try:
+        yield
+    except BackendUnavailable as e:
+        if not isinstance(e, ShuttingDown) and not e.backend:
+            e.backend = scheduler
+        raise
 
 
 async def _undo(sched: Scheduler[Any, Any], job: Job) -> None:

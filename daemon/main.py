@@ -25,7 +25,10 @@ def _use_pidfd_child_watcher() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from importlib.metadata import version
+
     parser = argparse.ArgumentParser(prog="txd", description="the txd job launcher daemon")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version('txd')}")
     parser.add_argument(
         "--socket",
         help=f"Unix socket to serve on (env {defaults.SOCKET_ENV}; "

@@ -29,12 +29,19 @@ _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
 }
 
 
-def _code(e: Exception) -> tuple[grpc.StatusCode, str]:
+# Trailing metadata naming the scheduler whose backend failed, on UNAVAILABLE. Its presence is
+# how a client knows the daemon answered: gRPC also says UNAVAILABLE when it cannot connect.
+BACKEND_KEY = "txd-backend"
+
+
+def _code(e: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """(code, message, trailing metadata) for an exception raised by the core."""
     for cls, code in _CODES.items():
         if isinstance(e, cls):
-            return code, str(e)
+            backend = getattr(e, "backend", "")
+            return code, str(e), ((BACKEND_KEY, backend),) if backend else ()
     log.exception("internal error")
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}", ()
 
 
 def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
@@ -42,7 +49,7 @@ def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
     InvalidArgument also carries its field path machine-readably: google.rpc.BadRequest in the
     status details (the `grpc-status-details-bin` trailer), as Google's rich error model does,
     so clients need not parse the message."""
-    code, message = _code(e)
+    code, message, trailers = _code(e)
     status = status_pb2.Status(code=code.value[0], message=message)
     if isinstance(e, errors.InvalidArgument):
         violation = error_details_pb2.BadRequest.FieldViolation(field=e.field, description=e.reason)
@@ -50,7 +57,7 @@ def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
         detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
         status.details.append(detail)
     rich = rpc_status.to_status(status)
-    return rich.code, rich.details, rich.trailing_metadata
+    return rich.code, rich.details, (*trailers, *rich.trailing_metadata)
 
 
 def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:

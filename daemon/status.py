@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.schedulers.api import Job, is_terminal
-from txd.schedulers.errors import BackendUnavailable
+from txd.schedulers.errors import ShuttingDown
 from txd.schedulers.pulse import Pulse
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppStatus
@@ -166,7 +166,7 @@ class StatusCache:
 
     def close(self, reason: str) -> None:
         """The daemon is stopping: Wait and Watch calls on jobs still followed (jobs that
-        outlive the daemon) end now with BackendUnavailable(reason), instead of holding the
+        outlive the daemon) end now with ShuttingDown(reason), instead of holding the
         server's shutdown for its whole grace period and being cancelled there."""
         self._closing = reason
         for job in self._followed.values():
@@ -195,7 +195,7 @@ class StatusCache:
             return rec.status
         while job.followed:
             if self._closing:
-                raise BackendUnavailable(self._closing)
+                raise ShuttingDown(self._closing)
             await job.pulse.wait_past(job.pulse.gen)
         return job.status
 
@@ -210,7 +210,7 @@ class StatusCache:
             status = job.status
             ended = not job.followed
             if self._closing and not ended:
-                raise BackendUnavailable(self._closing)
+                raise ShuttingDown(self._closing)
             yield status
             # Test what was sent: the job may have ended during the yield.
             if ended:
@@ -219,9 +219,9 @@ class StatusCache:
 
     async def until_ended(self, handle: str) -> None:
         """Returns once the job is no longer followed (terminal, forgotten or deleted); raises
-        BackendUnavailable when the daemon stops first (a log follow then ends at once)."""
+        ShuttingDown when the daemon stops first (a log follow then ends at once)."""
         job = self._followed.get(handle)
         while job is not None and job.followed:
             if self._closing:
-                raise BackendUnavailable(self._closing)
+                raise ShuttingDown(self._closing)
             await job.pulse.wait_past(job.pulse.gen)

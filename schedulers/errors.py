@@ -38,4 +38,14 @@ class Unsupported(TxdError):
 
 
 class BackendUnavailable(TxdError):
-    """The backend (or the daemon itself, while shutting down) cannot be reached."""
+    """The backend cannot be reached (or the daemon itself is shutting down: ShuttingDown).
+
+    `backend` names the scheduler whose backend failed; the daemon core sets it around its
+    calls into a scheduler, and the servicer sends it to the client as trailing metadata, so
+    that a client tells "the backend failed" from "no daemon answers" (both UNAVAILABLE)."""
+
+    backend = ""
+
+
+class ShuttingDown(BackendUnavailable):
+    """The daemon is shutting down: no new job, and waits and watches end. Never a backend's."""

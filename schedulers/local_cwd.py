@@ -471,7 +471,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         if app is not None:
             app.cancel("cancelled by request")
             if app.finisher is not None:
-                await app.finisher  # retires the app
+                # Retires the app. Shielded: a caller that gives up (a client's deadline
+                # cancels its Delete) must not cancel the stopping of the app with it.
+                await asyncio.shield(app.finisher)
         self._recent.pop(job.app_id, None)
         if app_dir := job.native.get("app_dir"):
             shutil.rmtree(app_dir, ignore_errors=True)
@@ -565,16 +567,18 @@ async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:
         waits.append((fd, gone))
     for pgid in pgids:
         _killpg(pgid, signal.SIGTERM)
+    # asyncio.wait, not gather under a timeout: that would cancel the futures at the first
+    # timeout, and the wait after SIGKILL would then end at once with CancelledError.
+    pending: set[asyncio.Future[None]] = {g for _, g in waits}
     try:
         for sig in (signal.SIGKILL, None):
-            try:
-                async with asyncio.timeout(DRAIN_GRACE):
-                    await asyncio.gather(*(g for _, g in waits))
+            if pending:
+                _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)
+            if not pending:
                 return
-            except TimeoutError:
-                if sig is not None:
-                    for pgid in pgids:
-                        _killpg(pgid, sig)
+            if sig is not None:
+                for pgid in pgids:
+                    _killpg(pgid, sig)
     finally:
         for fd, _ in waits:
             loop.remove_reader(fd)

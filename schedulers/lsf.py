@@ -8,7 +8,8 @@ A Run becomes one bash script: per replica a `bsub ... << 'EOF'` whose job body 
   container) is named `<app_id>-<role>-<k>`.
 - Placement: the first replica is pinned to a host picked from `bhosts` (`-m`); it is the rank-0
   host every replica finds in TORCHX_RANK0_HOST. The other replicas start once it has started
-  (`-w 'started("<job>")'`) on other hosts.
+  (`-w 'started("<job>")'`) on other hosts. LSF is asked only to submit: a dry run works where
+  no LSF answers, and its script shows RANK0_PLACEHOLDER where the submit writes the host in.
 - Status: LSF cannot push, so the daemon polls (`poll_interval`). One `bjobs -a` per host
   answers for every app at once; rows are matched to apps by project name. LSF forgets finished
   jobs after its CLEAN_PERIOD: an app bjobs no longer shows is reported as unknown (None).
@@ -78,6 +79,8 @@ SIGINT_EXIT = 130
 BJOBS_FIELDS = ("jobid", "proj_name", "stat", "exit_code", "exec_host", "job_name")
 BJOBS = ("bjobs", "-noheader", "-a", "-o", " ".join(BJOBS_FIELDS) + " delimiter='|'")
 BHOSTS = ("bhosts", "-noheader", "-o", "hname max ng")
+# Stands for the rank-0 host in a dry run's script; the submit picks the host from bhosts.
+RANK0_PLACEHOLDER = "<rank0-host>"
 
 _SUBMITTED = re.compile(r"^Job <(\d+)> is submitted to (?:default )?queue <[^>]*>", re.M)
 # What bjobs / bkill say about jobs that do not exist (any more): not a failure of the query.
@@ -121,13 +124,18 @@ class LsfJob:
 
 @dataclass
 class BsubRequest:
-    """The native request: the submit script and what is needed to find its jobs again."""
+    """The native request: the submit script and what is needed to find its jobs again. In a
+    dry run `rank0_host` is None and the script has RANK0_PLACEHOLDER for it: the submit picks
+    the host and builds the script again from `app` and `opts`."""
 
     app_id: str
     target: SshTarget | None
     jobdir: str | None
     jobs: list[LsfJob]
     script: str
+    app: AppDef
+    opts: LsfOpts
+    rank0_host: str | None
 
 
 @dataclass(frozen=True)
@@ -236,8 +244,10 @@ def bsub_args(
     return argv
 
 
-def build_request(app_id: str, app: AppDef, opts: LsfOpts, rank0_host: str) -> BsubRequest:
-    """The submit script for app: header, then one bsub with its docker job per replica."""
+def build_request(app_id: str, app: AppDef, opts: LsfOpts, rank0_host: str | None) -> BsubRequest:
+    """The submit script for app: header, then one bsub with its docker job per replica.
+    Without rank0_host (a dry run) the script has RANK0_PLACEHOLDER where the host goes."""
+    host = rank0_host or RANK0_PLACEHOLDER
     jobs: list[LsfJob] = []
     blocks: list[str] = []
     head: str | None = None
@@ -245,10 +255,10 @@ def build_request(app_id: str, app: AppDef, opts: LsfOpts, rank0_host: str) -> B
         for k in range(num_replicas(role)):
             macros = Macros(img_root="", app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV)
             replica = macros.apply(role)
-            replica.env[RANK0_ENV] = rank0_host
+            replica.env[RANK0_ENV] = host
             job = f"{app_id}-{clean_name(f'{role.name}-{k}')}"
             jobs.append(LsfJob(role.name, k, job))
-            argv = bsub_args(app_id, job, replica, opts, head, rank0_host)
+            argv = bsub_args(app_id, job, replica, opts, head, host)
             words = [_arg(a, expression=argv[n - 1] in _EXPRESSIONS) for n, a in enumerate(argv)]
             bsub = " ".join(words)
             body = shlex.join(docker_command(job, replica, opts))
@@ -271,10 +281,22 @@ def build_request(app_id: str, app: AppDef, opts: LsfOpts, rank0_host: str) -> B
         "#",
         "set -e  # stop at the first bsub that fails",
     ]
+    if rank0_host is None:
+        cpu, gpu = _rank0_needs(app.roles[0])
+        header[-1:-1] = [
+            f"# {RANK0_PLACEHOLDER}: when submitted, the first host bhosts lists with {cpu} job",
+            f"# slot(s) and {gpu} GPU(s)",
+            "#",
+        ]
     if opts.jobdir:
         header.append(f"mkdir -p -- {shlex.quote(opts.jobdir)}")
     script = "\n".join(header + blocks) + "\n"
-    return BsubRequest(app_id, target, opts.jobdir, jobs, script)
+    return BsubRequest(app_id, target, opts.jobdir, jobs, script, app, opts, rank0_host)
+
+
+def _rank0_needs(role: Role) -> tuple[int, int]:
+    """(job slots, GPUs) the rank-0 host must have for the first replica of role."""
+    return max(role.resource.cpu, 1), role.resource.gpu
 
 
 def pick_rank0_host(bhosts: str, cpu: int, gpu: int) -> str | None:
@@ -425,8 +447,7 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
     ) -> DryRunInfo[BsubRequest]:
         _check(app, opts)
         app_id = clean_name(make_unique(app.name))
-        rank0_host = await self._rank0_host(app.roles[0], opts)
-        req = build_request(app_id, app, opts, rank0_host)
+        req = build_request(app_id, app, opts, None)  # LSF is asked only at submit
         return DryRunInfo(app=app, request=req, opts=opts, render=lambda: req.script)
 
     async def _rank0_host(self, role: Role, opts: LsfOpts) -> str:
@@ -434,7 +455,7 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         result = await host.run(BHOSTS)
         if result.returncode != 0:
             raise BackendUnavailable(f"bhosts on {host.label} failed: {result.error()}")
-        cpu, gpu = max(role.resource.cpu, 1), role.resource.gpu
+        cpu, gpu = _rank0_needs(role)
         found = pick_rank0_host(result.text, cpu, gpu)
         if found is None:
             raise InvalidArgument(
@@ -445,6 +466,9 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
 
     async def schedule(self, dryrun: DryRunInfo[BsubRequest]) -> Submitted:
         req = dryrun.request
+        if req.rank0_host is None:
+            rank0_host = await self._rank0_host(req.app.roles[0], req.opts)
+            req = build_request(req.app_id, req.app, req.opts, rank0_host)
         host = self.hosts.get(req.target)
         result = await host.run(["/bin/bash", "-s"], input=req.script.encode())
         ids = _SUBMITTED.findall(result.text)

@@ -13,6 +13,7 @@ from txd.v1 import AppDef
 # Builtins are the public AppDef-returning functions of these sibling modules.
 _BUILTIN_MODULES = ("dist", "utils")
 _builtin_cache: dict[str, Callable[..., Any]] | None = None
+_FILE_MODULE = "_txd_component_"  # the name prefix of modules made from component files
 
 
 def _builtin_functions() -> dict[str, Callable[..., Any]]:
@@ -64,10 +65,34 @@ def resolve(
     ComponentHelp when `--help` is among the component's options.
     """
     defaults = dict(defaults or {})
-    component = Component(_find(spec), spec)
+    fn = _find(spec)
+    component = Component(fn, spec)
     if component.wants_help(args):
         raise ComponentHelp(component.help(prog, defaults))
-    return component.call(component.parse(args, defaults))
+    values = component.parse(args, defaults)
+    # A component from a file is the user's code: its errors say where in it they were raised.
+    code = getattr(fn, "__code__", None)
+    from_file = getattr(fn, "__module__", "").startswith(_FILE_MODULE)
+    user_file = code.co_filename if code is not None and from_file else ""
+    try:
+        return component.call(values)
+    except ComponentError as e:
+        if (where := _raised_at(e.__cause__, user_file)) is None:
+            raise
+        raise ComponentError(f"{e} ({where})") from e.__cause__
+    except Exception as e:  # the component's own bug or refusal: the user's error, not txctl's
+        at = f" ({where})" if (where := _raised_at(e, user_file)) else ""
+        raise ComponentError(f"component {spec} raised {type(e).__name__}: {e}{at}") from e
+
+
+def _raised_at(exc: BaseException | None, filename: str) -> str | None:
+    """`at FILE:LINE` of the innermost frame of exc's traceback in filename, or None."""
+    if exc is None or not filename:
+        return None
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+    return f"at {filename}:{frames[-1].lineno}" if frames else None
 
 
 def _find(spec: str) -> Callable[..., Any]:
@@ -107,7 +132,7 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
     # Executed like a script (no bytecode cache written next to the user's file) but registered
     # as a module, so dataclasses/typing in the file can find it through sys.modules.
     stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(full))[0])
-    module = types.ModuleType(f"_txd_component_{stem}")
+    module = types.ModuleType(f"{_FILE_MODULE}{stem}")
     module.__file__ = full
     try:
         code = compile(source, full, "exec", dont_inherit=True)
@@ -117,8 +142,9 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
     try:
         exec(code, module.__dict__)
     except Exception as exc:
+        at = f" ({where})" if (where := _raised_at(exc, full)) else ""
         raise ComponentError(
-            f"failed to load component file {path}: {type(exc).__name__}: {exc}"
+            f"failed to load component file {path}: {type(exc).__name__}: {exc}{at}"
         ) from exc
 
     fn = module.__dict__.get(function)

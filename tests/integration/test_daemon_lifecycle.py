@@ -259,6 +259,28 @@ async def test_crash_recovery_ends_leftover_replicas(daemon: Any, workdir: Path)
         assert (await c.status(live)) == status
 
 
+async def test_crash_recovery_kills_a_leftover_that_ignores_sigterm(
+    daemon: Any, workdir: Path
+) -> None:
+    """SIGTERM ignored, so SIGKILL after the grace period: the restart used to die there
+    (its wait for the exits, cancelled by the first timeout, ended at once the second time)."""
+    marker = _marker()
+    async with daemon.client() as c:
+        live = await c.run(
+            sh_app(f"trap '' TERM; echo started; exec sleep {marker}", name="stubborn"),
+            cwd=str(workdir),
+        )
+        await _wait_for_output(c, live, b"started", count=1)
+    [replica] = job_replicas(daemon.state_dir, live)
+    assert daemon.kill() == -signal.SIGKILL
+    with PidWatch([replica["pid"]]) as watch:
+        daemon.restart()
+        assert watch.wait(2.0) == []
+    async with daemon.client() as c:
+        status = await c.status(live)
+    assert status.state == AppState.CANCELLED, status
+
+
 async def test_crash_recovery_ends_a_group_whose_leader_died(daemon: Any, workdir: Path) -> None:
     """Defect 5 of issue 7: the replica's leader died while no daemon ran, but a child of its
     process group runs on. Recovery ends the whole group and says so."""

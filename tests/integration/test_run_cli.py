@@ -84,11 +84,13 @@ def test_run_wait_exit_one_on_failure(txctl: Any) -> None:
 
 
 def test_run_wait_json(txctl: Any) -> None:
-    proc = txctl("run", "--wait", "--json", "utils.echo", check=0)
-    handle = _handle(proc, "echo")
-    body = json.loads(proc.stdout.split("\n", 1)[1])
-    assert body["state"] == "SUCCEEDED"
-    assert body["app_handle"] == handle
+    """With --json the whole of stdout is one JSON object."""
+    body = json.loads(txctl("run", "--wait", "--json", "utils.echo", check=0).stdout)
+    assert re.fullmatch(HANDLE_RE.format(name="echo"), body["handle"])
+    assert body["handle"] == f"local_cwd://txd/{body['app_id']}"
+    assert body["scheduler"] == "local_cwd"
+    assert body["status"]["state"] == "SUCCEEDED"
+    assert body["status"]["app_handle"] == body["handle"]
 
 
 def _txctl_log(txctl: Any) -> Any:
@@ -267,9 +269,12 @@ def test_wait_timeout(txctl: Any) -> None:
     marker = f"60.{uuid.uuid4().int % 10**9}"
     handle = first_line(txctl("run", "utils.sh", "sleep", marker, check=0).stdout)
     try:
-        proc = txctl("wait", "--wait-timeout", "0.3", handle, check=1)
-        no_traceback(proc)
-        assert "still not done" in proc.stderr
+        proc = txctl("wait", "--wait-timeout", "0.3", handle, check=7)
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"txctl: error: {handle} still not done after 0.3 s (it goes on)"
+        )
+        assert "Traceback" not in proc.stderr and "interrupted" not in proc.stderr
+        assert json.loads(txctl("status", "--json", handle, check=0).stdout)["state"] == "RUNNING"
     finally:
         txctl("cancel", handle, check=0)
         txctl("wait", handle)
@@ -297,9 +302,9 @@ def test_cancel_sleep_job(txctl: Any) -> None:
         # Terminal means every process of the group has ended (not just the leader).
         assert watch.wait(2.0) == [], "processes of the cancelled job still run"
     assert group_members(pgid) == []
-    # Cancelling again is a no-op that reports the terminal state.
+    # Cancelling again is a no-op that says so.
     proc = txctl("cancel", handle, check=0)
-    assert "CANCELLED" in proc.stdout
+    assert proc.stdout == f"{handle} is already CANCELLED; nothing to cancel\n"
     assert json.loads(txctl("status", "--json", handle, check=0).stdout)["state"] == "CANCELLED"
 
 
@@ -407,7 +412,7 @@ def test_logs_cli_errors(txctl: Any, finished: str) -> None:
 
 
 def test_logs_follow_interrupted_exits_130(shared_daemon: Any, workdir: Path) -> None:
-    """Ctrl-C during `logs -f`: exit 130, no traceback."""
+    """Ctrl-C during `logs -f`: exit 130, no traceback, and a word that the job goes on."""
     handle = first_line(
         shared_daemon.txctl(
             "run", "utils.sh", "sh", "-c", "echo first; exec sleep 60", cwd=workdir, check=0
@@ -436,6 +441,9 @@ def test_logs_follow_interrupted_exits_130(shared_daemon: Any, workdir: Path) ->
         shared_daemon.txctl("cancel", handle, check=0)
     assert rc == 130, err
     assert "Traceback" not in err
+    assert err == (
+        f"txctl: interrupted; {handle} keeps running (stop it with `txctl cancel {handle}`)\n"
+    )
 
 
 def test_logs_into_closed_pipe_is_not_an_error(shared_daemon: Any, workdir: Path) -> None:
@@ -554,7 +562,9 @@ def test_runopts(txctl: Any) -> None:
 
 def test_schedulers(txctl: Any) -> None:
     text = txctl("schedulers", check=0).stdout
-    assert re.search(r"^local_cwd \(default\)\s+\S*logs", text, re.M), text
+    assert re.search(r"^local_cwd \(default\)  processes on this host", text, re.M), text
+    assert re.search(r"^ +can: logs, log_follow, ", text, re.M), text
+    assert max(map(len, text.splitlines())) <= 80, text  # fits an 80-column terminal
     data = json.loads(txctl("schedulers", "--json", check=0).stdout)
     assert data["default_scheduler"] == "local_cwd"
     local = next(s for s in data["schedulers"] if s["name"] == "local_cwd")
@@ -594,8 +604,8 @@ def test_builtins(txctl: Any) -> None:
         (["status", "not-a-handle"], "app_handle"),
         (["run", "utils.ecoh"], "did you mean utils.echo"),
         (["run", "utils.echo", "--nosuchflag", "1"], "nosuchflag"),
-        (["run", "-c", "bogus=1", "utils.echo"], "cfg.bogus"),
-        (["run", "-c", "prepend_cwd=maybe", "utils.echo"], "cfg.prepend_cwd"),
+        (["run", "-c", "bogus=1", "utils.echo"], "-c bogus=1: unknown option"),
+        (["run", "-c", "prepend_cwd=maybe", "utils.echo"], "-c prepend_cwd=maybe: expected"),
         (["run", "-c", "novalue", "utils.echo"], "KEY=VALUE"),
         (["run", "-s", "nosuchsched", "utils.echo"], "nosuchsched"),
         (["run", "utils.sh", "--h", "gpu.smal", "true"], "gpu.smal"),

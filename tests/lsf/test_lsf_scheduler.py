@@ -19,7 +19,7 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.hosts import SshTarget
-from txd.schedulers.lsf import BHOSTS, BJOBS, LsfScheduler, create_scheduler
+from txd.schedulers.lsf import BHOSTS, BJOBS, RANK0_PLACEHOLDER, LsfScheduler, create_scheduler
 from txd.schedulers.options import to_cfg_value
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role, Stream
 
@@ -90,14 +90,23 @@ async def collect(chunks: Any) -> bytes:
 # -- submission ---------------------------------------------------------------------------------
 
 
-async def test_dryrun_asks_bhosts_for_the_rank0_host_and_submits_nothing(
+async def test_dryrun_asks_lsf_nothing_and_the_submit_picks_the_rank0_host(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
     info = await sched.submit_dryrun(make_app("ddp", {"trainer": 2}, cpu=8, gpu=2), {}, CTX)
-    assert local.argvs("bhosts") == [BHOSTS]
-    assert local.argvs("/bin/bash") == []
+    assert local.runs == []  # works where no LSF answers
     assert info.text == info.request.script
-    assert "-m gpu-node-01" in info.text  # the first host with 8 slots and 2 GPUs
+    assert f'-m "{RANK0_PLACEHOLDER}"' in info.text
+    assert f"# {RANK0_PLACEHOLDER}: when submitted, the first host bhosts lists with 8 job\n" in (
+        info.text
+    )
+
+    await sched.schedule(info)
+    assert local.argvs("bhosts") == [BHOSTS]
+    [(_, script)] = [run for run in local.runs if run[0][0] == "/bin/bash"]
+    assert script is not None
+    assert b"-m gpu-node-01" in script  # the first host with 8 slots and 2 GPUs
+    assert RANK0_PLACEHOLDER.encode() not in script
 
 
 async def test_dryrun_lowercases_the_app_id(
@@ -131,7 +140,6 @@ def app_with(change: Any) -> AppDef:
         ({}, make_app("a", {"Trainer": 1, "trainer": 1}), "app.roles[1].name"),
         ({}, app_with(lambda a: a.roles[0].env.update(X="a\n#BSUB -q x")), "app.roles[0].env[X]"),
         ({}, app_with(lambda a: a.roles[0].args.append("\n #BSUB -x")), "app.roles[0].args[0]"),
-        ({}, make_app("a", {"r": 1}, gpu=16), "app.roles[0].resource"),  # no host has 16 GPUs
     ],
 )
 async def test_bad_input_is_an_invalid_argument_naming_the_field(
@@ -143,6 +151,16 @@ async def test_bad_input_is_an_invalid_argument_naming_the_field(
     assert local.argvs("/bin/bash") == []
 
 
+async def test_no_host_fits_the_first_replica_at_submit(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    info = await sched.submit_dryrun(make_app("a", {"r": 1}, gpu=16), {}, CTX)
+    with pytest.raises(InvalidArgument) as err:
+        await sched.schedule(info)
+    assert err.value.field == "app.roles[0].resource"  # no host has 16 GPUs
+    assert local.argvs("/bin/bash") == []
+
+
 async def test_schedule_runs_the_script_and_returns_what_finds_the_jobs_again(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
@@ -151,7 +169,8 @@ async def test_schedule_runs_the_script_and_returns_what_finds_the_jobs_again(
     assert done.app_id == "ddp-bcdfghjklmnp"
     [(argv, script)] = [run for run in local.runs if run[0][0] == "/bin/bash"]
     assert argv == ("/bin/bash", "-s")
-    assert script == info.request.script.encode()
+    assert script is not None
+    assert b" -m cpu-node-01 " in script and RANK0_PLACEHOLDER.encode() not in script
     assert done.native == {
         "app_id": "ddp-bcdfghjklmnp",
         "ssh": None,
@@ -323,14 +342,13 @@ async def test_a_missing_lsf_command_is_backend_unavailable(
         await describe(sched, job)
     local.missing.add("bhosts")
     with pytest.raises(BackendUnavailable, match="bhosts: command not found"):
-        await sched.submit_dryrun(make_app("echo", {"hello": 1}), {}, CTX)
+        await submit(sched, make_app("echo", {"hello": 1}))
     # over SSH, the remote shell says so with exit status 127
     login1 = hosts.put(LOGIN1, FakeHost("login node alice@login1"))
     said = b"bash: line 1: bhosts: command not found\n"
     login1.reply("bhosts", Reply(stderr=said, returncode=127))
-    opts = cfg(ssh_host="login1", ssh_user="alice")
     with pytest.raises(BackendUnavailable, match="bhosts: command not found on login node"):
-        await sched.submit_dryrun(make_app("echo", {"hello": 1}), opts, CTX)
+        await submit(sched, make_app("echo", {"hello": 1}), ssh_host="login1", ssh_user="alice")
 
 
 async def test_list_groups_the_users_jobs_by_project(sched: LsfScheduler, local: FakeHost) -> None:

@@ -93,9 +93,22 @@ def ddp_app() -> AppDef:
     return AppDef(name="ddp", roles=[trainer, ps])
 
 
-async def test_golden_single_replica_default_options(sched: LsfScheduler) -> None:
-    info = await sched.submit_dryrun(echo_app(), {}, CTX)
-    check_golden("echo_defaults", info.text)
+async def submitted_script(
+    sched: LsfScheduler, host: lsf_fakes.FakeHost, app: AppDef, opts: dict[str, Any]
+) -> str:
+    """The script the submit of app runs on host (the rank-0 host picked from bhosts); the
+    dry run's differs only in naming the placeholder where the host goes."""
+    info = await sched.submit_dryrun(app, opts, CTX)
+    await sched.schedule(info)
+    [(_, script)] = [run for run in host.runs if run[0][0] == "/bin/bash"]
+    assert script is not None
+    return script.decode()
+
+
+async def test_golden_single_replica_default_options(
+    sched: LsfScheduler, local: lsf_fakes.FakeHost
+) -> None:
+    check_golden("echo_defaults", await submitted_script(sched, local, echo_app(), {}))
 
 
 async def test_golden_two_roles_gpus_memory_mounts_jobdir_ssh(
@@ -110,23 +123,26 @@ async def test_golden_two_roles_gpus_memory_mounts_jobdir_ssh(
         ssh_user="alice",
     )
     # bhosts runs where bsub will: on the login node
-    hosts.put(SshTarget("login1", "alice"), _cluster_host())
-    info = await sched.submit_dryrun(ddp_app(), opts, CTX)
-    check_golden("ddp_jobdir_gpus_ssh", info.text)
+    login1 = hosts.put(SshTarget("login1", "alice"), _cluster_host())
+    script = await submitted_script(sched, login1, ddp_app(), opts)
+    check_golden("ddp_jobdir_gpus_ssh", script)
 
 
-async def test_golden_host_network_without_shm_size(sched: LsfScheduler) -> None:
+async def test_golden_host_network_without_shm_size(
+    sched: LsfScheduler, local: lsf_fakes.FakeHost
+) -> None:
     app = echo_app()
     app.roles[0].port_map["http"] = 8080  # not published: the host's network is used
     app.roles[0].num_replicas = 3
     app.roles[0].resource.cpu = 2
-    info = await sched.submit_dryrun(app, cfg(host_network=True, shm_size=""), CTX)
-    check_golden("echo_host_network", info.text)
+    opts = cfg(host_network=True, shm_size="")
+    check_golden("echo_host_network", await submitted_script(sched, local, app, opts))
 
 
 def _cluster_host() -> lsf_fakes.FakeHost:
     host = lsf_fakes.FakeHost("fake login1")
     host.reply("bhosts", lsf_fakes.Reply(lsf_fakes.recorded("bhosts.txt")))
+    host.respond("/bin/bash", lsf_fakes.submitted)
     return host
 
 
