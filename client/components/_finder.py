@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from txd.client.components._parser import Component, ComponentError, ComponentHelp, evaluate
+from txd.client.components._parser import Component, ComponentError, evaluate
 from txd.v1 import AppDef
 
 # Builtins are the public AppDef-returning functions of these sibling modules.
@@ -63,11 +63,8 @@ def resolve(
     the function's declared defaults. Raises ComponentError for anything the user got wrong and
     ComponentHelp when `--help` is among the component's options.
     """
-    defaults = dict(defaults or {})
     component = Component(_find(spec), spec)
-    if component.wants_help(args):
-        raise ComponentHelp(component.help(prog, defaults))
-    return component.call(component.parse(args, defaults))
+    return component.call(component.parse(args, dict(defaults or {}), prog))
 
 
 def _find(spec: str) -> Callable[..., Any]:
@@ -116,6 +113,15 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
     sys.modules[module.__name__] = module
     try:
         exec(code, module.__dict__)
+    except ModuleNotFoundError as exc:
+        if exc.name == "torchx" or (exc.name or "").startswith("torchx."):
+            raise ComponentError(
+                f"{path} is a TorchX component: install torchx into the Python that runs txctl "
+                f"({sys.executable} -m pip install torchx)"
+            ) from None
+        raise ComponentError(
+            f"failed to load component file {path}: {type(exc).__name__}: {exc}"
+        ) from exc
     except Exception as exc:
         raise ComponentError(
             f"failed to load component file {path}: {type(exc).__name__}: {exc}"
