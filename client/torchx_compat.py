@@ -92,14 +92,13 @@ _ROLE_FIELDS = {
 
 
 def _role(role: Any, where: str) -> Role:
-    _no_other_fields(role, f"{where} ({role.name})", _ROLE_FIELDS - {"base_image"})
+    where = f"{where} ({role.name})"
+    _no_other_fields(role, where, _ROLE_FIELDS - {"base_image"})
     policy = str(getattr(role.retry_policy, "value", role.retry_policy))
     try:
         RetryPolicy.Value(policy)
     except ValueError:
-        raise TorchXError(
-            f"{where} ({role.name}): retry_policy {policy} is not supported by txd"
-        ) from None
+        raise TorchXError(f"{where}: retry_policy {policy} is not supported by txd") from None
     out = Role(
         name=role.name,
         image="" if role.image == _MISSING else role.image,

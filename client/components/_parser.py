@@ -454,15 +454,12 @@ def _type_repr(annotation: Any) -> str:
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a cleaned docstring (Google, NumPy or reST style) into (description, {argument:
-    help}); each help on one line. A docstring docstring-parser cannot read is all description.
-    """
+    """Split a cleaned docstring (Google, NumPy or reST style, told apart by docstring-parser,
+    which reads anything it cannot place as description) into (description, {argument: help}),
+    each help on one line."""
     import docstring_parser
 
-    try:
-        parsed = docstring_parser.parse(doc)
-    except docstring_parser.ParseError:
-        return doc.strip(), {}
+    parsed = docstring_parser.parse(doc)
     arg_help = {
         p.arg_name.lstrip("*"): " ".join((p.description or "").split()) for p in parsed.params
     }

@@ -581,6 +581,83 @@ def test_help_shows_config_defaults_and_wins_over_errors(sink_file: Path) -> Non
     assert "[--name STR]" in flat
 
 
+_DOCSTRINGS = {
+    "google": """Greets someone.
+
+    Says hello, repeatedly.
+
+    Args:
+        name: who to greet, which can take
+            more than one line
+        times (int): how many greetings
+        *words: what else to say
+
+    Returns:
+        the app
+    """,
+    "numpy": """Greets someone.
+
+    Says hello, repeatedly.
+
+    Parameters
+    ----------
+    name : str
+        who to greet, which can take
+        more than one line
+    times : int, optional
+        how many greetings
+    *words : str
+        what else to say
+
+    Returns
+    -------
+    AppDef
+        the app
+    """,
+    "rest": """Greets someone.
+
+    Says hello, repeatedly.
+
+    :param name: who to greet, which can take
+        more than one line
+    :param int times: how many greetings
+    :param words: what else to say
+    :returns: the app
+    """,
+}
+
+
+@pytest.mark.parametrize("style", sorted(_DOCSTRINGS))
+def test_help_from_each_docstring_style(tmp_path: Path, style: str) -> None:
+    doc = textwrap.indent(_DOCSTRINGS[style], "    ").strip()
+    path = tmp_path / f"greet_{style}.py"
+    path.write_text(
+        "from txd.v1 import AppDef\n\n"
+        "def greet(*words: str, name: str, times: int = 2) -> AppDef:\n"
+        f'    """{doc}\n    """\n'
+        "    return AppDef(name='greet')\n"
+    )
+    text = _help(f"{path}:greet", ["--help"])
+    flat = " ".join(text.split())
+    assert "Greets someone.\n\nSays hello, repeatedly." in text
+    assert "--name STR who to greet, which can take more than one line (required)" in flat
+    assert "--times INT how many greetings (default: 2)" in flat
+    assert "words what else to say" in flat
+    assert "the app" not in text and "Returns" not in text
+
+
+def test_malformed_docstring_still_gives_help(tmp_path: Path) -> None:
+    path = tmp_path / "odd.py"
+    path.write_text(
+        "from txd.v1 import AppDef\n\n"
+        "def odd(n: int = 1) -> AppDef:\n"
+        '    """Odd.\n\n    :param: a field list without a name\n    """\n'
+        "    return AppDef(name='odd')\n"
+    )
+    text = _help(f"{path}:odd", ["--help"])
+    assert "Odd." in text and "--n INT" in text
+
+
 def test_dash_h_is_help_only_without_a_parameter_h() -> None:
     assert "usage: txctl run utils.echo" in _help("utils.echo", ["-h"])
     # utils.sh has a parameter h (named resource): -h takes a value there
