@@ -752,5 +752,19 @@ def test_client_side_modules_do_not_pull_in_grpc_or_the_daemon() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_torchx_and_docstring_parser_load_only_when_needed() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import txd.client.cli, txd.client._async, txd.client._sync, txd.client.runner
+        from txd.client import AppState, AsyncClient, Client, components
+        assert "docstring_parser" not in sys.modules and "torchx" not in sys.modules
+        components.resolve("utils.echo", [])  # help text needs the docstring
+        assert "docstring_parser" in sys.modules and "torchx" not in sys.modules
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_returned_value_is_a_real_appdef() -> None:
     assert isinstance(resolve("utils.echo", []), AppDef)
