@@ -357,16 +357,16 @@ class Component:
             raise ComponentError(f"component {self.name}: {exc}") from exc
         if isinstance(app, AppDef):
             return app
-        if type(app).__module__.startswith("torchx."):  # a TorchX component's specs.AppDef
-            from txd.client.torchx_compat import TorchXError, from_torchx
+        from txd.client.torchx_compat import TorchXError, from_torchx, is_torchx
 
-            try:
-                return from_torchx(app)
-            except TorchXError as exc:
-                raise ComponentError(f"component {self.name}: {exc}") from None
-        raise ComponentError(
-            f"component {self.name} returned {type(app).__name__}, expected an AppDef"
-        )
+        if not is_torchx(app):
+            raise ComponentError(
+                f"component {self.name} returned {type(app).__name__}, expected an AppDef"
+            )
+        try:  # a TorchX component's specs.AppDef
+            return from_torchx(app)
+        except TorchXError as exc:
+            raise ComponentError(f"component {self.name}: {exc}") from None
 
 
 class _Parser(argparse.ArgumentParser):
