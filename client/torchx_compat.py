@@ -31,9 +31,11 @@ from txd.v1 import (
     VolumeMount,
 )
 
-# TorchX's placeholder for an unset image/entrypoint, and for an unset error message.
+# TorchX's placeholders: MISSING for an unset image or entrypoint, NONE for an unset optional
+# string (utils.binary's image, an absent error message). txd's unset string is "".
 _MISSING = "<MISSING>"
 _NONE = "<NONE>"
+_UNSET = (_MISSING, _NONE)
 
 
 class TorchXError(ValueError):
@@ -101,8 +103,8 @@ def _role(role: Any, where: str) -> Role:
         raise TorchXError(f"{where}: retry_policy {policy} is not supported by txd") from None
     out = Role(
         name=role.name,
-        image="" if role.image == _MISSING else role.image,
-        entrypoint="" if role.entrypoint == _MISSING else role.entrypoint,
+        image="" if role.image in _UNSET else role.image,
+        entrypoint="" if role.entrypoint in _UNSET else role.entrypoint,
         args=[_text(a, f"{where}.args") for a in role.args],
         env=_texts(role.env, f"{where}.env"),
         num_replicas=role.num_replicas,

@@ -194,6 +194,40 @@ def test_torchx_component_field_by_field(txctl: Any, comp: Path, workdir: Path) 
     assert want.capabilities and want.devices
 
 
+def test_torchx_builtin_component_files_run_unchanged(txctl: Any, workdir: Path) -> None:
+    """TorchX's own component files, from the installed torchx package, as they are."""
+    import torchx.components
+
+    lib = Path(torchx.components.__file__).parent
+    proc = txctl("run", "--wait", f"{lib}/utils.py:echo", "--msg", "hi there", check=0)
+    assert txctl("logs", first_line(proc.stdout), check=0).stdout == "hi there\n"
+    # TorchX's sh quotes each argument for the shell
+    proc = txctl("run", "--wait", f"{lib}/utils.py:sh", "echo", "$((1+2))", "a  b", check=0)
+    assert txctl("logs", first_line(proc.stdout), check=0).stdout == "$((1+2)) a  b\n"
+    dry = json.loads(
+        txctl(
+            "run", "--dryrun", "--json", f"{lib}/dist.py:ddp", "--script", "train.py",
+            "-j", "1:2x2", "-h", "aws_p4d.24xlarge",
+            "--mounts", "type=bind,src=/tmp,dst=/data,readonly", check=0,
+        ).stdout
+    )  # fmt: skip
+    (role,) = dry["app"]["roles"]
+    assert (role["num_replicas"], role["min_replicas"]) == (2, 1)
+    assert "--nnodes 1:2 --nproc_per_node 2 " in role["args"][1]
+    assert "$${${rank0_env}:=localhost}:29500" in role["args"][1]  # TorchX's macros, kept
+    assert role["port_map"] == {"c10d": 29500}
+    assert role["resource"]["devices"] == {"vpc.amazonaws.com/efa": 4}
+    assert role["mounts"] == [
+        {"bind": {"src_path": "/tmp", "dst_path": "/data", "read_only": True}}
+    ]
+    dry = json.loads(
+        txctl(
+            "run", "--dryrun", "--json", f"{lib}/utils.py:binary", "--entrypoint", "date", check=0
+        ).stdout
+    )
+    assert dry["app"]["roles"][0]["image"] == ""  # TorchX's "<NONE>": no image
+
+
 def test_torchx_component_help_and_errors(txctl: Any, comp: Path) -> None:
     text = txctl("run", "comp.py:trainer_ps", "--help", check=0).stdout
     assert re.search(r"--workers INT +trainer replicas \(default: 2\)", text)
