@@ -1,12 +1,12 @@
 """txd.client: talk to the txd daemon from Python.
 
-    from txd.client import Client
+    from txd.client import AppState, Client
     from txd.v1 import AppDef, Role
 
     with Client() as c:
         handle = c.run(AppDef(name="hi", roles=[Role(name="echo", entrypoint="echo",
                                                      args=["hello"])]))
-        print(c.wait(handle).state)
+        print(AppState(c.wait(handle).state))   # SUCCEEDED
 
 Imports grpc, protobuf and txd.v1 only: never the daemon, the schedulers or a backend library.
 The names below load on first use, so `txctl --help` (which lives in this package) starts
@@ -33,9 +33,11 @@ if TYPE_CHECKING:
         UnavailableError,
         UnimplementedError,
     )
+    from txd.client._state import AppState
     from txd.client._sync import Client
 
 _WHERE = {
+    "AppState": "_state",
     "AsyncClient": "_async",
     "Client": "_sync",
     **dict.fromkeys(

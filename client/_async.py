@@ -103,8 +103,9 @@ class AsyncClient:
         env: Mapping[str, str] | None = None,
         request_id: str = "",
     ) -> str:
-        """Submits app; returns its handle. cwd/env default to this process's (local_cwd runs
-        the job from there). A request_id makes retries safe: the same id never runs twice."""
+        """Submits app (a txd.v1.AppDef, or a torchx.specs.AppDef); returns its handle.
+        cwd/env default to this process's (local_cwd runs the job from there). A request_id
+        makes retries safe: the same id never runs twice."""
         req = pb.RunRequest(request_id=request_id, **_submission(app, scheduler, cfg, cwd, env))
         return (await self._call("Run", req)).app_handle
 
@@ -266,6 +267,15 @@ class AsyncClient:
         return list((await self._call("RunOpts", pb.RunOptsRequest(scheduler=scheduler))).opts)
 
 
+def _appdef(app: AppDef) -> AppDef:
+    """app itself, or the txd AppDef of a torchx.specs.AppDef (torchx loaded only then)."""
+    if isinstance(app, AppDef):
+        return app
+    from txd.client.torchx_compat import from_torchx
+
+    return from_torchx(app)
+
+
 def _submission(
     app: AppDef,
     scheduler: str,
@@ -277,7 +287,7 @@ def _submission(
     import os
 
     return {
-        "app": app,
+        "app": _appdef(app),
         "scheduler": scheduler,
         "cfg": {k: to_cfg_value(v) for k, v in (cfg or {}).items()},
         "cwd": cwd or os.getcwd(),

@@ -69,6 +69,15 @@ def _same(a: AppStatus, b: AppStatus) -> bool:
     return a2 == b2
 
 
+def _same_but_updated(a: AppStatus, b: AppStatus) -> bool:
+    b2 = AppStatus()
+    b2.CopyFrom(b)
+    b2.updated.CopyFrom(a.updated)
+    if not a.HasField("updated"):
+        b2.ClearField("updated")
+    return a == b2
+
+
 class StatusCache:
     def __init__(self, store: JobStore) -> None:
         self._store = store
@@ -200,18 +209,25 @@ class StatusCache:
         return job.status
 
     async def watch(self, rec: JobRecord) -> AsyncIterator[AppStatus]:
-        """The current status, then every change, until nothing can change any more."""
+        """The current status, then every change, until nothing can change any more. Each
+        status yielded differs from the one before in something besides `updated` (which
+        moves only with the state): changes that cancel out between two looks (stale, then
+        fresh again) send nothing."""
         job = self._followed.get(rec.handle)
         if job is None:
             yield rec.status
             return
+        sent: AppStatus | None = None
         while True:
             gen = job.pulse.gen
             status = job.status
             ended = not job.followed
             if self._closing and not ended:
                 raise ShuttingDown(self._closing)
-            yield status
+            if sent is None or not _same_but_updated(sent, status):
+                sent = AppStatus()
+                sent.CopyFrom(status)  # a copy: mark_stale changes the cached one in place
+                yield status
             # Test what was sent: the job may have ended during the yield.
             if ended:
                 return

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from txd.v1 import AppDef, Role
+from txd.v1 import AppDef, AppStatus, Role
 
 REPO = Path(__file__).resolve().parent.parent
 _VENV_TXCTL = Path(sys.executable).parent / "txctl"
@@ -78,6 +78,21 @@ def sh_app(
 def py_app(code: str, name: str = "py", role: str = "py") -> AppDef:
     """One role running `python -c code` with this interpreter."""
     return AppDef(name=name, roles=[Role(name=role, entrypoint=sys.executable, args=["-c", code])])
+
+
+def repeated_statuses(statuses: Sequence[AppStatus]) -> list[int]:
+    """Indices of the statuses (of a Watch) equal to the one before but for `updated`, the time
+    of the last state change (so a pair equal as a whole counts too)."""
+    out = []
+    for i in range(1, len(statuses)):
+        a, b = AppStatus(), AppStatus()
+        a.CopyFrom(statuses[i - 1])
+        b.CopyFrom(statuses[i])
+        a.ClearField("updated")
+        b.ClearField("updated")
+        if a == b:
+            out.append(i)
+    return out
 
 
 async def read_logs(client: Any, handle: str, **kw: Any) -> bytes:
@@ -453,6 +468,7 @@ __all__: Sequence[str] = [
     "read_logs_by_replica",
     "recorded_replicas",
     "remove_tree",
+    "repeated_statuses",
     "run_python",
     "sh_app",
     "short_tmpdir",

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from txd.client.components._parser import Component, ComponentError, ComponentHelp, evaluate
+from txd.client.components._parser import Component, ComponentError, evaluate
 from txd.v1 import AppDef
 
 # Builtins are the public AppDef-returning functions of these sibling modules.
@@ -64,12 +64,9 @@ def resolve(
     the function's declared defaults. Raises ComponentError for anything the user got wrong and
     ComponentHelp when `--help` is among the component's options.
     """
-    defaults = dict(defaults or {})
     fn = _find(spec)
     component = Component(fn, spec)
-    if component.wants_help(args):
-        raise ComponentHelp(component.help(prog, defaults))
-    values = component.parse(args, defaults)
+    values = component.parse(args, dict(defaults or {}), prog)
     # A component from a file is the user's code: its errors say where in it they were raised.
     code = getattr(fn, "__code__", None)
     from_file = getattr(fn, "__module__", "").startswith(_FILE_MODULE)
@@ -141,6 +138,15 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
     sys.modules[module.__name__] = module
     try:
         exec(code, module.__dict__)
+    except ModuleNotFoundError as exc:
+        if exc.name == "torchx" or (exc.name or "").startswith("torchx."):
+            raise ComponentError(
+                f"{path} is a TorchX component: install torchx into the Python that runs txctl "
+                f"({sys.executable} -m pip install torchx)"
+            ) from None
+        raise ComponentError(
+            f"failed to load component file {path}: {type(exc).__name__}: {exc}"
+        ) from exc
     except Exception as exc:
         at = f" ({where})" if (where := _raised_at(exc, full)) else ""
         raise ComponentError(

@@ -1,15 +1,19 @@
-"""Turn a component function's signature into command-line arguments and call it.
+"""Turn a component function's signature into an argparse parser, and call the function.
 
-Each parameter becomes `--name VALUE` (single-letter names also `-x VALUE`); `*args` collects the
-positional remainder. Values are decoded from strings according to the annotation, so the set of
-supported annotations is deliberately small: str, int, float, bool, `X | None`, and flat
-list/dict containers of those.
+As TorchX does, each component gets an argparse parser built from its signature: every
+parameter is an option `--name VALUE` (single-letter names also `-x VALUE`), and `*args` takes
+the trailing arguments (argparse.REMAINDER: everything from the first positional argument, or
+after `--`). Argument help comes from the docstring (Google, NumPy or reST style, read by
+docstring-parser). Values are decoded from strings according to the annotation, after parsing
+(so `--help` wins over a bad value), and the set of supported annotations is deliberately
+small: str, int, float, bool, `X | None`, and flat list/dict containers of those.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from txd.v1 import AppDef
 
@@ -36,7 +40,6 @@ _EXPECTED: dict[type, str] = {
     float: "a number",
     bool: "true or false",
 }
-_HELP_OPTION = "--help"
 
 
 class ArgType(NamedTuple):
@@ -239,71 +242,70 @@ class Component:
 
     # -- parsing -----------------------------------------------------------------------------
 
-    def _lookup(self) -> dict[str, Param]:
-        table: dict[str, Param] = {}
+    def parser(self, prog: str, defaults: Mapping[str, str]) -> argparse.ArgumentParser:
+        """The component's argparse parser. Every value is kept as the string given (decoded
+        by parse()); `--help` (and `-h`, unless a parameter is named h) raises ComponentHelp."""
+        parser = _Parser(
+            self.name,
+            prog=f"{prog} {self.name}",
+            description=self.description or None,
+            formatter_class=_HelpFormatter,
+            add_help=False,  # -h may be a component's own option (a named resource, often)
+            allow_abbrev=False,  # `--nam` is a typo, not --name
+            exit_on_error=False,
+        )
+        names = {option for param in self.params for option in param.options()}
+        help_options = ["--help"] if "-h" in names else ["-h", "--help"]
+        parser.add_argument(*help_options, action=_Help, help=argparse.SUPPRESS)
         for param in self.params:
-            for option in param.options():
-                table[option] = param
-        return table
+            parser.add_argument(
+                *param.options(),
+                dest=param.name,
+                action=_StoreOnce,
+                metavar=param.type.metavar(),
+                required=not param.has_default and param.name not in defaults,
+                default=None,
+                help=_help_text(param, defaults).replace("%", "%%"),
+            )
+        if self.varargs is not None:
+            parser.add_argument(
+                self.varargs.name,
+                nargs=argparse.REMAINDER,
+                help=_help_text(self.varargs, defaults).replace("%", "%%"),
+            )
+        return parser
 
-    def wants_help(self, args: Sequence[str]) -> bool:
-        """Whether `--help` (or `-h` when no parameter is named h) is among the options."""
-        # Walk the option part only: `utils.sh -- python --help` must reach python.
-        table = self._lookup()
-        i = 0
-        while i < len(args):
-            token = args[i]
-            if token == "--" or not token.startswith("-") or token == "-":
-                return False
-            if token == _HELP_OPTION or (token == "-h" and "-h" not in table):
-                return True
-            i += 1 if "=" in token or _attached_short(token, table) else 2
-        return False
-
-    def parse(self, args: Sequence[str], defaults: Mapping[str, str]) -> dict[str, Any]:
-        """Map command-line tokens (plus string defaults) to the function's argument values."""
+    def parse(
+        self, args: Sequence[str], defaults: Mapping[str, str], prog: str = "txctl run"
+    ) -> dict[str, Any]:
+        """Map command-line tokens (plus string defaults, e.g. from a config file, which
+        replace the declared ones) to the function's argument values. Raises ComponentHelp
+        when `--help` is among the options, ComponentError for anything wrong."""
         import difflib
 
-        table = self._lookup()
-        given: dict[str, str] = {}
-        rest: list[str] | None = None
-        i = 0
-        while i < len(args):
-            token = args[i]
-            if token == "--":
-                rest = list(args[i + 1 :])
-                break
-            if not token.startswith("-") or token == "-":
-                rest = list(args[i:])
-                break
-            option, value = token, None
-            if _attached_short(token, table):
-                # -j2x1, -j=2x1, and -eA=B (the value itself may contain '=')
-                option, value = token[:2], token[2:]
-                value = value[1:] if value.startswith("=") else value
-            elif "=" in token:
-                option, _, value = token.partition("=")
-            param = table.get(option)
-            if param is None:
-                close = difflib.get_close_matches(option, list(table), n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                if self.varargs is not None:
-                    hint += "; put `--` before arguments meant for the program"
-                raise ComponentError(f"unknown argument {option} for component {self.name}{hint}")
-            if value is None:
-                if i + 1 >= len(args):
-                    raise ComponentError(
-                        f"argument {option} of component {self.name} expects a value "
-                        f"({param.type.metavar()})"
-                    )
-                value = args[i + 1]
-                i += 1
-            if param.name in given:
+        parser = self.parser(prog, defaults)
+        try:
+            given, extra = parser.parse_known_args(list(args))
+        except argparse.ArgumentError as exc:
+            if exc.argument_name is None:  # Python >= 3.12 raises some errors this way
+                parser.error(exc.message)
+            raise ComponentError(
+                f"argument {exc.argument_name} of component {self.name}: {exc.message}"
+            ) from None
+        if extra:
+            # REMAINDER takes everything from the first positional on, so what is left over
+            # is an unknown option, or a positional argument of a component without *args.
+            if not extra[0].startswith("-"):
                 raise ComponentError(
-                    f"argument --{param.name} given more than once for component {self.name}"
+                    f"component {self.name} takes no positional arguments (got {extra[0]!r})"
                 )
-            given[param.name] = value
-            i += 1
+            option = extra[0].partition("=")[0]
+            known = [o for p in self.params for o in p.options()]
+            close = difflib.get_close_matches(option, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            if self.varargs is not None:
+                hint += "; put `--` before arguments meant for the program"
+            raise ComponentError(f"unknown argument {option} for component {self.name}{hint}")
 
         unknown = sorted(set(defaults) - {p.name for p in self.params} - self._varargs_names())
         if unknown:
@@ -313,30 +315,25 @@ class Component:
 
         values: dict[str, Any] = {}
         for param in self.params:
-            if param.name in given:
-                values[param.name] = _decode(param, given[param.name], self.name, "")
+            text = getattr(given, param.name)
+            if text is not None:
+                values[param.name] = _decode(param, text, self.name, "")
             elif param.name in defaults:
                 values[param.name] = _decode(
                     param, defaults[param.name], self.name, "configured default "
                 )
-            elif param.has_default:
+            else:  # argparse saw to it that a required one was given
                 values[param.name] = param.default
-            else:
-                raise ComponentError(
-                    f"missing required argument --{param.name} for component {self.name}"
-                )
-
-        if rest and self.varargs is None:
-            raise ComponentError(
-                f"component {self.name} takes no positional arguments (got {rest[0]!r})"
-            )
         if self.varargs is not None:
+            rest = list(getattr(given, self.varargs.name) or [])
+            if rest[:1] == ["--"]:  # argparse keeps the `--` that starts a REMAINDER
+                rest = rest[1:]
             if not rest and self.varargs.name in defaults:
                 import shlex
 
                 rest = shlex.split(defaults[self.varargs.name])
             items = []
-            for item in rest or []:
+            for item in rest:
                 try:
                     items.append(self.varargs.type.parse(item))
                 except ValueError as exc:
@@ -358,51 +355,68 @@ class Component:
             app = self.fn(*positional, *varargs, **keyword)
         except ValueError as exc:  # how components (and parse_mounts) reject their input
             raise ComponentError(f"component {self.name}: {exc}") from exc
-        if not isinstance(app, AppDef):
+        if isinstance(app, AppDef):
+            return app
+        from txd.client.torchx_compat import TorchXError, from_torchx, is_torchx
+
+        if not is_torchx(app):
             raise ComponentError(
                 f"component {self.name} returned {type(app).__name__}, expected an AppDef"
             )
-        return app
-
-    # -- help --------------------------------------------------------------------------------
-
-    def help(self, prog: str, defaults: Mapping[str, str]) -> str:
-        import textwrap
-
-        usage = [f"usage: {prog} {self.name}"]
-        rows: list[tuple[str, str]] = []
-        for param in self.params:
-            meta = param.type.metavar()
-            flag = f"--{param.name} {meta}"
-            usage.append(flag if _is_required(param, defaults) else f"[{flag}]")
-            left = ", ".join(f"{o} {meta}" for o in param.options())
-            rows.append((left, _with_default(param, defaults)))
-        if self.varargs is not None:
-            usage.append(f"[{self.varargs.name} ...]")
-            rows.append((f"{self.varargs.name} ...", _with_default(self.varargs, defaults)))
-
-        lines = textwrap.wrap(
-            " ".join(usage), width=100, subsequent_indent=" " * 8, break_on_hyphens=False
-        )
-        if self.description:
-            lines += ["", self.description]
-        if rows:
-            lines += ["", "arguments:"]
-            col = min(max(len(left) for left, _ in rows) + 4, 32)
-            for left, text in rows:
-                wrapped = textwrap.wrap(text, width=100 - col) or [""]
-                if len(left) + 4 > col:
-                    lines.append(f"  {left}")
-                    lines += [" " * col + w for w in wrapped]
-                else:
-                    lines.append(f"  {left.ljust(col - 2)}{wrapped[0]}")
-                    lines += [" " * col + w for w in wrapped[1:]]
-        return "\n".join(lines) + "\n"
+        try:  # a TorchX component's specs.AppDef
+            return from_torchx(app)
+        except TorchXError as exc:
+            raise ComponentError(f"component {self.name}: {exc}") from None
 
 
-def _attached_short(token: str, table: Mapping[str, Param]) -> bool:
-    """`-j2x1`: a known single-letter option with its value glued on."""
-    return not token.startswith("--") and len(token) > 2 and token[:2] in table
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ComponentError (one line) instead of printing usage and exiting."""
+
+    def __init__(self, component: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.component = component
+
+    def error(self, message: str) -> NoReturn:
+        required = "the following arguments are required: "
+        if message.startswith(required):
+            names = message[len(required) :]
+            plural = "s" if "," in names else ""
+            raise ComponentError(
+                f"missing required argument{plural} {names} for component {self.component}"
+            )
+        raise ComponentError(f"component {self.component}: {message}")
+
+
+class _Help(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        raise ComponentHelp(parser.format_help())
+
+
+class _StoreOnce(argparse.Action):
+    """Stores the value; a second one for the same parameter is an error (not "last wins")."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, "given more than once")
+        setattr(namespace, self.dest, values)
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the docstring's paragraphs, and shows *args in the usage as `[NAME ...]`."""
+
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if action.nargs == argparse.REMAINDER:
+            return f"[{self._metavar_formatter(action, default_metavar)(1)[0]} ...]"
+        return super()._format_args(action, default_metavar)
 
 
 def _decode(param: Param, text: str, component: str, source: str) -> Any:
@@ -414,11 +428,7 @@ def _decode(param: Param, text: str, component: str, source: str) -> Any:
         ) from None
 
 
-def _is_required(param: Param, defaults: Mapping[str, str]) -> bool:
-    return not param.has_default and param.name not in defaults
-
-
-def _with_default(param: Param, defaults: Mapping[str, str]) -> str:
+def _help_text(param: Param, defaults: Mapping[str, str]) -> str:
     text = param.help.strip()
     if param.name in defaults:
         suffix = f"(default: {_show(defaults[param.name])}, from config)"
@@ -443,42 +453,14 @@ def _type_repr(annotation: Any) -> str:
     return getattr(annotation, "__name__", None) or repr(annotation)
 
 
-# -- docstrings --------------------------------------------------------------------------------
-
-_ARG_SECTIONS = {"args", "arguments", "parameters", "params"}
-_DROPPED_SECTIONS = _ARG_SECTIONS | {"returns", "return", "raises", "yields", "yield"}
-
-
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a cleaned Google-style docstring into (description, {argument: help}).
+    """Split a cleaned docstring (Google, NumPy or reST style, told apart by docstring-parser,
+    which reads anything it cannot place as description) into (description, {argument: help}),
+    each help on one line."""
+    import docstring_parser
 
-    The description keeps everything except the Args/Returns/Raises/Yields sections.
-    """
-    description: list[str] = []
-    arg_help: dict[str, list[str]] = {}
-    section: str | None = None
-    current: str | None = None
-    entry_indent = 0
-    for line in doc.splitlines():
-        stripped = line.strip()
-        indent = len(line) - len(line.lstrip())
-        header = stripped[:-1].lower() if stripped.endswith(":") and indent == 0 else None
-        if header is not None and header in _DROPPED_SECTIONS:
-            section, current = header, None
-            continue
-        if section is not None and stripped and indent == 0:
-            section = None  # unindented text ends a section
-        if section is None:
-            description.append(line)
-        elif section in _ARG_SECTIONS and stripped:
-            if current is None or indent <= entry_indent:
-                head, sep, text = stripped.partition(":")
-                name = head.split("(")[0].strip().lstrip("*")
-                if sep and name.isidentifier():
-                    current, entry_indent = name, indent
-                    arg_help[current] = [text.strip()]
-                    continue
-            if current is not None:
-                arg_help[current].append(stripped)
-    text = "\n".join(description).strip()
-    return text, {name: " ".join(p for p in parts if p) for name, parts in arg_help.items()}
+    parsed = docstring_parser.parse(doc)
+    arg_help = {
+        p.arg_name.lstrip("*"): " ".join((p.description or "").split()) for p in parsed.params
+    }
+    return (parsed.description or "").strip(), arg_help

@@ -49,6 +49,25 @@ async def test_record_stores_writes_through_and_wakes_watchers(
     await watch.aclose()
 
 
+async def test_watch_never_sends_the_same_status_twice(cache: StatusCache, store: JobStore) -> None:
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING, "up"))
+    watch = cache.watch(rec)
+    first = await anext(watch)
+    assert (first.state, first.msg) == (AppState.RUNNING, "up")
+    # The backend missed a poll and answered again before the watcher looked: what it would
+    # send now is what it sent.
+    cache.mark_stale([job], "fake", "down")
+    cache.record(job, st(AppState.RUNNING, "up"))
+    nxt = asyncio.ensure_future(anext(watch))
+    done, _ = await asyncio.wait([nxt], timeout=1)  # virtual time: passes once the loop idles
+    assert not done
+    cache.record(job, st(AppState.SUCCEEDED))
+    async with asyncio.timeout(TIMEOUT):
+        assert (await nxt).state == AppState.SUCCEEDED
+    assert await collect(watch) == []
+
+
 async def test_an_identical_status_wakes_nobody(cache: StatusCache, store: JobStore) -> None:
     _, job = follow(cache, store)
     cache.record(job, st(AppState.RUNNING, "up"))

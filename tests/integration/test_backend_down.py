@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from txd.v1 import AppDef, AppState, AppStatus, Role
-from txd_testing import sh_app
+from txd_testing import repeated_statuses, sh_app
 
 DOWN = "fakepoll's backend is down (test)"  # txd_fakepoll.DOWN
 
@@ -30,6 +30,25 @@ async def _first(c: Any, handle: str, stale: bool) -> AppStatus:
             if status.HasField("stale_since") == stale:
                 return status
     raise AssertionError(f"the watch of {handle} ended first")
+
+
+async def test_watch_sends_only_changes(plugin_daemon: Any) -> None:
+    """The backend goes down and comes back while a client watches: every status the watch
+    sends differs from the one before in more than the time of the last state change."""
+    down = _down_file(plugin_daemon)
+    async with plugin_daemon.client() as c:
+        handle = await c.run(_app("changes"), "fakepoll", cwd="/")
+        sent: list[AppStatus] = []
+        async with asyncio.timeout(30):
+            async for status in c.watch(handle):
+                sent.append(status)
+                if len(sent) == 1:
+                    down.touch()
+                elif status.HasField("stale_since") and down.exists():
+                    down.unlink()
+    assert any(s.HasField("stale_since") for s in sent)
+    assert not sent[-1].HasField("stale_since") and sent[-1].state == AppState.SUCCEEDED
+    assert repeated_statuses(sent) == [], sent
 
 
 async def test_status_is_stale_while_the_backend_is_down(plugin_daemon: Any) -> None:

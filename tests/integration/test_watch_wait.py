@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from txd.client import DeadlineExceededError, InvalidArgumentError, NotFoundError
 from txd.v1 import AppDef, AppState, Role
-from txd_testing import Gates, PidWatch, pids_with_marker, sh_app
+from txd_testing import Gates, PidWatch, pids_with_marker, repeated_statuses, sh_app
 
 
 async def _states(stream: Any) -> list[int]:
@@ -234,6 +234,40 @@ async def test_multi_replica_job_ends_after_its_last_replica(client: Any, gates:
     ], status
     assert status.state == AppState.FAILED, status
     assert "r/3 exited with 1" in status.msg
+
+
+async def test_watch_sends_only_changes(client: Any, gates: Gates) -> None:
+    """Three replicas end one at a time, each when the watcher has seen the one before end:
+    every status sent differs from the one before in more than `updated`."""
+    gate = [gates.new(f"r{k}") for k in range(3)]
+    app = AppDef(
+        name="changes",
+        roles=[
+            Role(
+                name="r",
+                entrypoint="sh",
+                num_replicas=3,
+                env={"K": "${replica_id}"},
+                args=[
+                    "-c",
+                    "case $K in "
+                    + " ".join(f"{k}) {g.wait};;" for k, g in enumerate(gate))
+                    + " esac",
+                ],
+            )
+        ],
+    )
+    handle = await client.run(app)
+    sent, opened = [], 0
+    async with asyncio.timeout(20):
+        async for status in client.watch(handle):
+            sent.append(status)
+            ended = sum(r.state == AppState.SUCCEEDED for x in status.roles for r in x.replicas)
+            if ended == opened < 3:  # the last gate opened has let its replica end
+                gate[opened].open()
+                opened += 1
+    assert sent[-1].state == AppState.SUCCEEDED
+    assert repeated_statuses(sent) == [], sent
 
 
 async def test_multi_role_status(client: Any) -> None:

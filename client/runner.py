@@ -1,0 +1,275 @@
+"""TorchX's Runner API on txd: code written against `torchx.runner.get_runner()` switches with
+one changed import.
+
+    from txd.client.runner import get_runner   # was: from torchx.runner import get_runner
+
+    with get_runner() as runner:
+        app_handle = runner.run(app, scheduler="local_cwd")
+        print(runner.wait(app_handle).state)   # SUCCEEDED
+
+Same method names, arguments and return types as TorchX's Runner: statuses are
+`torchx.specs.AppStatus` (state a `torchx.specs.AppState`), describe() a `torchx.specs.AppDef`,
+dryrun() a `torchx.specs.AppDryRunInfo`, list() `torchx.schedulers.api.ListAppResponse`s. So it
+needs torchx installed (code written for TorchX has it), and `run` takes a torchx or a txd
+AppDef. Unlike TorchX, jobs live in the txd daemon (which must be running, e.g. started by
+`txctl`), so another process or a later session can status/wait/log them; wait() is pushed by
+the daemon, not polled. Built on the blocking txd.client.Client: not for use inside a running
+event loop (use AsyncClient there).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from txd.cfgvalue import CfgVal
+from txd.client._async import DEFAULT_TIMEOUT
+from txd.client._errors import NotFoundError
+from txd.client._sync import Client
+from txd.client.torchx_compat import (
+    to_torchx_appdef,
+    to_torchx_status,
+    torchx_specs,
+)
+from txd.v1 import AppDef
+
+AppHandle = str  # {scheduler}://{session}/{app_id}, as in TorchX
+
+
+class Runner:
+    """TorchX's Runner, answered by the txd daemon on `socket` ($TXD_SOCKET or the default).
+
+    `name` (TorchX's session name) is accepted but unused: txd names the session of every job
+    it runs `txd`. `component_defaults` ({component: {arg: value}}) replace components'
+    declared defaults, as in TorchX.
+    """
+
+    def __init__(
+        self,
+        name: str = "txd",
+        component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+        *,
+        socket: str | Path | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+    ) -> None:
+        torchx_specs()  # fail now, with how to install it, rather than at the first status
+        self._name = name
+        self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
+        self._client = Client(socket, timeout=timeout)
+        self._closed = False
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection; the jobs keep running in the daemon. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            self._client.close()
+
+    def name(self) -> str:
+        return self._name
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def run(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppHandle:
+        """Submits `app` (a torchx.specs.AppDef or a txd.v1.AppDef); returns its handle.
+        `parent_run_id` is accepted and unused (txd has no experiment trackers)."""
+        _no_workspace(workspace)
+        return self._client.run(app, scheduler, cfg)
+
+    def run_component(
+        self,
+        component: str,
+        component_args: builtins.list[str],
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> AppHandle:
+        """Runs a component (a builtin such as `dist.ddp`, or `path/file.py:function`, which
+        may be a TorchX component) with its command-line arguments."""
+        return self.run(self._component(component, component_args), scheduler, cfg, workspace)
+
+    def dryrun(
+        self,
+        app: AppDef,
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> Any:
+        """What run() would submit, as a torchx.specs.AppDryRunInfo: `print()` it to see the
+        scheduler's native request."""
+        _no_workspace(workspace)
+        resp = self._client.dryrun(app, scheduler, cfg)
+        info = torchx_specs().AppDryRunInfo(resp.request, str)
+        # TorchX's Runner fills these back references of its dry-run info the same way.
+        info._app = to_torchx_appdef(resp.app)
+        info._scheduler = resp.scheduler
+        info._cfg = dict(cfg or {})
+        return info
+
+    def dryrun_component(
+        self,
+        component: str,
+        component_args: builtins.list[str],
+        scheduler: str,
+        cfg: Mapping[str, CfgVal] | None = None,
+        workspace: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> Any:
+        return self.dryrun(self._component(component, component_args), scheduler, cfg, workspace)
+
+    def _component(self, component: str, component_args: builtins.list[str]) -> AppDef:
+        from txd.client.components import resolve
+
+        if not isinstance(component_args, builtins.list):
+            raise TypeError(
+                "component_args must be the component's command-line arguments as a list of "
+                f"strings, not {type(component_args).__name__}"
+            )
+        return resolve(
+            component,
+            component_args,
+            defaults=self._component_defaults.get(component),
+            prog="runner.run_component",
+        )
+
+    # -- following jobs --------------------------------------------------------------------
+
+    def status(self, app_handle: AppHandle) -> Any | None:
+        """The job's torchx.specs.AppStatus, or None if txd does not know the job."""
+        try:
+            return to_torchx_status(self._client.status(app_handle))
+        except NotFoundError:
+            return None
+
+    def wait(self, app_handle: AppHandle, wait_interval: float = 10) -> Any | None:
+        """The terminal torchx.specs.AppStatus, or None if txd does not know the job. The
+        daemon pushes the end, so `wait_interval` (TorchX's polling period) is unused."""
+        try:
+            return to_torchx_status(self._client.wait(app_handle))
+        except NotFoundError:
+            return None
+
+    def cancel(self, app_handle: AppHandle) -> None:
+        """Requests cancellation and returns; does nothing if the job ended or is unknown."""
+        with contextlib.suppress(NotFoundError):
+            self._client.cancel(app_handle)
+
+    def delete(self, app_handle: AppHandle) -> None:
+        """Cancels the job if it runs, then forgets it and its logs; nothing if unknown."""
+        with contextlib.suppress(NotFoundError):
+            self._client.delete(app_handle)
+
+    def describe(self, app_handle: AppHandle) -> Any | None:
+        """The torchx.specs.AppDef as submitted, or None if txd does not know the job."""
+        try:
+            return to_torchx_appdef(self._client.describe(app_handle).app)
+        except NotFoundError:
+            return None
+
+    def list(self, scheduler: str) -> builtins.list[Any]:
+        """The jobs txd launched on `scheduler`, newest first, as ListAppResponses."""
+        from torchx.schedulers.api import ListAppResponse
+
+        specs = torchx_specs()
+        return [
+            ListAppResponse(app_id=s.app_id, state=specs.AppState(s.state), app_handle=s.app_handle)
+            for s in self._client.list_iter(scheduler)
+        ]
+
+    def log_lines(
+        self,
+        app_handle: AppHandle,
+        role_name: str,
+        k: int = 0,
+        regex: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        should_tail: bool = False,
+        streams: Any | None = None,
+    ) -> Iterator[str]:
+        """Replica k of role_name's log, line by line, each line with its newline (the last
+        one may have none). `should_tail` follows until the job ends; `streams` is a
+        torchx.schedulers.api.Stream (or "stdout"/"stderr"/"combined"). Lines that are not
+        UTF-8 are decoded with replacement characters."""
+        chunks = self._client.logs(
+            app_handle,
+            role_name,
+            k,
+            regex=regex or "",
+            since=since,
+            until=until,
+            follow=should_tail,
+            streams=str(getattr(streams, "value", streams or "combined")),
+        )
+        return _lines(chunk.data for chunk in chunks)
+
+    def scheduler_backends(self) -> builtins.list[str]:
+        """The names of the schedulers the daemon can run jobs on."""
+        return [s.name for s in self._client.schedulers().schedulers if not s.load_error]
+
+    def __repr__(self) -> str:
+        return f"Runner(name={self._name}, socket={self._client._async.socket_path})"
+
+
+def get_runner(
+    name: str | None = None,
+    component_defaults: Mapping[str, Mapping[str, str]] | None = None,
+    **scheduler_params: Any,
+) -> Runner:
+    """A Runner on the txd daemon of $TXD_SOCKET (or the default socket), as TorchX's
+    get_runner. Scheduler parameters belong to the daemon in txd (`txd --set SCHED.KEY=VALUE`
+    or its config file), so passing any is an error."""
+    if scheduler_params:
+        raise ValueError(
+            f"scheduler parameters ({', '.join(sorted(scheduler_params))}) are set on the txd "
+            "daemon (txd --set SCHEDULER.KEY=VALUE), not on the runner"
+        )
+    return Runner(name or "txd", component_defaults)
+
+
+def _no_workspace(workspace: str | None) -> None:
+    if workspace is not None:
+        raise ValueError("txd does not support workspaces: build the image, then run it")
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """Whole lines (with their newline) out of byte chunks; the unfinished rest at the end."""
+    pending: builtins.list[bytes] = []  # the unfinished line, in pieces (no quadratic joins)
+    for data in chunks:
+        *whole, tail = data.split(b"\n")
+        if whole:
+            whole[0] = b"".join([*pending, whole[0]])
+            pending = []
+        for line in whole:
+            yield (line + b"\n").decode(errors="replace")
+        if tail:
+            pending.append(tail)
+    if pending:
+        yield b"".join(pending).decode(errors="replace")
+
+
+__all__ = ["AppHandle", "Runner", "get_runner"]
