@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 # A backend that hands out an app id the store already holds (Slurm job ids after slurmctld
 # lost its state, or wrapped around) gets `<id>.2`, `<id>.3` ...: handles are never reused.
 MAX_ID_SUFFIX = 1000
+# An ambiguous short id names this many of the jobs it matches.
+MAX_CANDIDATES = 10
 
 
 def handle_of(scheduler: str, session: str, app_id: str) -> str:
@@ -230,8 +232,41 @@ class Core:
 
     # -- status -----------------------------------------------------------------------------
 
-    def lookup(self, handle: str) -> JobRecord:
-        validate.parse_handle(handle)
+    def resolve(self, text: str) -> str:
+        """The handle of the job `text` names: a whole handle (`{scheduler}://{session}/{app_id}`,
+        returned as it is), a job's app id, or a prefix of one app id, as docker takes short
+        container ids. An app id equal to `text` wins over longer ones it begins (job `123`
+        over `1234`). Raises NotFound when nothing matches, InvalidArgument when several
+        jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
+        if "://" in text:
+            validate.parse_handle(text)
+            return text
+        if not text:
+            raise InvalidArgument("app_handle", "empty: give a handle, an app id or its prefix")
+        found = self.store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
+        exact = [handle for handle, app_id in found if app_id == text]
+        if len(exact) == 1:
+            return exact[0]
+        candidates = exact or [handle for handle, _ in found]
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise NotFound(
+                f"no job {text!r}: no handle, app id or app id prefix of a known job "
+                "(list known jobs with `txctl list`)"
+            )
+        total = len(candidates) if exact else self.store.count_app_id_prefix(text)
+        shown = ", ".join(candidates[:MAX_CANDIDATES])
+        more = f" and {total - MAX_CANDIDATES} more" if total > MAX_CANDIDATES else ""
+        raise InvalidArgument(
+            "app_handle",
+            f"{text!r} matches {total} jobs: {shown}{more}; give more of the app id, "
+            "or the whole handle",
+        )
+
+    def lookup(self, text: str) -> JobRecord:
+        """The job `text` names (see resolve)."""
+        handle = self.resolve(text)
         if (job := self.cache.get(handle)) is not None:
             return job.record
         rec = self.store.get(handle)
@@ -271,7 +306,7 @@ class Core:
 
     async def cancel(self, handle: str) -> AppStatus:
         rec = self.lookup(handle)
-        job = self.cache.get(handle)
+        job = self.cache.get(rec.handle)
         if job is None:  # nothing can change any more
             return rec.status
         sched = await self.schedulers.get(rec.scheduler)
@@ -284,8 +319,8 @@ class Core:
     async def delete(self, handle: str) -> None:
         rec = self.lookup(handle)
         await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
-        self.cache.drop(handle, "deleted")
-        self.store.delete(handle)
+        self.cache.drop(rec.handle, "deleted")
+        self.store.delete(rec.handle)
 
     # -- logs -------------------------------------------------------------------------------
 
