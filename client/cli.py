@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
     p.add_argument(
+        "--state-dir",
+        help="state dir of a daemon txctl starts (env TXD_STATE_DIR; default per user)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=30.0,
@@ -185,9 +189,9 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", EXIT_UNAVAILABLE)
     try:
-        pid = start_daemon(path)
+        pid = start_daemon(path, defaults.state_dir(args.state_dir))
     except RuntimeError as e:
-        raise CliError(str(e), EXIT_UNAVAILABLE) from None
+        raise CliError(f"cannot start txd: {e}", EXIT_UNAVAILABLE) from None
     if pid is not None:
         print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
     return str(path)
