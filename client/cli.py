@@ -115,6 +115,24 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument(
         "--limit", type=_positive_int, metavar="N", help="only the newest N jobs (default: all)"
     )
+    lst.add_argument(
+        "--state",
+        action="append",
+        type=_state_names,
+        default=[],
+        metavar="STATE[,STATE...]",
+        help="only jobs in these states (e.g. running,failed); may repeat",
+    )
+    lst.add_argument("--since", help="only jobs created since: ISO time, epoch, or 10s/5m/2h/1d")
+    prune = cmd("prune", "delete finished jobs created before a time, and their logs")
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        metavar="AGE|TIME",
+        help="jobs created before this: an age like 7d/12h/30m, an ISO time or epoch seconds",
+    )
+    prune.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
+    prune.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("builtins", "list the builtin components")
@@ -129,6 +147,20 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
     return value
+
+
+def _state_names(text: str) -> list[str]:
+    """--state: comma-separated AppState names, any case."""
+    from txd.v1 import AppState
+
+    names = [n.strip().upper() for n in text.split(",") if n.strip()]
+    valid = list(AppState.keys())
+    bad = [n for n in names if n not in valid]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown state {(bad or [text])[0]!r}; states: {', '.join(valid)} (any case)"
+        )
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,8 +360,15 @@ async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
 async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     """Prints jobs as their pages arrive, so a list of any length takes one page of memory."""
     from txd.client._format import ListTable, dumps, to_dict
+    from txd.v1 import AppState
 
-    apps = client.list_iter(args.scheduler, args.backend, limit=args.limit)
+    apps = client.list_iter(
+        args.scheduler,
+        args.backend,
+        limit=args.limit,
+        states=[AppState.Value(name) for names in args.state for name in names],
+        created_since=_when(args.since),
+    )
     if args.json:  # the same text as json.dumps(list, indent=2), one element at a time
         sep = "[\n"
         async for app in apps:
@@ -344,6 +383,38 @@ async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     for line in table.end():
         print(line)
     return 0
+
+
+async def _cmd_prune(client: Any, args: argparse.Namespace) -> int:
+    """Prunes a batch at a time (the daemon's limit) until none is left or one removes
+    nothing (its jobs' schedulers failing); prints the removed jobs as `list` does."""
+    from txd.client._format import ListTable, to_dict
+
+    before = _when(args.older_than)
+    pruned: list[Any] = []
+    failed: dict[str, str] = {}
+    while True:  # ends: each pass removes at least one job, or it is the last
+        resp = await client.prune(before, args.scheduler, dry_run=args.dry_run)
+        pruned += resp.pruned
+        failed.update(resp.failed)
+        if args.dry_run or not resp.more or not resp.pruned:
+            break
+    if args.json:
+        _out(
+            {"pruned": [to_dict(s) for s in pruned], "failed": failed, "dry_run": args.dry_run},
+            True,
+        )
+    else:
+        table = ListTable()
+        lines = [line for status in pruned for line in table.add(status)]
+        for line in lines + (table.end() if pruned else []):
+            print(line)
+        verb = "would prune" if args.dry_run else "pruned"
+        more = " (and more: the first 1000 shown)" if args.dry_run and resp.more else ""
+        print(f"txctl: {verb} {len(pruned)} finished jobs{more}", file=sys.stderr)
+    for handle, why in failed.items():
+        print(f"txctl: kept {handle}: {why}", file=sys.stderr)
+    return EXIT_JOB_FAILED if failed else 0
 
 
 async def _cmd_runopts(client: Any, args: argparse.Namespace) -> int:
@@ -437,6 +508,7 @@ _COMMANDS = {
     "cancel": _cmd_cancel,
     "delete": _cmd_delete,
     "list": _cmd_list,
+    "prune": _cmd_prune,
     "runopts": _cmd_runopts,
     "schedulers": _cmd_schedulers,
     "logs": _cmd_logs,

@@ -8,6 +8,7 @@ jobs' statuses, fed by one status feed per scheduler) and the scheduler instance
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import sqlite3
@@ -34,7 +35,7 @@ from txd.schedulers.errors import (
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
 from txd.v1.app_pb2 import AppDef, AppState, AppStatus
-from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, RunRequest
+from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, PruneRequest, RunRequest
 from txd.v1.scheduler_pb2 import CfgValue, RunOpt, SchedulerInfo
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ log = logging.getLogger(__name__)
 MAX_ID_SUFFIX = 1000
 # An ambiguous short id names this many of the jobs it matches.
 MAX_CANDIDATES = 10
+# The most jobs one Prune call removes (its response lists them all).
+PRUNE_BATCH = 1000
 
 
 def handle_of(scheduler: str, session: str, app_id: str) -> str:
@@ -318,9 +321,46 @@ class Core:
 
     async def delete(self, handle: str) -> None:
         rec = self.lookup(handle)
+        await self._delete_in_backend(rec)
+        self.store.delete(rec.handle)
+
+    async def prune(
+        self, req: PruneRequest
+    ) -> tuple[builtins.list[AppStatus], dict[str, str], bool]:
+        """Deletes up to PRUNE_BATCH terminal jobs created before req.created_before, oldest
+        first, as delete() does; returns (the statuses of those removed, {handle: why} of those
+        kept because their scheduler failed, whether more match). The job store rows go in one
+        transaction, after every backend had its say."""
+        if not req.HasField("created_before"):
+            raise InvalidArgument("created_before", "required: prune jobs created before when?")
+        if req.scheduler:
+            self.schedulers.check(req.scheduler)
+        recs = self.store.finished_before(
+            req.created_before.ToNanoseconds(), PRUNE_BATCH + 1, scheduler=req.scheduler
+        )
+        more = len(recs) > PRUNE_BATCH
+        # Terminal in the store means the cache follows it no more; checked all the same.
+        recs = [r for r in recs[:PRUNE_BATCH] if self.cache.get(r.handle) is None]
+        if req.dry_run:
+            return [r.status for r in recs], {}, more
+        removed: builtins.list[JobRecord] = []
+        failed: dict[str, str] = {}
+        for rec in recs:
+            try:
+                await self._delete_in_backend(rec)
+            except TxdError as e:
+                failed[rec.handle] = str(e)
+            else:
+                removed.append(rec)
+        self.store.delete_many(r.handle for r in removed)
+        log.info("pruned %d jobs (%d kept: their scheduler failed)", len(removed), len(failed))
+        return [r.status for r in removed], failed, more
+
+    async def _delete_in_backend(self, rec: JobRecord) -> None:
+        """What Delete does before forgetting the job: the scheduler cancels it if live and
+        removes what it keeps (local logs included); waiters get a final status."""
         await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
         self.cache.drop(rec.handle, "deleted")
-        self.store.delete(rec.handle)
 
     # -- logs -------------------------------------------------------------------------------
 

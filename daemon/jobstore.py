@@ -194,6 +194,32 @@ class JobStore:
     def delete(self, handle: str) -> None:
         self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
 
+    def delete_many(self, handles: Iterable[str]) -> None:
+        """Deletes every one of these jobs or, if one fails, none: one transaction."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany("DELETE FROM jobs WHERE handle = ?", ((h,) for h in handles))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def finished_before(
+        self, created_before_ns: int, limit: int, *, scheduler: str = ""
+    ) -> list[JobRecord]:
+        """Up to `limit` terminal jobs created before `created_before_ns` (nanoseconds since
+        the epoch, compared with the `created` time statuses report), oldest first."""
+        marks = ",".join("?" * len(TERMINAL_STATES))
+        where = f"state IN ({marks}) AND created < ? AND CAST(created * 1e9 AS INTEGER) < ?" + (
+            " AND scheduler = ?" if scheduler else ""
+        )
+        args = (*TERMINAL_STATES, created_before_ns / 1e9 + 1e-3, created_before_ns)
+        rows = self._db.execute(
+            f"{_SELECT} WHERE {where} ORDER BY created, handle LIMIT ?",
+            (*args, *([scheduler] if scheduler else []), limit),
+        )
+        return [_record(r) for r in rows]
+
     def get(self, handle: str) -> JobRecord | None:
         row = self._db.execute(f"{_SELECT} WHERE handle = ?", (handle,)).fetchone()
         return _record(row) if row else None
