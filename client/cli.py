@@ -91,13 +91,19 @@ def _parser() -> argparse.ArgumentParser:
         cmd(name, help, json=False).add_argument("handle")
 
     logs = cmd("logs", "print a job's logs", json=False)
-    logs.add_argument("handle")
+    logs.add_argument("handle", metavar="HANDLE[/ROLE[/K]]")
     logs.add_argument(
         "target",
         nargs="?",
         default="",
         metavar="ROLE[/K]",
         help="one role, or one replica K of it (default: every replica)",
+    )
+    logs.add_argument(
+        "--tail",
+        type=_nonnegative_int,
+        metavar="N",
+        help="only the last N lines of each replica (with -f, then what comes next)",
     )
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     logs.add_argument("--regex", default="", help="only lines matching this regex")
@@ -146,6 +152,16 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
     return value
 
 
@@ -444,12 +460,13 @@ async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
-    role, _, k = args.target.partition("/")
+    handle, target = split_log_target(args.handle, args.target)
+    role, _, k = target.partition("/")
     if k and not k.isdigit():
-        raise CliError(f"bad replica {k!r} in {args.target!r}: expected ROLE/K with K a number")
+        raise CliError(f"bad replica {k!r} in {target!r}: expected ROLE/K with K a number")
     await _print_logs(
         client,
-        args.handle,
+        handle,
         role,
         int(k) if k else None,
         follow=args.follow,
@@ -457,8 +474,25 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
         since=_when(args.since),
         until=_when(args.until),
         streams=args.streams,
+        tail=args.tail,
     )
     return 0
+
+
+def split_log_target(text: str, target: str) -> tuple[str, str]:
+    """(job, ROLE[/K]) of `logs TEXT [TARGET]`, where TEXT may carry the target itself as
+    `torchx log` takes it: a handle is `scheme://session/app_id` (neither holds a '/'), so what
+    follows its app id is `/ROLE[/K]`; a short id has no '/', so in `ID/ROLE/K` the first '/'
+    ends it."""
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        parts = rest.split("/", 2)  # session, app id, and ROLE[/K]
+        job, extra = f"{scheme}://{'/'.join(parts[:2])}", "/".join(parts[2:])
+    else:
+        job, _, extra = text.partition("/")
+    if extra and target:
+        raise CliError(f"{text!r} names the role already; drop the extra {target!r}")
+    return job, extra or target
 
 
 async def _print_logs(

@@ -45,6 +45,14 @@ class _ReadyPipe:
         self.send("ready")
 
 
+def _session(text: str) -> str:
+    """Handles are `scheduler://session/app_id`: a '/' in the session would make
+    `handle/ROLE/K` (txctl logs) ambiguous."""
+    if not text or "/" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: a session name is not empty and has no '/'")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="txd", description="the txd job launcher daemon")
     parser.add_argument(
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--session",
+        type=_session,
         default=defaults.SESSION,
         help="session name in app handles (default %(default)s)",
     )
