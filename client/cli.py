@@ -140,6 +140,12 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
     prune.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
+    cmd(
+        "completion",
+        'print a shell completion script: eval "$(txctl completion bash)", '
+        "source <(txctl completion zsh)",
+        json=False,
+    ).add_argument("shell", choices=["bash", "zsh"])
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("builtins", "list the builtin components")
     return p
@@ -180,6 +186,11 @@ def _state_names(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["__complete"]:  # asked by the completion script, never typed
+        from txd.client._completion import complete
+
+        return complete(argv[1:])
     args = _parser().parse_args(argv)
     try:
         return asyncio.run(_dispatch(args))
@@ -203,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "completion":
+        from txd.client._completion import script
+
+        print(script(args.shell, _parser()), end="")
+        return 0
     if args.command == "builtins":
         from txd.client import components
 
