@@ -89,6 +89,7 @@ def test_reflection_lists_and_describes_runner(channel: Any) -> None:
         "List",
         "Cancel",
         "Delete",
+        "Prune",
         "Logs",
         "Schedulers",
         "RunOpts",
