@@ -7,6 +7,7 @@ import re
 import signal
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,23 @@ def _stop_serving(*sockets: Path) -> None:
         for pid in pids:
             os.kill(pid, signal.SIGTERM)
         assert watch.wait(30) == []
+
+
+def test_autostart_failure_shows_the_daemon_reason(auto: AutostartEnv, workdir: Path) -> None:
+    """A daemon that cannot start says why on its ready pipe; txctl prints that one line."""
+    bad = auto.root / "bad.toml"
+    bad.write_text("[schedulers.local_cwd\n")
+    auto.env["TXD_CONFIG"] = str(bad)
+    proc = auto.txctl("list", cwd=workdir)
+    assert proc.returncode == 3, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"txctl: error: cannot start txd: {bad}: "), line
+    assert "txd.log" not in line
+    assert auto.daemons() == []
+    # txd refuses a session that would make `HANDLE/ROLE/K` ambiguous.
+    proc = subprocess.run(
+        [sys.executable, "-m", "txd.daemon", "--session", "a/b"],
+        capture_output=True, text=True, env=auto.env, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "'a/b': a session name is not empty and has no '/'" in proc.stderr
