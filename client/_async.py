@@ -14,14 +14,15 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
 from txd.client._errors import TxdError, from_rpc_error
+from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus
+from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2_grpc import RunnerStub
 from txd.v1.scheduler_pb2 import RunOpt
 
 DEFAULT_TIMEOUT = 30.0
 _INT32_MAX = 2**31 - 1  # page_size is an int32
-_STREAMS = {"combined": pb.COMBINED, "stdout": pb.STDOUT, "stderr": pb.STDERR}
+_STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
 
 
 def _timestamp(when: dt.datetime | None) -> Timestamp | None:

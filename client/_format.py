@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from google.protobuf.message import Message
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus
-from txd.v1.scheduler_pb2 import OptType, RunOpt, SchedulerInfo
+from txd.v1 import AppState, OptType
+from txd.v1.app_pb2 import AppDef, AppStatus
+from txd.v1.scheduler_pb2 import RunOpt, SchedulerInfo
 
 
 def to_dict(msg: Message) -> dict[str, Any]:

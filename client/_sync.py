@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 
 from txd.cfgvalue import CfgVal
 from txd.client._async import DEFAULT_TIMEOUT, AsyncClient
+from txd.v1 import AppState
 from txd.v1 import runner_pb2 as pb
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus
+from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import RunOpt
 
 T = TypeVar("T")

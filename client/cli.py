@@ -336,7 +336,7 @@ async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
 
 
 def _job_exit(state: int) -> int:
-    from txd.v1.app_pb2 import AppState
+    from txd.v1 import AppState
 
     return 0 if state == AppState.SUCCEEDED else EXIT_JOB_FAILED
 

@@ -34,7 +34,8 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus
+from txd.v1 import AppState
+from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, PruneRequest, RunRequest
 from txd.v1.scheduler_pb2 import CfgValue, RunOpt, SchedulerInfo
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from txd.daemon.jobstore import Cursor, JobStore
 from txd.schedulers.errors import InvalidArgument
-from txd.v1.app_pb2 import AppState, AppStatus
+from txd.v1 import AppState
+from txd.v1.app_pb2 import AppStatus
 from txd.v1.runner_pb2 import ListRequest
 
 DEFAULT_PAGE_SIZE = 500

@@ -12,8 +12,9 @@ from typing import Any
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
 from txd.schedulers.errors import InvalidArgument, NotFound, Unsupported
+from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef
-from txd.v1.runner_pb2 import LogsRequest, LogsResponse, Stream
+from txd.v1.runner_pb2 import LogsRequest, LogsResponse
 
 # Bounds the bytes buffered per merged log stream (chunks are at most 64 KiB).
 MERGE_QUEUE_CHUNKS = 16

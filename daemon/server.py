@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from txd.daemon import reflection
 from txd.daemon.core import Core
 from txd.daemon.servicer import RunnerServicer
 from txd.daemon.tasks import Tasks
@@ -85,14 +85,7 @@ async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server,
     runner_pb2_grpc.add_RunnerServicer_to_server(RunnerServicer(core), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        [
-            SERVICE,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ],
-        server,
-    )
+    reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
     os.chmod(socket_path, 0o600)

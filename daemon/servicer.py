@@ -9,6 +9,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 from txd.daemon.core import Core, cfg_values
 from txd.schedulers import errors
 from txd.v1 import runner_pb2 as pb
@@ -34,6 +37,22 @@ def _code(e: Exception) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}"
 
 
+def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
+    """The (code, message, trailing metadata) that end a call failed with `e`. An
+    InvalidArgument also carries its field path machine-readably: google.rpc.BadRequest in the
+    status details (the `grpc-status-details-bin` trailer), as Google's rich error model does,
+    so clients need not parse the message."""
+    code, message = _code(e)
+    status = status_pb2.Status(code=code.value[0], message=message)
+    if isinstance(e, errors.InvalidArgument):
+        violation = error_details_pb2.BadRequest.FieldViolation(field=e.field, description=e.reason)
+        detail = any_pb2.Any()
+        detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+        status.details.append(detail)
+    rich = rpc_status.to_status(status)
+    return rich.code, rich.details, rich.trailing_metadata
+
+
 def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turns TxdError (and anything unexpected) into a gRPC status, for unary and streams."""
     if inspect.isasyncgenfunction(fn):
@@ -44,7 +63,7 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
                 async for item in fn(self, request, context):
                     yield item
             except Exception as e:
-                await context.abort(*_code(e))
+                await context.abort(*_status(e))
 
         return stream
 
@@ -53,7 +72,7 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return await fn(self, request, context)
         except Exception as e:
-            await context.abort(*_code(e))
+            await context.abort(*_status(e))
 
     return unary
 

@@ -20,7 +20,8 @@ from txd.daemon.jobstore import JobRecord, JobStore
 from txd.schedulers.api import Job, is_terminal
 from txd.schedulers.errors import BackendUnavailable
 from txd.schedulers.pulse import Pulse
-from txd.v1.app_pb2 import AppState, AppStatus
+from txd.v1 import AppState
+from txd.v1.app_pb2 import AppStatus
 
 
 @dataclass(eq=False)

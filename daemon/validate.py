@@ -13,8 +13,9 @@ from txd.schedulers import resources
 from txd.schedulers.errors import InvalidArgument
 from txd.v1.app_pb2 import AppDef, Role
 
-# Names end up in app ids, file paths and native job names: keep them portable.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+# Names end up in app ids, file paths and native job names: keep them portable. (fullmatch:
+# `$` would let a trailing newline through.) The rule is stated in app.proto; keep them equal.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _HANDLE = re.compile(r"^(?P<scheduler>[^:/]+)://(?P<session>.*)/(?P<app_id>[^/]+)$")
 MAX_REQUEST_ID = 128
 
@@ -22,7 +23,7 @@ MAX_REQUEST_ID = 128
 def _check_name(field: str, name: str, what: str) -> None:
     if not name:
         raise InvalidArgument(field, f"{what} must not be empty")
-    if not _NAME.match(name) or name in (".", ".."):
+    if not _NAME.fullmatch(name):
         raise InvalidArgument(
             field,
             f"{what} {name!r} must be 1-128 characters of letters, digits, '_', '.' or '-', "

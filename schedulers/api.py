@@ -51,9 +51,8 @@ from typing import Any, ClassVar, Final, Generic, Protocol, TypeVar
 
 from txd.schedulers import options
 from txd.schedulers.errors import Unsupported
-from txd.v1 import TERMINAL_STATES
+from txd.v1 import TERMINAL_STATES, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus, Role
-from txd.v1.runner_pb2 import Stream
 from txd.v1.scheduler_pb2 import Capabilities, CfgValue, RunOpt
 
 OptsT = TypeVar("OptsT")

@@ -28,8 +28,7 @@ from txd.schedulers.api import (
 from txd.schedulers.errors import BackendUnavailable, NotFound
 from txd.schedulers.hosts import Host, Hosts, SshTarget, target_from_native
 from txd.schedulers.remotelogs import read_files
-from txd.v1 import AppStatus
-from txd.v1.runner_pb2 import Stream
+from txd.v1 import AppStatus, Stream
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,8 @@ from txd.schedulers.errors import InvalidArgument, NotFound
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.schedulers.options import opt
 from txd.schedulers.status import fold, group_replicas
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus
+from txd.v1 import AppState
+from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)

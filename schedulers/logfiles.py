@@ -28,7 +28,7 @@ from pathlib import Path
 
 from txd.schedulers.api import LogQuery, compile_regex
 from txd.schedulers.pulse import Pulse
-from txd.v1.runner_pb2 import Stream
+from txd.v1 import Stream
 
 CHUNK = 64 * 1024
 # The longest line a regex is tested against whole. A longer line (a progress bar without

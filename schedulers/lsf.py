@@ -52,7 +52,8 @@ from txd.schedulers.errors import (
 from txd.schedulers.hosts import Host, Hosts, Result, SshOpts, SshTarget, target_to_native
 from txd.schedulers.options import opt
 from txd.schedulers.status import fold, group_replicas, replica_states
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role
+from txd.v1 import AppState
+from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)

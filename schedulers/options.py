@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 from txd.cfgvalue import CfgVal, from_cfg_value, to_cfg_value
 from txd.schedulers.errors import InvalidArgument
-from txd.v1.scheduler_pb2 import CfgValue, OptType, RunOpt
+from txd.v1 import OptType
+from txd.v1.scheduler_pb2 import CfgValue, RunOpt
 
 T = TypeVar("T")
 

@@ -46,7 +46,8 @@ from txd.schedulers.hosts import (
 )
 from txd.schedulers.options import opt
 from txd.schedulers.status import fold, group_replicas
-from txd.v1.app_pb2 import AppDef, AppState, AppStatus, ReplicaStatus, Role
+from txd.v1 import AppState
+from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from txd.v1 import TERMINAL_STATES
-from txd.v1.app_pb2 import AppState, ReplicaStatus, RoleStatus
+from txd.v1 import TERMINAL_STATES, AppState
+from txd.v1.app_pb2 import ReplicaStatus, RoleStatus
 
 # While any replica lives, the first of these present names the app's state.
 _LIVE_ORDER = (AppState.RUNNING, AppState.UNKNOWN, AppState.PENDING, AppState.SUBMITTED)

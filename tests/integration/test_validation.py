@@ -1,4 +1,5 @@
-"""Every invalid AppDef, option and request field is INVALID_ARGUMENT naming the field, through
+"""Every invalid AppDef, option and request field is INVALID_ARGUMENT naming the field (in the
+message and as the google.rpc.BadRequest field path the client exposes as `.field`), through
 Run and DryRun alike, and a rejected Run leaves nothing behind: no job, no process, no files."""
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def _app(*roles: Role, name: str = "valid") -> AppDef:
 CASES: list[tuple[str, AppDef, dict[str, Any], str, str]] = [
     ("empty-app-name", _app(name=""), {}, "app.name", "empty"),
     ("bad-app-name", _app(name="has space"), {}, "app.name", "has space"),
+    ("app-name-trailing-newline", _app(name="ok\n"), {}, "app.name", "1-128"),
+    ("app-name-too-long", _app(name="a" * 129), {}, "app.name", "1-128"),
+    ("app-name-not-ascii", _app(name="caf\u00e9"), {}, "app.name", "1-128"),
+    ("role-name-starts-with-dot", _app(_role(name=".r")), {}, "app.roles[0].name", "'.'"),
+    ("role-name-dots", _app(_role(name="..")), {}, "app.roles[0].name", ""),
     ("no-roles", AppDef(name="noroles"), {}, "app.roles", "at least one role"),
     ("empty-role-name", _app(_role(name="")), {}, "app.roles[0].name", "empty"),
     ("empty-entrypoint", _app(_role(entrypoint="")), {}, "app.roles[0].entrypoint", "empty"),
@@ -121,6 +127,8 @@ async def test_invalid_request(
     message = info.value.message
     assert message.startswith(f"{field}: "), message
     assert extra in message, message
+    assert info.value.field == field
+    assert info.value.violations == [(field, message.removeprefix(f"{field}: "))]
     # Nothing half-submitted: no job recorded, no log directory created.
     assert [a.app_handle for a in await client.list()] == before
     assert _job_dirs(shared_daemon) == dirs
@@ -196,6 +204,13 @@ async def test_dryrun_applies_defaults(client: Any, workdir: Path) -> None:
     assert "dry-" in resp.request  # the native request names the app id it would use
     assert str(workdir) in resp.request
     assert len(await client.list()) == before
+
+
+@pytest.mark.parametrize("name", ["a", "A_b-c.9", "_x", "9" * 128])
+async def test_valid_names(client: Any, name: str) -> None:
+    """The naming rule app.proto states: 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'."""
+    resp = await client.dryrun(_app(_role(name=name), name=name))
+    assert resp.app.name == name and resp.app.roles[0].name == name
 
 
 async def test_valid_request_after_rejections_still_runs(client: Any) -> None:

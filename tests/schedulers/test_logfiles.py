@@ -26,7 +26,7 @@ from txd.schedulers.logfiles import (
     filter_lines,
     read_log,
 )
-from txd.v1.runner_pb2 import Stream
+from txd.v1 import Stream
 
 MiB = 1 << 20
 

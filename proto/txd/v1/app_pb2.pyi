@@ -10,34 +10,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class RetryPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    APPLICATION: _ClassVar[RetryPolicy]
-    REPLICA: _ClassVar[RetryPolicy]
-    ROLE: _ClassVar[RetryPolicy]
-
-class AppState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    UNSUBMITTED: _ClassVar[AppState]
-    SUBMITTED: _ClassVar[AppState]
-    PENDING: _ClassVar[AppState]
-    RUNNING: _ClassVar[AppState]
-    SUCCEEDED: _ClassVar[AppState]
-    FAILED: _ClassVar[AppState]
-    CANCELLED: _ClassVar[AppState]
-    UNKNOWN: _ClassVar[AppState]
-APPLICATION: RetryPolicy
-REPLICA: RetryPolicy
-ROLE: RetryPolicy
-UNSUBMITTED: AppState
-SUBMITTED: AppState
-PENDING: AppState
-RUNNING: AppState
-SUCCEEDED: AppState
-FAILED: AppState
-CANCELLED: AppState
-UNKNOWN: AppState
-
 class AppDef(_message.Message):
     __slots__ = ("name", "roles", "metadata")
     class MetadataEntry(_message.Message):
@@ -57,6 +29,14 @@ class AppDef(_message.Message):
 
 class Role(_message.Message):
     __slots__ = ("name", "image", "entrypoint", "args", "env", "num_replicas", "min_replicas", "max_retries", "retry_policy", "resource", "port_map", "metadata", "mounts")
+    class RetryPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        APPLICATION: _ClassVar[Role.RetryPolicy]
+        REPLICA: _ClassVar[Role.RetryPolicy]
+        ROLE: _ClassVar[Role.RetryPolicy]
+    APPLICATION: Role.RetryPolicy
+    REPLICA: Role.RetryPolicy
+    ROLE: Role.RetryPolicy
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -99,12 +79,12 @@ class Role(_message.Message):
     num_replicas: int
     min_replicas: int
     max_retries: int
-    retry_policy: RetryPolicy
+    retry_policy: Role.RetryPolicy
     resource: Resource
     port_map: _containers.ScalarMap[str, int]
     metadata: _containers.ScalarMap[str, str]
     mounts: _containers.RepeatedCompositeFieldContainer[Mount]
-    def __init__(self, name: _Optional[str] = ..., image: _Optional[str] = ..., entrypoint: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., num_replicas: _Optional[int] = ..., min_replicas: _Optional[int] = ..., max_retries: _Optional[int] = ..., retry_policy: _Optional[_Union[RetryPolicy, str]] = ..., resource: _Optional[_Union[Resource, _Mapping]] = ..., port_map: _Optional[_Mapping[str, int]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., image: _Optional[str] = ..., entrypoint: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., num_replicas: _Optional[int] = ..., min_replicas: _Optional[int] = ..., max_retries: _Optional[int] = ..., retry_policy: _Optional[_Union[Role.RetryPolicy, str]] = ..., resource: _Optional[_Union[Resource, _Mapping]] = ..., port_map: _Optional[_Mapping[str, int]] = ..., metadata: _Optional[_Mapping[str, str]] = ..., mounts: _Optional[_Iterable[_Union[Mount, _Mapping]]] = ...) -> None: ...
 
 class Resource(_message.Message):
     __slots__ = ("cpu", "gpu", "mem_mb", "capabilities", "devices", "named")
@@ -185,12 +165,12 @@ class ReplicaStatus(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_ERROR_MSG_FIELD_NUMBER: _ClassVar[int]
     id: int
-    state: AppState
+    state: AppStatus.State
     role: str
     hostname: str
     exit_code: int
     structured_error_msg: str
-    def __init__(self, id: _Optional[int] = ..., state: _Optional[_Union[AppState, str]] = ..., role: _Optional[str] = ..., hostname: _Optional[str] = ..., exit_code: _Optional[int] = ..., structured_error_msg: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., state: _Optional[_Union[AppStatus.State, str]] = ..., role: _Optional[str] = ..., hostname: _Optional[str] = ..., exit_code: _Optional[int] = ..., structured_error_msg: _Optional[str] = ...) -> None: ...
 
 class RoleStatus(_message.Message):
     __slots__ = ("role", "replicas")
@@ -202,6 +182,24 @@ class RoleStatus(_message.Message):
 
 class AppStatus(_message.Message):
     __slots__ = ("state", "num_restarts", "msg", "structured_error_msg", "ui_url", "roles", "app_handle", "scheduler", "app_id", "name", "created", "updated", "stale_since", "stale_msg")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNSUBMITTED: _ClassVar[AppStatus.State]
+        SUBMITTED: _ClassVar[AppStatus.State]
+        PENDING: _ClassVar[AppStatus.State]
+        RUNNING: _ClassVar[AppStatus.State]
+        SUCCEEDED: _ClassVar[AppStatus.State]
+        FAILED: _ClassVar[AppStatus.State]
+        CANCELLED: _ClassVar[AppStatus.State]
+        UNKNOWN: _ClassVar[AppStatus.State]
+    UNSUBMITTED: AppStatus.State
+    SUBMITTED: AppStatus.State
+    PENDING: AppStatus.State
+    RUNNING: AppStatus.State
+    SUCCEEDED: AppStatus.State
+    FAILED: AppStatus.State
+    CANCELLED: AppStatus.State
+    UNKNOWN: AppStatus.State
     STATE_FIELD_NUMBER: _ClassVar[int]
     NUM_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     MSG_FIELD_NUMBER: _ClassVar[int]
@@ -216,7 +214,7 @@ class AppStatus(_message.Message):
     UPDATED_FIELD_NUMBER: _ClassVar[int]
     STALE_SINCE_FIELD_NUMBER: _ClassVar[int]
     STALE_MSG_FIELD_NUMBER: _ClassVar[int]
-    state: AppState
+    state: AppStatus.State
     num_restarts: int
     msg: str
     structured_error_msg: str
@@ -230,4 +228,4 @@ class AppStatus(_message.Message):
     updated: _timestamp_pb2.Timestamp
     stale_since: _timestamp_pb2.Timestamp
     stale_msg: str
-    def __init__(self, state: _Optional[_Union[AppState, str]] = ..., num_restarts: _Optional[int] = ..., msg: _Optional[str] = ..., structured_error_msg: _Optional[str] = ..., ui_url: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[RoleStatus, _Mapping]]] = ..., app_handle: _Optional[str] = ..., scheduler: _Optional[str] = ..., app_id: _Optional[str] = ..., name: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stale_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stale_msg: _Optional[str] = ...) -> None: ...
+    def __init__(self, state: _Optional[_Union[AppStatus.State, str]] = ..., num_restarts: _Optional[int] = ..., msg: _Optional[str] = ..., structured_error_msg: _Optional[str] = ..., ui_url: _Optional[str] = ..., roles: _Optional[_Iterable[_Union[RoleStatus, _Mapping]]] = ..., app_handle: _Optional[str] = ..., scheduler: _Optional[str] = ..., app_id: _Optional[str] = ..., name: _Optional[str] = ..., created: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stale_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., stale_msg: _Optional[str] = ...) -> None: ...

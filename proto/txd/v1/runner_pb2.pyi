@@ -12,15 +12,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    COMBINED: _ClassVar[Stream]
-    STDOUT: _ClassVar[Stream]
-    STDERR: _ClassVar[Stream]
-COMBINED: Stream
-STDOUT: Stream
-STDERR: Stream
-
 class RunRequest(_message.Message):
     __slots__ = ("app", "scheduler", "cfg", "cwd", "env", "request_id")
     class CfgEntry(_message.Message):
@@ -168,9 +159,9 @@ class ListRequest(_message.Message):
     backend: bool
     page_size: int
     page_token: str
-    states: _containers.RepeatedScalarFieldContainer[_app_pb2.AppState]
+    states: _containers.RepeatedScalarFieldContainer[_app_pb2.AppStatus.State]
     created_since: _timestamp_pb2.Timestamp
-    def __init__(self, scheduler: _Optional[str] = ..., backend: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppState, str]]] = ..., created_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, scheduler: _Optional[str] = ..., backend: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppStatus.State, str]]] = ..., created_since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("apps", "next_page_token")
@@ -231,6 +222,14 @@ class PruneResponse(_message.Message):
 
 class LogsRequest(_message.Message):
     __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams", "tail")
+    class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        COMBINED: _ClassVar[LogsRequest.Stream]
+        STDOUT: _ClassVar[LogsRequest.Stream]
+        STDERR: _ClassVar[LogsRequest.Stream]
+    COMBINED: LogsRequest.Stream
+    STDOUT: LogsRequest.Stream
+    STDERR: LogsRequest.Stream
     APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
@@ -247,9 +246,9 @@ class LogsRequest(_message.Message):
     since: _timestamp_pb2.Timestamp
     until: _timestamp_pb2.Timestamp
     follow: bool
-    streams: Stream
+    streams: LogsRequest.Stream
     tail: int
-    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[Stream, str]] = ..., tail: _Optional[int] = ...) -> None: ...
+    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
     __slots__ = ("data", "role", "replica")

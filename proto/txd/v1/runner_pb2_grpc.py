@@ -26,7 +26,11 @@ if _version_not_supported:
 
 
 class RunnerStub:
-    """Missing associated documentation comment in .proto file."""
+    """Runs and follows jobs on any scheduler the daemon knows. Served on the daemon's Unix socket
+    (by default `$XDG_RUNTIME_DIR/txd/txd.sock`, else `/tmp/txd-<uid>/txd.sock`; gRPC target
+    `unix:///that/path`) with gRPC health checking and server
+    reflection (grpc.reflection.v1 and v1alpha).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -102,7 +106,11 @@ class RunnerStub:
 
 
 class RunnerServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Runs and follows jobs on any scheduler the daemon knows. Served on the daemon's Unix socket
+    (by default `$XDG_RUNTIME_DIR/txd/txd.sock`, else `/tmp/txd-<uid>/txd.sock`; gRPC target
+    `unix:///that/path`) with gRPC health checking and server
+    reflection (grpc.reflection.v1 and v1alpha).
+    """
 
     def Run(self, request, context):
         """Validates, submits and records a job; the job is in the job store before the handle returns.
@@ -278,7 +286,11 @@ def add_RunnerServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Runner:
-    """Missing associated documentation comment in .proto file."""
+    """Runs and follows jobs on any scheduler the daemon knows. Served on the daemon's Unix socket
+    (by default `$XDG_RUNTIME_DIR/txd/txd.sock`, else `/tmp/txd-<uid>/txd.sock`; gRPC target
+    `unix:///that/path`) with gRPC health checking and server
+    reflection (grpc.reflection.v1 and v1alpha).
+    """
 
     @staticmethod
     def Run(request,

@@ -7,21 +7,6 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class OptType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    STR: _ClassVar[OptType]
-    INT: _ClassVar[OptType]
-    FLOAT: _ClassVar[OptType]
-    BOOL: _ClassVar[OptType]
-    LIST: _ClassVar[OptType]
-    DICT: _ClassVar[OptType]
-STR: OptType
-INT: OptType
-FLOAT: OptType
-BOOL: OptType
-LIST: OptType
-DICT: OptType
-
 class StringList(_message.Message):
     __slots__ = ("items",)
     ITEMS_FIELD_NUMBER: _ClassVar[int]
@@ -59,17 +44,31 @@ class CfgValue(_message.Message):
 
 class RunOpt(_message.Message):
     __slots__ = ("name", "type", "default", "help", "required")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STR: _ClassVar[RunOpt.Type]
+        INT: _ClassVar[RunOpt.Type]
+        FLOAT: _ClassVar[RunOpt.Type]
+        BOOL: _ClassVar[RunOpt.Type]
+        LIST: _ClassVar[RunOpt.Type]
+        DICT: _ClassVar[RunOpt.Type]
+    STR: RunOpt.Type
+    INT: RunOpt.Type
+    FLOAT: RunOpt.Type
+    BOOL: RunOpt.Type
+    LIST: RunOpt.Type
+    DICT: RunOpt.Type
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_FIELD_NUMBER: _ClassVar[int]
     HELP_FIELD_NUMBER: _ClassVar[int]
     REQUIRED_FIELD_NUMBER: _ClassVar[int]
     name: str
-    type: OptType
+    type: RunOpt.Type
     default: CfgValue
     help: str
     required: bool
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[OptType, str]] = ..., default: _Optional[_Union[CfgValue, _Mapping]] = ..., help: _Optional[str] = ..., required: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[RunOpt.Type, str]] = ..., default: _Optional[_Union[CfgValue, _Mapping]] = ..., help: _Optional[str] = ..., required: _Optional[bool] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("logs", "log_follow", "log_since_until", "log_streams", "cancel", "delete", "list", "describe", "distributed", "mounts", "retries", "elastic", "push_status")
