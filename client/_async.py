@@ -230,6 +230,18 @@ class AsyncClient:
     async def delete(self, handle: str) -> None:
         await self._call("Delete", pb.DeleteRequest(app_handle=handle))
 
+    async def prune(
+        self, created_before: dt.datetime, scheduler: str = "", *, dry_run: bool = False
+    ) -> pb.PruneResponse:
+        """Deletes finished jobs created before `created_before` (of `scheduler`, when given),
+        with their logs: up to 1000 per call, oldest first; call again while `.more` is set.
+        With dry_run, only lists them. `.failed` maps the handles of jobs kept (their
+        scheduler failed) to why."""
+        req = pb.PruneRequest(
+            created_before=_timestamp(created_before), scheduler=scheduler, dry_run=dry_run
+        )
+        return await self._call("Prune", req)
+
     async def logs(
         self,
         handle: str,
@@ -241,8 +253,10 @@ class AsyncClient:
         until: dt.datetime | None = None,
         follow: bool = False,
         streams: str = "combined",
+        tail: int | None = None,
     ) -> AsyncIterator[pb.LogsResponse]:
-        """Chunks of raw log bytes, each tagged with its role and replica."""
+        """Chunks of raw log bytes, each tagged with its role and replica; with `tail`, only
+        the last `tail` lines of each replica (then, following, what comes next)."""
         if streams not in _STREAMS:
             raise ValueError(f"streams must be one of {', '.join(_STREAMS)}, not {streams!r}")
         req = pb.LogsRequest(
@@ -254,6 +268,7 @@ class AsyncClient:
             until=_timestamp(until),
             follow=follow,
             streams=_STREAMS[streams],
+            tail=tail,
         )
         async for chunk in self._stream("Logs", req):
             yield chunk

@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-from txd import defaults
-
 START_TIMEOUT = 15.0
 
 
@@ -25,14 +23,16 @@ def is_listening(path: Path) -> bool:
             return False
 
 
-def start_daemon(path: Path) -> int | None:
-    """Starts `txd` detached from this process and returns its pid once it serves on `path`,
-    or None when another client's autostart won the race and its daemon now answers.
+def start_daemon(path: Path, state_dir: Path) -> int | None:
+    """Starts `txd` detached from this process, on `path` with `state_dir`, and returns its pid
+    once it serves, or None when another daemon serves `path` (another client's autostart won
+    the race).
 
-    The daemon reports readiness by writing to a pipe (--ready-fd), so nothing polls.
-    Raises RuntimeError with the daemon's log file when no daemon comes up.
+    The daemon says how its start went on a pipe (--ready-fd), so nothing polls: `ready`, or
+    `busy: ...` (another daemon serves, or is about to serve, this socket), or `error: ...`.
+    Raises RuntimeError with the daemon's own reason, or with its log file when it gave none.
     """
-    log_path = defaults.state_dir() / "txd.log"
+    log_path = state_dir / "txd.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     read_end, write_end = os.pipe()
     with open(log_path, "ab") as log:
@@ -43,6 +43,8 @@ def start_daemon(path: Path) -> int | None:
                 "txd.daemon",
                 "--socket",
                 str(path),
+                "--state-dir",
+                str(state_dir),
                 "--ready-fd",
                 str(write_end),
             ],
@@ -55,18 +57,41 @@ def start_daemon(path: Path) -> int | None:
         )
     os.close(write_end)
     try:
-        ready, _, _ = select.select([read_end], [], [], START_TIMEOUT)
-        ok = bool(ready) and os.read(read_end, 16).startswith(b"ready")
+        line = _read_line(read_end, START_TIMEOUT)
     finally:
         os.close(read_end)
-    if not ok:
-        # Several clients may autostart at once; the losers' daemons exit ("already running")
-        # as soon as the winner holds the state dir, which may be a moment before the winner
-        # serves: give it until START_TIMEOUT (a start-up race only, so a short poll is fine).
-        if proc.wait(START_TIMEOUT) != 0 and _until_listening(path, START_TIMEOUT):
+    if line == "ready":
+        return proc.pid
+    kind, _, why = line.partition(": ")
+    if kind == "busy":
+        # The winner of a start-up race may hold the state dir a moment before it serves:
+        # give it until START_TIMEOUT (a start-up race only, so a short poll is fine).
+        if _until_listening(path, START_TIMEOUT):
             return None
-        raise RuntimeError(f"txd did not start (exit code {proc.poll()}); see {log_path}")
-    return proc.pid
+        raise RuntimeError(f"{why}, but nothing answers on {path}")
+    if kind == "error":
+        raise RuntimeError(why)
+    if is_listening(path):  # died for some other reason, yet another daemon serves here
+        return None
+    code = proc.poll()
+    state = (
+        f"exited with code {code}" if code is not None else f"is not ready after {START_TIMEOUT}s"
+    )
+    raise RuntimeError(f"txd {state}; see {log_path}")
+
+
+def _read_line(fd: int, timeout: float) -> str:
+    """The first line written to the pipe, without its newline; what came before EOF or the
+    timeout otherwise (bounded in bytes and time)."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in data and len(data) < 65536:
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        chunk = os.read(fd, 4096) if ready else b""
+        if not chunk:
+            break
+        data += chunk
+    return data.partition(b"\n")[0].decode(errors="replace")
 
 
 def _until_listening(path: Path, timeout: float) -> bool:

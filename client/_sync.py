@@ -165,6 +165,11 @@ class Client:
     def delete(self, handle: str) -> None:
         self._run(self._async.delete(handle))
 
+    def prune(
+        self, created_before: dt.datetime, scheduler: str = "", *, dry_run: bool = False
+    ) -> pb.PruneResponse:
+        return self._run(self._async.prune(created_before, scheduler, dry_run=dry_run))
+
     def logs(
         self,
         handle: str,
@@ -176,6 +181,7 @@ class Client:
         until: dt.datetime | None = None,
         follow: bool = False,
         streams: str = "combined",
+        tail: int | None = None,
     ) -> Iterator[pb.LogsResponse]:
         return self._iterate(
             self._async.logs(
@@ -187,6 +193,7 @@ class Client:
                 until=until,
                 follow=follow,
                 streams=streams,
+                tail=tail,
             )
         )
 

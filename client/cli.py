@@ -61,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action=_Version)
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
     p.add_argument(
+        "--state-dir",
+        help="state dir of a daemon txctl starts (env TXD_STATE_DIR; default per user)",
+    )
+    p.add_argument(
         "--timeout",
         type=float,
         default=30.0,
@@ -128,13 +132,19 @@ def _parser() -> argparse.ArgumentParser:
         cmd(name, help).add_argument("handle")
 
     logs = cmd("logs", "print a job's logs", json=False)
-    logs.add_argument("handle")
+    logs.add_argument("handle", metavar="HANDLE[/ROLE[/K]]")
     logs.add_argument(
         "target",
         nargs="?",
         default="",
         metavar="ROLE[/K]",
         help="one role, or one replica K of it (default: every replica)",
+    )
+    logs.add_argument(
+        "--tail",
+        type=_nonnegative_int,
+        metavar="N",
+        help="only the last N lines of each replica (with -f, then what comes next)",
     )
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
     logs.add_argument("--regex", default="", help="only lines matching this regex")
@@ -152,7 +162,31 @@ def _parser() -> argparse.ArgumentParser:
     lst.add_argument(
         "--limit", type=_positive_int, metavar="N", help="only the newest N jobs (default: all)"
     )
+    lst.add_argument(
+        "--state",
+        action="append",
+        type=_state_names,
+        default=[],
+        metavar="STATE[,STATE...]",
+        help="only jobs in these states (e.g. running,failed); may repeat",
+    )
+    lst.add_argument("--since", help="only jobs created since: ISO time, epoch, or 10s/5m/2h/1d")
+    prune = cmd("prune", "delete finished jobs created before a time, and their logs")
+    prune.add_argument(
+        "--older-than",
+        required=True,
+        metavar="AGE|TIME",
+        help="jobs created before this: an age like 7d/12h/30m, an ISO time or epoch seconds",
+    )
+    prune.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
+    prune.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
+    cmd(
+        "completion",
+        'print a shell completion script: eval "$(txctl completion bash)", '
+        "source <(txctl completion zsh)",
+        json=False,
+    ).add_argument("shell", choices=["bash", "zsh"])
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("builtins", "list the builtin components")
     return p
@@ -178,6 +212,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {text!r}")
+    return value
+
+
+def _state_names(text: str) -> list[str]:
+    """--state: comma-separated AppState names, any case."""
+    from txd.v1 import AppState
+
+    names = [n.strip().upper() for n in text.split(",") if n.strip()]
+    valid = list(AppState.keys())
+    bad = [n for n in names if n not in valid]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown state {(bad or [text])[0]!r}; states: {', '.join(valid)} (any case)"
+        )
+    return names
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """Parses argv; a usage error is reported with the usage of the subcommand it is in."""
     args, extra = _parser().parse_known_args(argv)
@@ -192,6 +250,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["__complete"]:  # asked by the completion script, never typed
+        from txd.client._completion import complete
+
+        return complete(argv[1:])
     args = _parse(argv)
     debug = os.environ.get("TXD_DEBUG") == "1"
     try:
@@ -222,6 +285,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "completion":
+        from txd.client._completion import script
+
+        print(script(args.shell, _parser()), end="")
+        return 0
     if args.command == "builtins":
         from txd.client import components
 
@@ -255,9 +323,9 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:
-        pid = start_daemon(path)
+        pid = start_daemon(path, defaults.state_dir(args.state_dir))
     except RuntimeError as e:
-        raise CliError(str(e), exits.NO_DAEMON) from None
+        raise CliError(f"cannot start txd: {e}", exits.NO_DAEMON) from None
     if pid is not None:
         print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
     return str(path)
@@ -462,8 +530,15 @@ async def _cmd_delete(client: Any, args: argparse.Namespace) -> int:
 async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     """Prints jobs as their pages arrive, so a list of any length takes one page of memory."""
     from txd.client._format import ListTable, dumps, to_dict
+    from txd.v1 import AppState
 
-    apps = client.list_iter(args.scheduler, args.backend, limit=args.limit)
+    apps = client.list_iter(
+        args.scheduler,
+        args.backend,
+        limit=args.limit,
+        states=[AppState.Value(name) for names in args.state for name in names],
+        created_since=_when(args.since),
+    )
     if args.json:  # the same text as json.dumps(list, indent=2), one element at a time
         sep = "[\n"
         async for app in apps:
@@ -478,6 +553,38 @@ async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     for line in table.end():
         print(line)
     return 0
+
+
+async def _cmd_prune(client: Any, args: argparse.Namespace) -> int:
+    """Prunes a batch at a time (the daemon's limit) until none is left or one removes
+    nothing (its jobs' schedulers failing); prints the removed jobs as `list` does."""
+    from txd.client._format import ListTable, to_dict
+
+    before = _when(args.older_than)
+    pruned: list[Any] = []
+    failed: dict[str, str] = {}
+    while True:  # ends: each pass removes at least one job, or it is the last
+        resp = await client.prune(before, args.scheduler, dry_run=args.dry_run)
+        pruned += resp.pruned
+        failed.update(resp.failed)
+        if args.dry_run or not resp.more or not resp.pruned:
+            break
+    if args.json:
+        _out(
+            {"pruned": [to_dict(s) for s in pruned], "failed": failed, "dry_run": args.dry_run},
+            True,
+        )
+    else:
+        table = ListTable()
+        lines = [line for status in pruned for line in table.add(status)]
+        for line in lines + (table.end() if pruned else []):
+            print(line)
+        verb = "would prune" if args.dry_run else "pruned"
+        more = " (and more: the first 1000 shown)" if args.dry_run and resp.more else ""
+        print(f"txctl: {verb} {len(pruned)} finished jobs{more}", file=sys.stderr)
+    for handle, why in failed.items():
+        print(f"txctl: kept {handle}: {why}", file=sys.stderr)
+    return exits.BACKEND if failed else 0
 
 
 async def _cmd_runopts(client: Any, args: argparse.Namespace) -> int:
@@ -509,12 +616,13 @@ async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
 async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
     from txd.client._waiting import interruptible
 
-    role, _, k = args.target.partition("/")
+    handle, target = split_log_target(args.handle, args.target)
+    role, _, k = target.partition("/")
     if k and not k.isdigit():
-        raise CliError(f"bad replica {k!r} in {args.target!r}: expected ROLE/K with K a number")
+        raise CliError(f"bad replica {k!r} in {target!r}: expected ROLE/K with K a number")
     logs = _print_logs(
         client,
-        args.handle,
+        handle,
         role,
         int(k) if k else None,
         follow=args.follow,
@@ -522,13 +630,30 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
         since=_when(args.since),
         until=_when(args.until),
         streams=args.streams,
+        tail=args.tail,
     )
     if not args.follow:
         await logs
         return 0
-    async with interruptible(client, args.handle):
+    async with interruptible(client, handle):
         await logs
     return 0
+
+
+def split_log_target(text: str, target: str) -> tuple[str, str]:
+    """(job, ROLE[/K]) of `logs TEXT [TARGET]`, where TEXT may carry the target itself as
+    `torchx log` takes it: a handle is `scheme://session/app_id` (neither holds a '/'), so what
+    follows its app id is `/ROLE[/K]`; a short id has no '/', so in `ID/ROLE/K` the first '/'
+    ends it."""
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        parts = rest.split("/", 2)  # session, app id, and ROLE[/K]
+        job, extra = f"{scheme}://{'/'.join(parts[:2])}", "/".join(parts[2:])
+    else:
+        job, _, extra = text.partition("/")
+    if extra and target:
+        raise CliError(f"{text!r} names the role already; drop the extra {target!r}")
+    return job, extra or target
 
 
 async def _print_logs(
@@ -585,6 +710,7 @@ _COMMANDS = {
     "cancel": _cmd_cancel,
     "delete": _cmd_delete,
     "list": _cmd_list,
+    "prune": _cmd_prune,
     "runopts": _cmd_runopts,
     "schedulers": _cmd_schedulers,
     "logs": _cmd_logs,

@@ -8,6 +8,7 @@ jobs' statuses, fed by one status feed per scheduler) and the scheduler instance
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import os
@@ -37,7 +38,7 @@ from txd.schedulers.errors import (
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
-from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, RunRequest
+from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, PruneRequest, RunRequest
 from txd.v1.scheduler_pb2 import CfgValue, RunOpt, SchedulerInfo
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 # A backend that hands out an app id the store already holds (Slurm job ids after slurmctld
 # lost its state, or wrapped around) gets `<id>.2`, `<id>.3` ...: handles are never reused.
 MAX_ID_SUFFIX = 1000
+# An ambiguous short id names this many of the jobs it matches.
+MAX_CANDIDATES = 10
+# The most jobs one Prune call removes (its response lists them all).
+PRUNE_BATCH = 1000
 
 
 def handle_of(scheduler: str, session: str, app_id: str) -> str:
@@ -237,8 +242,41 @@ class Core:
 
     # -- status -----------------------------------------------------------------------------
 
-    def lookup(self, handle: str) -> JobRecord:
-        validate.parse_handle(handle)
+    def resolve(self, text: str) -> str:
+        """The handle of the job `text` names: a whole handle (`{scheduler}://{session}/{app_id}`,
+        returned as it is), a job's app id, or a prefix of one app id, as docker takes short
+        container ids. An app id equal to `text` wins over longer ones it begins (job `123`
+        over `1234`). Raises NotFound when nothing matches, InvalidArgument when several
+        jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
+        if "://" in text:
+            validate.parse_handle(text)
+            return text
+        if not text:
+            raise InvalidArgument("app_handle", "empty: give a handle, an app id or its prefix")
+        found = self.store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
+        exact = [handle for handle, app_id in found if app_id == text]
+        if len(exact) == 1:
+            return exact[0]
+        candidates = exact or [handle for handle, _ in found]
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            raise NotFound(
+                f"no job {text!r}: no handle, app id or app id prefix of a known job "
+                "(list known jobs with `txctl list`)"
+            )
+        total = len(candidates) if exact else self.store.count_app_id_prefix(text)
+        shown = ", ".join(candidates[:MAX_CANDIDATES])
+        more = f" and {total - MAX_CANDIDATES} more" if total > MAX_CANDIDATES else ""
+        raise InvalidArgument(
+            "app_handle",
+            f"{text!r} matches {total} jobs: {shown}{more}; give more of the app id, "
+            "or the whole handle",
+        )
+
+    def lookup(self, text: str) -> JobRecord:
+        """The job `text` names (see resolve)."""
+        handle = self.resolve(text)
         if (job := self.cache.get(handle)) is not None:
             return job.record
         rec = self.store.get(handle)
@@ -279,7 +317,7 @@ class Core:
 
     async def cancel(self, handle: str) -> AppStatus:
         rec = self.lookup(handle)
-        job = self.cache.get(handle)
+        job = self.cache.get(rec.handle)
         if job is None:  # nothing can change any more
             return rec.status
         with backend_calls(rec.scheduler):
@@ -292,10 +330,47 @@ class Core:
 
     async def delete(self, handle: str) -> None:
         rec = self.lookup(handle)
+        await self._delete_in_backend(rec)
+        self.store.delete(rec.handle)
+
+    async def prune(
+        self, req: PruneRequest
+    ) -> tuple[builtins.list[AppStatus], dict[str, str], bool]:
+        """Deletes up to PRUNE_BATCH terminal jobs created before req.created_before, oldest
+        first, as delete() does; returns (the statuses of those removed, {handle: why} of those
+        kept because their scheduler failed, whether more match). The job store rows go in one
+        transaction, after every backend had its say."""
+        if not req.HasField("created_before"):
+            raise InvalidArgument("created_before", "required: prune jobs created before when?")
+        if req.scheduler:
+            self.schedulers.check(req.scheduler)
+        recs = self.store.finished_before(
+            req.created_before.ToNanoseconds(), PRUNE_BATCH + 1, scheduler=req.scheduler
+        )
+        more = len(recs) > PRUNE_BATCH
+        # Terminal in the store means the cache follows it no more; checked all the same.
+        recs = [r for r in recs[:PRUNE_BATCH] if self.cache.get(r.handle) is None]
+        if req.dry_run:
+            return [r.status for r in recs], {}, more
+        removed: builtins.list[JobRecord] = []
+        failed: dict[str, str] = {}
+        for rec in recs:
+            try:
+                await self._delete_in_backend(rec)
+            except TxdError as e:
+                failed[rec.handle] = str(e)
+            else:
+                removed.append(rec)
+        self.store.delete_many(r.handle for r in removed)
+        log.info("pruned %d jobs (%d kept: their scheduler failed)", len(removed), len(failed))
+        return [r.status for r in removed], failed, more
+
+    async def _delete_in_backend(self, rec: JobRecord) -> None:
+        """What Delete does before forgetting the job: the scheduler cancels it if live and
+        removes what it keeps (local logs included); waiters get a final status."""
         with backend_calls(rec.scheduler):
             await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
-        self.cache.drop(handle, "deleted")
-        self.store.delete(handle)
+        self.cache.drop(rec.handle, "deleted")
 
     # -- logs -------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import sqlite3
+import sys
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +59,14 @@ def _to_v1(db: sqlite3.Connection) -> None:
     )
 
 
+def _to_v2(db: sqlite3.Connection) -> None:
+    """Short ids: a job is found by its app id, or any prefix of it, in one index range."""
+    db.execute("CREATE INDEX jobs_by_app_id ON jobs (app_id)")
+
+
 # _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
 # edit one that has shipped.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
@@ -188,6 +194,32 @@ class JobStore:
     def delete(self, handle: str) -> None:
         self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
 
+    def delete_many(self, handles: Iterable[str]) -> None:
+        """Deletes every one of these jobs or, if one fails, none: one transaction."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany("DELETE FROM jobs WHERE handle = ?", ((h,) for h in handles))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def finished_before(
+        self, created_before_ns: int, limit: int, *, scheduler: str = ""
+    ) -> list[JobRecord]:
+        """Up to `limit` terminal jobs created before `created_before_ns` (nanoseconds since
+        the epoch, compared with the `created` time statuses report), oldest first."""
+        marks = ",".join("?" * len(TERMINAL_STATES))
+        where = f"state IN ({marks}) AND created < ? AND CAST(created * 1e9 AS INTEGER) < ?" + (
+            " AND scheduler = ?" if scheduler else ""
+        )
+        args = (*TERMINAL_STATES, created_before_ns / 1e9 + 1e-3, created_before_ns)
+        rows = self._db.execute(
+            f"{_SELECT} WHERE {where} ORDER BY created, handle LIMIT ?",
+            (*args, *([scheduler] if scheduler else []), limit),
+        )
+        return [_record(r) for r in rows]
+
     def get(self, handle: str) -> JobRecord | None:
         row = self._db.execute(f"{_SELECT} WHERE handle = ?", (handle,)).fetchone()
         return _record(row) if row else None
@@ -195,6 +227,22 @@ class JobStore:
     def by_request_id(self, request_id: str) -> JobRecord | None:
         row = self._db.execute(f"{_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
         return _record(row) if row else None
+
+    def by_app_id_prefix(self, prefix: str, limit: int) -> list[tuple[str, str]]:
+        """(handle, app_id) of up to `limit` jobs whose app id starts with `prefix`, by app id
+        (so an app id equal to `prefix` comes first), then handle. One range of the app id
+        index: text compares byte by byte, so the ids with a prefix lie in [prefix, end)."""
+        sql, args = _prefix_range(prefix)
+        rows = self._db.execute(
+            f"SELECT handle, app_id FROM jobs WHERE {sql} ORDER BY app_id, handle LIMIT ?",
+            (*args, limit),
+        )
+        return [(r["handle"], r["app_id"]) for r in rows if r["app_id"].startswith(prefix)]
+
+    def count_app_id_prefix(self, prefix: str) -> int:
+        sql, args = _prefix_range(prefix)
+        count: int = self._db.execute(f"SELECT count(*) FROM jobs WHERE {sql}", args).fetchone()[0]
+        return count
 
     def live(self) -> list[JobRecord]:
         marks = ",".join("?" * len(TERMINAL_STATES))
@@ -240,6 +288,19 @@ class JobStore:
         return [
             (Cursor(r["created"], r["handle"]), AppStatus.FromString(r["status"])) for r in rows
         ]
+
+
+def _prefix_range(prefix: str) -> tuple[str, tuple[str, ...]]:
+    """A WHERE clause on app_id, and its arguments, for the ids that start with `prefix`: from
+    prefix to the smallest string greater than every such id (its last character plus one;
+    none when every character is the largest code point)."""
+    head = prefix.rstrip(chr(sys.maxunicode))
+    if not head:
+        return "app_id >= ?", (prefix,)
+    nxt = ord(head[-1]) + 1
+    if 0xD800 <= nxt <= 0xDFFF:  # surrogates are no characters: skip them
+        nxt = 0xE000
+    return "app_id >= ? AND app_id < ?", (prefix, head[:-1] + chr(nxt))
 
 
 def _row(rec: JobRecord) -> dict[str, Any]:

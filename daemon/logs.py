@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +25,9 @@ async def read(
 ) -> AsyncIterator[LogsResponse]:
     _check_capabilities(sched, req)
     targets = _targets(req.app_handle, app, req)
+    tail = req.tail if req.HasField("tail") else None
+    if tail is not None and tail < 0:
+        raise InvalidArgument("tail", f"must be >= 0 (or unset for the whole log), got {tail}")
     if req.regex:
         try:
             re.compile(req.regex.encode())
@@ -35,8 +39,11 @@ async def read(
         until=req.until.ToDatetime(dt.UTC) if req.HasField("until") else None,
         follow=req.follow,
         stream=req.streams,
+        tail=tail,
     )
     iters = [(role, k, sched.log_iter(job, role, k, query, ended)) for role, k in targets]
+    if tail is not None:
+        iters = [(role, k, _last_lines(it, tail)) for role, k, it in iters]
     if not req.follow or len(iters) == 1:
         # Replica after replica: finished output reads best grouped.
         for i in iters:
@@ -82,4 +89,41 @@ def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]
 
 async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[LogsResponse]:
     async for chunk in it:
-        yield LogsResponse(data=chunk, role=role, replica=k)
+        if chunk:  # an empty one only says "caught up"
+            yield LogsResponse(data=chunk, role=role, replica=k)
+
+
+async def _last_lines(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:
+    """The last n lines of what `chunks` holds when it first catches up (an empty chunk) or
+    ends, then every chunk after: `tail -n N -f` for one replica, whatever its scheduler.
+    Holds the chunks that may still hold those lines: n + 1 newlines' worth, and one chunk."""
+    held: deque[tuple[bytes, int]] = deque()  # chunks, with their newline counts
+    newlines = 0
+    try:
+        async for chunk in chunks:
+            if not chunk:
+                break
+            count = chunk.count(b"\n")
+            held.append((chunk, count))
+            newlines += count
+            while len(held) > 1 and newlines - held[0][1] > n:  # the rest has n + 1 newlines
+                newlines -= held.popleft()[1]
+        if last := last_lines(b"".join(c for c, _ in held), n):
+            yield last
+        held.clear()
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def last_lines(data: bytes, n: int) -> bytes:
+    """The last n lines of data; a last line without a newline counts as one."""
+    end = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(n):
+        end = data.rfind(b"\n", 0, end)
+        if end < 0:
+            return data
+    return data[end + 1 :]

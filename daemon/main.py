@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 import warnings
 
@@ -24,6 +25,34 @@ def _use_pidfd_child_watcher() -> None:
             asyncio.get_event_loop_policy().set_child_watcher(asyncio.PidfdChildWatcher())
 
 
+class _ReadyPipe:
+    """txctl's autostart pipe (--ready-fd) gets one line: `ready`; `busy: WHY` when another
+    daemon serves, or is about to serve, this socket (the client uses that one); or
+    `error: WHY`, the reason this daemon cannot start, which txctl prints as it is."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+
+    def send(self, line: str) -> None:
+        if self.fd is None:
+            return
+        with contextlib.suppress(OSError):  # the client gave up waiting
+            os.write(self.fd, f"{line}\n".encode())
+        os.close(self.fd)
+        self.fd = None
+
+    def ready(self) -> None:
+        self.send("ready")
+
+
+def _session(text: str) -> str:
+    """Handles are `scheduler://session/app_id`: a '/' in the session would make
+    `handle/ROLE/K` (txctl logs) ambiguous."""
+    if not text or "/" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: a session name is not empty and has no '/'")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
@@ -34,9 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"Unix socket to serve on (env {defaults.SOCKET_ENV}; "
         f"default {defaults.socket_path()})",
     )
-    parser.add_argument("--state-dir", help=f"registry and logs (default {defaults.state_dir()})")
+    parser.add_argument(
+        "--state-dir",
+        help=f"registry and logs (env {defaults.STATE_DIR_ENV}; default {defaults.state_dir()})",
+    )
     parser.add_argument(
         "--session",
+        type=_session,
         default=defaults.SESSION,
         help="session name in app handles (default %(default)s)",
     )
@@ -68,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
+    pipe = _ReadyPipe(args.ready_fd)
     sets = list(args.set)
     for item in args.poll_interval:
         name, _, value = item.partition("=")
@@ -81,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = config.load(args.config, sets)
     except config.ConfigError as e:
+        pipe.send(f"error: {e}")
         parser.error(str(e))
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
@@ -97,17 +132,23 @@ def main(argv: list[str] | None = None) -> int:
                 defaults.state_dir(args.state_dir),
                 args.session,
                 args.grace,
-                args.ready_fd,
+                pipe.ready,
                 settings,
             )
         )
-    except (AlreadyRunning, JobStoreError) as e:
-        print(f"txd: {e}", file=sys.stderr)
-        return 1
+    except AlreadyRunning as e:
+        return _fatal(pipe, "busy" if e.serving_here else "error", e, 1)
+    except JobStoreError as e:
+        return _fatal(pipe, "error", e, 1)
     except SettingsError as e:
-        print(f"txd: {e}", file=sys.stderr)
-        return 2
+        return _fatal(pipe, "error", e, 2)
     return 0
+
+
+def _fatal(pipe: _ReadyPipe, kind: str, e: Exception, code: int) -> int:
+    print(f"txd: {e}", file=sys.stderr)
+    pipe.send(f"{kind}: {e}")
+    return code
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,12 @@ SERVICE = runner_pb2.DESCRIPTOR.services_by_name["Runner"].full_name
 
 
 class AlreadyRunning(Exception):
-    """Another daemon answers on the socket."""
+    """Another daemon holds the socket or the state dir. `serving_here`: it serves (or is
+    about to serve) this very socket, so a client may just use it."""
+
+    def __init__(self, message: str, *, serving_here: bool) -> None:
+        super().__init__(message)
+        self.serving_here = serving_here
 
 
 def _claim_socket(path: Path) -> None:
@@ -42,25 +48,35 @@ def _claim_socket(path: Path) -> None:
         except OSError:
             path.unlink()  # nobody listens: a leftover from a crash
             return
-    raise AlreadyRunning(f"a txd daemon is already listening on {path}")
+    raise AlreadyRunning(f"a txd daemon is already listening on {path}", serving_here=True)
 
 
-def _lock_state_dir(state_dir: Path) -> int:
+def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
     """Holds an exclusive lock on <state_dir>/txd.lock for the daemon's life (released by the
     kernel when the process ends, however it ends): two daemons must never share a registry,
-    or the second would "recover" the first one's running jobs."""
+    or the second would "recover" the first one's running jobs. The file names the holder's
+    pid and socket, for the refusal's message."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(state_dir / "txd.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        pid, _, sock = os.read(fd, 4096).decode(errors="replace").partition("\n")
         os.close(fd)
+        pid, sock = pid.strip() or "?", sock.strip()
+        if sock == str(socket_path):  # a daemon started at the same time for the same socket
+            raise AlreadyRunning(
+                f"txd is already running (pid {pid}) on {sock} with the state dir {state_dir}",
+                serving_here=True,
+            ) from None
         raise AlreadyRunning(
-            f"txd is already running (pid {holder}) with the state dir {state_dir}"
+            f"the state dir {state_dir} is in use by another txd (pid {pid}"
+            f"{f', socket {sock}' if sock else ''}): give this one its own with --state-dir "
+            "or TXD_STATE_DIR",
+            serving_here=False,
         ) from None
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
     return fd
 
 
@@ -83,14 +99,14 @@ async def serve(
     state_dir: Path,
     session: str,
     grace: float,
-    ready_fd: int | None = None,
+    on_ready: Callable[[], None] | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
     stopped and recorded, status feeds stopped, in-flight calls given `grace` seconds, the
     remaining background tasks cancelled and awaited, schedulers and job store closed. A
     backend that fails on the way is logged; the shutdown goes on."""
-    lock = _lock_state_dir(state_dir)
+    lock = _lock_state_dir(state_dir, socket_path)
     try:
         _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
     except BaseException:
@@ -103,7 +119,7 @@ async def serve(
                 tasks = Tasks(group)
                 try:
                     core = Core(state_dir, session, settings, tasks=tasks)
-                    await _serve(core, socket_path, state_dir, grace, ready_fd)
+                    await _serve(core, socket_path, state_dir, grace, on_ready)
                 finally:
                     tasks.cancel_all()
         except BaseExceptionGroup as group_error:
@@ -122,7 +138,11 @@ async def serve(
 
 
 async def _serve(
-    core: Core, socket_path: Path, state_dir: Path, grace: float, ready_fd: int | None
+    core: Core,
+    socket_path: Path,
+    state_dir: Path,
+    grace: float,
+    on_ready: Callable[[], None] | None,
 ) -> None:
     await core.start()
     server, health = await create_server(core, socket_path)
@@ -131,9 +151,8 @@ async def _serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
-    if ready_fd is not None:
-        os.write(ready_fd, b"ready\n")
-        os.close(ready_fd)
+    if on_ready is not None:
+        on_ready()
     await stop.wait()
     log.info("shutting down")
     try:

@@ -140,6 +140,11 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         return pb.DeleteResponse()
 
     @_mapped
+    async def Prune(self, request: pb.PruneRequest, context: Any) -> pb.PruneResponse:
+        pruned, failed, more = await self.core.prune(request)
+        return pb.PruneResponse(pruned=pruned, failed=failed, more=more)
+
+    @_mapped
     async def Logs(self, request: pb.LogsRequest, context: Any) -> AsyncIterator[pb.LogsResponse]:
         async for chunk in self.core.logs(request):
             yield chunk

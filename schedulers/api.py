@@ -147,6 +147,9 @@ class LogQuery:
     until: dt.datetime | None = None
     follow: bool = False
     stream: int = Stream.COMBINED
+    # The daemon keeps only this many last lines of what log_iter sends (Scheduler.log_iter,
+    # rule 6): a hint that earlier bytes may be skipped. None: the whole log.
+    tail: int | None = None
 
 
 # Returns once the daemon's status cache holds a terminal status for the job.
@@ -300,6 +303,13 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         4. `since`/`until` select lines by when they were written, where the scheduler knows it
            (Capabilities.log_since_until); otherwise they raise Unsupported.
         5. Each call is independent; a slow consumer slows only its own iterator.
+        6. With `query.tail`, the daemon keeps only the last `tail` lines of what is sent (then,
+           following, all that comes after them), so the scheduler may skip earlier bytes, as
+           long as it starts at a line's start at or before those lines (logfiles reads from
+           the file's end back). Ignoring the hint is correct, only slower.
+        7. An empty chunk means "caught up with everything written so far" (optional; the
+           daemon sends no empty chunk on). A follow with a tail shows its lines at the first
+           one, or else only when the log ends.
         Raises NotFound for an unknown role or replica, Unsupported if there are no logs.
         """
         raise Unsupported(f"{self.name} does not provide logs")

@@ -121,13 +121,14 @@ class _Index:
 
 
 async def _pieces(
-    src: LogSource, stream: int, follow: bool, timed: bool
+    src: LogSource, stream: int, follow: bool, timed: bool, start: int = 0
 ) -> AsyncIterator[tuple[bytes, int]]:
     """(bytes, time of the index record they belong to) of one stream, in order, at most CHUNK
-    bytes each. The combined stream without time filters needs no index (time 0)."""
+    bytes each, from byte `start` of the file on. The combined stream without time filters
+    needs no index (time 0)."""
     index = _Index(index_path(src.base)) if stream != Stream.COMBINED or timed else None
     fd = -1
-    pos = seg = 0
+    pos, seg = start, 0
     try:
         while True:
             gen = src.pulse.gen if src.pulse else 0
@@ -270,7 +271,10 @@ async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
     until_ns = int(query.until.timestamp() * 1e9) if query.until else None
     regex = compile_regex(query.regex)
     timed = since_ns is not None or until_ns is not None
-    pieces = _pieces(src, query.stream, query.follow, timed)
+    start = 0
+    if query.tail is not None and regex is None and not timed and query.stream == Stream.COMBINED:
+        start = tail_offset(data_path(src.base), query.tail)  # the file's end, not all of it
+    pieces = _pieces(src, query.stream, query.follow, timed, start)
     if regex is None and not timed:
         chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
     else:
@@ -284,9 +288,37 @@ async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
         await _aclose(pieces)  # a generator expression does not close its source
 
 
+def tail_offset(path: Path, n: int) -> int:
+    """Where the file's last n lines begin, at most one line earlier (when the file ends
+    without a newline: that line counts too); 0 when it has no more, or does not exist.
+    Reads from the end back, CHUNK bytes at a time, until n + 1 newlines are seen."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        pos, need = os.fstat(fd).st_size, n + 1
+        while pos > 0:
+            size = min(CHUNK, pos)
+            pos -= size
+            block = os.pread(fd, size, pos)
+            count = block.count(b"\n")
+            if count < need:
+                need -= count
+                continue
+            i = len(block)
+            for _ in range(need):
+                i = block.rfind(b"\n", 0, i)
+            return pos + i + 1
+        return 0
+    finally:
+        os.close(fd)
+
+
 async def batched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Joins small pieces (a line, one index segment) into messages of up to CHUNK bytes, sent
-    at once whenever the reader has caught up (an empty piece says so)."""
+    at once whenever the reader has caught up (an empty piece says so), followed by an empty
+    chunk that tells the consumer it has caught up."""
     buf: list[bytes] = []
     size = 0
     try:
@@ -296,6 +328,8 @@ async def batched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
             if size and (size >= CHUNK or not chunk):
                 yield b"".join(buf)
                 buf, size = [], 0
+                if not chunk:
+                    yield b""  # caught up (Scheduler.log_iter, rule 7)
         if size:
             yield b"".join(buf)
     finally:

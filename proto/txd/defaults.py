@@ -1,6 +1,7 @@
 """Values the daemon and its clients share: where the daemon listens and keeps its state.
 
-Both `txd` and `txctl` accept `--socket PATH`, and read TXD_SOCKET when it is not given.
+Both `txd` and `txctl` accept `--socket PATH` and `--state-dir DIR`, and read TXD_SOCKET and
+TXD_STATE_DIR when they are not given (txctl passes the state dir to a daemon it starts).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import os
 from pathlib import Path
 
 SOCKET_ENV = "TXD_SOCKET"
+STATE_DIR_ENV = "TXD_STATE_DIR"
 SESSION = "txd"
 
 
@@ -28,8 +30,9 @@ def socket_path(explicit: str | None = None) -> Path:
 
 
 def state_dir(explicit: str | None = None) -> Path:
-    """--state-dir, else $XDG_STATE_HOME/txd, else ~/.local/state/txd."""
-    if explicit:
-        return Path(explicit)
+    """--state-dir, else $TXD_STATE_DIR, else $XDG_STATE_HOME/txd, else ~/.local/state/txd."""
+    chosen = explicit or os.environ.get(STATE_DIR_ENV)
+    if chosen:
+        return Path(chosen)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "txd"

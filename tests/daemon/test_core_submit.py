@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from txd.daemon.core import Core
 from txd.schedulers.api import Described, DryRunInfo, Job, Scheduler, SubmitContext, Submitted
+from txd.schedulers.errors import InvalidArgument, NotFound
 from txd.schedulers.plugins import Entry
 from txd.v1 import AppDef, AppState, AppStatus, Role
 from txd.v1.runner_pb2 import RunRequest
@@ -99,3 +100,42 @@ async def test_a_submission_that_cannot_be_recorded_is_cancelled(
     with pytest.raises(sqlite3.OperationalError):
         await c.run(_run("lost"))
     assert sched.deleted == [Job("42", {"submitted_as": "lost"})]
+
+
+async def test_short_ids_name_a_job_by_app_id_or_unique_prefix(
+    core: tuple[Core, ReusingIds],
+) -> None:
+    """Ids 42, 42.2, 42.3: an app id equal to the text wins over longer ones it begins."""
+    c, _ = core
+    first, _ = await c.run(_run("first"))
+    await c.run(_run("second"))
+    third, _ = await c.run(_run("third"))
+    assert c.resolve(first) == first
+    assert c.lookup("42").app.name == "first"
+    assert c.lookup("42.3").handle == third
+    with pytest.raises(InvalidArgument) as ambiguous:
+        c.lookup("42.")
+    assert str(ambiguous.value) == (
+        "app_handle: '42.' matches 2 jobs: reuse://s/42.2, reuse://s/42.3; give more of the app "
+        "id, or the whole handle"
+    )
+    with pytest.raises(NotFound, match="no job '43'"):
+        c.lookup("43")
+    with pytest.raises(InvalidArgument, match="empty"):
+        c.lookup("")
+
+
+async def test_an_ambiguous_short_id_names_ten_jobs_and_counts_the_rest(
+    core: tuple[Core, ReusingIds],
+) -> None:
+    c, sched = core
+    sched.next_ids = [f"7{i:02d}" for i in range(12)]
+    for i in range(12):
+        await c.run(_run(f"j{i}"))
+    with pytest.raises(InvalidArgument) as ambiguous:
+        c.lookup("7")
+    message = str(ambiguous.value)
+    assert "'7' matches 12 jobs: reuse://s/700, reuse://s/701," in message
+    assert "reuse://s/709 and 2 more;" in message
+    assert "reuse://s/710" not in message
+    assert c.lookup("711").app.name == "j11"

@@ -7,6 +7,7 @@ import re
 import signal
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,87 @@ def test_concurrent_autostarts_leave_one_daemon(auto: AutostartEnv, workdir: Pat
     )
     proc = auto.txctl("--no-autostart", "list", cwd=workdir)
     assert proc.returncode == 0
+
+
+def test_private_daemons_each_with_a_state_dir(auto: AutostartEnv, workdir: Path) -> None:
+    """A second daemon for a second socket needs a state dir of its own (--state-dir or
+    TXD_STATE_DIR, passed on to the daemon txctl starts); without one, txctl prints the
+    daemon's own reason for refusing."""
+    first = auto.txctl("list", cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    m = re.search(r"started txd \(pid (\d+)\)", first.stderr)
+    assert m, first.stderr
+    sock_b, sock_c = auto.root / "b.sock", auto.root / "c.sock"
+    try:
+        # Same (default) state dir: refused, with the daemon's reason, not a log file's name.
+        proc = auto.txctl("--socket", str(sock_b), "list", cwd=workdir)
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"txctl: error: cannot start txd: the state dir {auto.state_home / 'txd'} is in use "
+            f"by another txd (pid {m[1]}, socket {auto.socket}): give this one its own with "
+            "--state-dir or TXD_STATE_DIR"
+        ]
+        assert not sock_b.exists()
+
+        # Its own state dir, by flag and by environment: both serve, each its own jobs.
+        state_b, state_c = auto.root / "state-b", auto.root / "state-c"
+        proc = auto.txctl(
+            "--socket", str(sock_b), "--state-dir", str(state_b), "run", "--wait",
+            "utils.echo", "--msg", "on-b", cwd=workdir,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert "started txd" in proc.stderr
+        handle_b = first_line(proc.stdout)
+        env_c = {**auto.env, "TXD_SOCKET": str(sock_c), "TXD_STATE_DIR": str(state_c)}
+        proc = subprocess.run(
+            [*TXCTL, "run", "--wait", "utils.echo", "--msg", "on-c"],
+            capture_output=True, text=True, cwd=workdir, env=env_c, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        handle_c = first_line(proc.stdout)
+        assert (state_b / "registry.db").exists() and (state_b / "txd.log").exists()
+        assert (state_c / "registry.db").exists()
+        listed_b = auto.txctl("--socket", str(sock_b), "--no-autostart", "list", cwd=workdir)
+        assert handle_b in listed_b.stdout and handle_c not in listed_b.stdout
+        logs_c = subprocess.run(
+            [*TXCTL, "--no-autostart", "logs", handle_c],
+            capture_output=True, text=True, cwd=workdir, env=env_c, timeout=60,
+        )  # fmt: skip
+        assert logs_c.stdout == "on-c\n", logs_c.stderr
+        assert auto.txctl("--no-autostart", "list", cwd=workdir).returncode == 0  # the first
+    finally:
+        _stop_serving(sock_b, sock_c)
+
+
+def _stop_serving(*sockets: Path) -> None:
+    """SIGTERM to the daemons serving these sockets, and wait for them to exit."""
+    pids = [
+        p
+        for sock in sockets
+        for p in pids_with_marker(str(sock))
+        if b"txd.daemon" in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    with PidWatch(pids) as watch:
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        assert watch.wait(30) == []
+
+
+def test_autostart_failure_shows_the_daemon_reason(auto: AutostartEnv, workdir: Path) -> None:
+    """A daemon that cannot start says why on its ready pipe; txctl prints that one line."""
+    bad = auto.root / "bad.toml"
+    bad.write_text("[schedulers.local_cwd\n")
+    auto.env["TXD_CONFIG"] = str(bad)
+    proc = auto.txctl("list", cwd=workdir)
+    assert proc.returncode == 3, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"txctl: error: cannot start txd: {bad}: "), line
+    assert "txd.log" not in line
+    assert auto.daemons() == []
+    # txd refuses a session that would make `HANDLE/ROLE/K` ambiguous.
+    proc = subprocess.run(
+        [sys.executable, "-m", "txd.daemon", "--session", "a/b"],
+        capture_output=True, text=True, env=auto.env, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "'a/b': a session name is not empty and has no '/'" in proc.stderr

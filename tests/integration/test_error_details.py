@@ -54,7 +54,7 @@ CALLS: list[tuple[str, Callable[[runner_pb2_grpc.RunnerStub], Any], str]] = [
     ),
     (
         "status-handle",
-        lambda s: s.Status(pb.StatusRequest(app_handle="nope"), timeout=10),
+        lambda s: s.Status(pb.StatusRequest(app_handle="local_cwd://nope"), timeout=10),
         "app_handle",
     ),
     ("list-page-size", lambda s: s.List(pb.ListRequest(page_size=-1), timeout=10), "page_size"),
@@ -129,7 +129,7 @@ def test_details_are_parsed_only_when_asked(shared_daemon: Any) -> None:
         "from txd.client import Client, InvalidArgumentError\n"
         "with Client(sys.argv[2]) as c:\n"
         "    try:\n"
-        "        c.status('not-a-handle')\n"
+        "        c.status('local_cwd://not-a-handle')\n"
         "    except InvalidArgumentError as e:\n"
         "        print('LOADED', any(m.startswith('google.rpc') for m in sys.modules))\n"
         "        print('FIELD', e.field)\n"
@@ -142,7 +142,7 @@ def test_details_are_parsed_only_when_asked(shared_daemon: Any) -> None:
         str(shared_daemon.socket),
         "--no-autostart",
         "status",
-        "not-a-handle",
+        "local_cwd://not-a-handle",
         env=shared_daemon.txctl_env(),
     )
     assert proc.returncode == 2, proc.stderr

@@ -80,7 +80,7 @@ def test_version_0_file_migrates_and_every_record_reads_back(tmp_path: Path) -> 
         assert len(key) == 32
     finally:
         store.close()
-    assert _user_version(path) == jobstore.SCHEMA_VERSION == 1
+    assert _user_version(path) == jobstore.SCHEMA_VERSION == 2
     assert ("index", "jobs_by_created_handle") in _objects(path)
     assert ("index", "jobs_by_created") not in _objects(path)
     # Opening a current file again changes nothing, the token key included.
@@ -126,6 +126,35 @@ def test_page_created_since_keeps_the_job_whose_reported_time_is_the_bound(
             assert {c.handle for c, _ in store.page(100, created_since_ns=bound + 1)} == {
                 f["handle"] for f in V0.RECORDS if f["created"] > fields["created"]
             }
+    finally:
+        store.close()
+
+
+def test_app_id_prefix_is_one_index_range(tmp_path: Path) -> None:
+    """Short ids: ids with the prefix, exact match first, found through the app id index
+    (which a version 0 file gets by migration)."""
+    store = JobStore(_v0_copy(tmp_path))
+    try:
+        ids = sorted(f["app_id"] for f in V0.RECORDS)
+        for app_id in ids:
+            for n in range(1, len(app_id) + 1):
+                want = [i for i in ids if i.startswith(app_id[:n])]
+                got = store.by_app_id_prefix(app_id[:n], 100)
+                assert [i for _, i in got] == want
+                assert store.count_app_id_prefix(app_id[:n]) == len(want)
+        assert store.by_app_id_prefix(ids[0], 1) == [
+            (f["handle"], f["app_id"]) for f in V0.RECORDS if f["app_id"] == ids[0]
+        ]
+        assert store.by_app_id_prefix("\U0010ffff", 10) == []
+        with contextlib.closing(sqlite3.connect(store.path)) as db:
+            plan = " ".join(
+                str(row[-1])
+                for row in db.execute(
+                    "EXPLAIN QUERY PLAN SELECT handle FROM jobs WHERE app_id >= ? AND app_id < ?",
+                    ("a", "b"),
+                )
+            )
+        assert "USING INDEX jobs_by_app_id (app_id>? AND app_id<?)" in plan
     finally:
         store.close()
 

@@ -98,6 +98,7 @@ def test_reflection_lists_and_describes_runner(channel: Any, service: str) -> No
         "List",
         "Cancel",
         "Delete",
+        "Prune",
         "Logs",
         "Schedulers",
         "RunOpts",

@@ -303,4 +303,6 @@ async def test_unknown_and_malformed_handles(client: Any, verb: str) -> None:
     with pytest.raises(NotFoundError, match="nosuchjob"):
         await call("local_cwd://txd/nosuchjob-bcdfg")
     with pytest.raises(InvalidArgumentError, match="app_handle"):
-        await call("no handle here")
+        await call("local_cwd://no-app-id")
+    with pytest.raises(NotFoundError, match="no job 'no such id'"):  # a short id: not known
+        await call("no such id")

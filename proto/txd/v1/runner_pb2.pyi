@@ -193,8 +193,35 @@ class DeleteResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class PruneRequest(_message.Message):
+    __slots__ = ("created_before", "scheduler", "dry_run")
+    CREATED_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    created_before: _timestamp_pb2.Timestamp
+    scheduler: str
+    dry_run: bool
+    def __init__(self, created_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scheduler: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class PruneResponse(_message.Message):
+    __slots__ = ("pruned", "failed", "more")
+    class FailedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PRUNED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    pruned: _containers.RepeatedCompositeFieldContainer[_app_pb2.AppStatus]
+    failed: _containers.ScalarMap[str, str]
+    more: bool
+    def __init__(self, pruned: _Optional[_Iterable[_Union[_app_pb2.AppStatus, _Mapping]]] = ..., failed: _Optional[_Mapping[str, str]] = ..., more: _Optional[bool] = ...) -> None: ...
+
 class LogsRequest(_message.Message):
-    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams")
+    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams", "tail")
     class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         COMBINED: _ClassVar[LogsRequest.Stream]
@@ -211,6 +238,7 @@ class LogsRequest(_message.Message):
     UNTIL_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
     app_handle: str
     role: str
     replica: int
@@ -219,7 +247,8 @@ class LogsRequest(_message.Message):
     until: _timestamp_pb2.Timestamp
     follow: bool
     streams: LogsRequest.Stream
-    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ...) -> None: ...
+    tail: int
+    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
     __slots__ = ("data", "role", "replica")

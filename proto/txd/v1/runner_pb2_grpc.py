@@ -83,6 +83,11 @@ class RunnerStub:
                 request_serializer=txd_dot_v1_dot_runner__pb2.DeleteRequest.SerializeToString,
                 response_deserializer=txd_dot_v1_dot_runner__pb2.DeleteResponse.FromString,
                 _registered_method=True)
+        self.Prune = channel.unary_unary(
+                '/txd.v1.Runner/Prune',
+                request_serializer=txd_dot_v1_dot_runner__pb2.PruneRequest.SerializeToString,
+                response_deserializer=txd_dot_v1_dot_runner__pb2.PruneResponse.FromString,
+                _registered_method=True)
         self.Logs = channel.unary_stream(
                 '/txd.v1.Runner/Logs',
                 request_serializer=txd_dot_v1_dot_runner__pb2.LogsRequest.SerializeToString,
@@ -173,6 +178,16 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prune(self, request, context):
+        """Deletes finished jobs (SUCCEEDED, FAILED or CANCELLED, never a live one) created before a
+        given time, each as Delete does (its logs and what its scheduler keeps of it), and their
+        job store entries in one transaction. At most 1000 jobs per call, oldest first: call again
+        while `more` is set. See PruneRequest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Logs(self, request, context):
         """Raw log bytes in chunks of many lines. See LogsRequest.
         """
@@ -241,6 +256,11 @@ def add_RunnerServicer_to_server(servicer, server):
                     servicer.Delete,
                     request_deserializer=txd_dot_v1_dot_runner__pb2.DeleteRequest.FromString,
                     response_serializer=txd_dot_v1_dot_runner__pb2.DeleteResponse.SerializeToString,
+            ),
+            'Prune': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prune,
+                    request_deserializer=txd_dot_v1_dot_runner__pb2.PruneRequest.FromString,
+                    response_serializer=txd_dot_v1_dot_runner__pb2.PruneResponse.SerializeToString,
             ),
             'Logs': grpc.unary_stream_rpc_method_handler(
                     servicer.Logs,
@@ -505,6 +525,33 @@ class Runner:
             '/txd.v1.Runner/Delete',
             txd_dot_v1_dot_runner__pb2.DeleteRequest.SerializeToString,
             txd_dot_v1_dot_runner__pb2.DeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txd.v1.Runner/Prune',
+            txd_dot_v1_dot_runner__pb2.PruneRequest.SerializeToString,
+            txd_dot_v1_dot_runner__pb2.PruneResponse.FromString,
             options,
             channel_credentials,
             insecure,
