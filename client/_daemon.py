@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
@@ -62,6 +63,11 @@ def start_daemon(path: Path, state_dir: Path) -> int | None:
         os.close(read_end)
     if line == "ready":
         return proc.pid
+    if line:
+        # A daemon that said it will not serve is on its way out: reap it, so that when this
+        # returns only the daemon that serves is left (and no zombie is).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=START_TIMEOUT)
     kind, _, why = line.partition(": ")
     if kind == "busy":
         # The winner of a start-up race may hold the state dir a moment before it serves:
