@@ -111,8 +111,9 @@ class Engine:
         _script("docker-down", str(self.run_dir), env=env, timeout=DOWN_TIMEOUT)
 
     def restart(self) -> None:
-        """Stops the engine and starts it again on the same socket and data root: containers
-        are still there (running ones were stopped with the engine)."""
+        """Stops the engine and starts it again on the same socket and data root. Containers
+        are still there, and running ones keep running meanwhile (live-restore): the engine's
+        event stream and API are what goes away and comes back."""
         self.stop(keep_containers=True)
         self.start()
 

@@ -77,15 +77,22 @@ async def test_an_image_pushed_to_the_registry_pulls_back_by_a_fresh_tag(
 async def test_restart_comes_back_on_the_same_socket_with_its_containers(
     docker_engine: Engine, engine: EngineClient
 ) -> None:
-    name = _name("kept")
-    docker_engine.docker("create", "--name", name, BUSYBOX, "true")
+    created, running = _name("created"), _name("running")
+    docker_engine.docker("create", "--name", created, BUSYBOX, "true")
+    docker_engine.docker("run", "-d", "--init", "--name", running, BUSYBOX, "sleep", "300")
     host, pid = docker_engine.host, docker_engine.pid
     docker_engine.restart()
     assert docker_engine.host == host
     assert docker_engine.pid != pid
-    info = await engine.container(name)  # the same client: the socket path did not change
+    info = await engine.container(created)  # the same client: the socket path did not change
     assert info is not None and info["State"]["Status"] == "created"
-    docker_engine.docker("rm", name)
+    info = await engine.container(running)
+    assert info is not None and info["State"]["Status"] == "running"  # live-restore
+    async with engine.events(type="container", container=running) as events:
+        docker_engine.docker("kill", running)
+        die = await events.wait_for(Action="die")
+    assert die["Actor"]["Attributes"]["exitCode"] == "137"
+    docker_engine.docker("rm", created, running)
 
 
 async def test_the_docker_daemon_uses_the_engine(
