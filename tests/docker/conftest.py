@@ -8,7 +8,9 @@ for the docker tests. The helpers live in tests/docker/docker_testing.py.
   Debian's docker.io, the docker tests are skipped, saying so.
 - `docker_registry` (session): a registry on 127.0.0.1; `.address` is `127.0.0.1:PORT`.
 - `docker_daemon` (session) and `docker_client`: a txd whose Docker host is the engine;
-  `own_docker_daemon`: a started txd of the test's own (restarts, crashes).
+  `own_docker_daemon`: a started txd of the test's own (restarts, crashes). A test during
+  which either logs a traceback or an internal error fails. `make_docker_daemon(engine, args)`
+  (docker_testing) makes one with more arguments.
 - `engine`: an EngineClient on the engine, for assertions and for waiting on engine events.
 """
 
@@ -26,7 +28,7 @@ from docker_testing import (
     check_installed,
     make_docker_daemon,
 )
-from txd_testing import Daemon, remove_tree
+from txd_testing import Daemon, log_alarms, remove_tree
 
 
 @pytest.fixture(scope="session")
@@ -61,15 +63,37 @@ def docker_daemon(docker_engine: Engine) -> Iterator[Daemon]:
         remove_tree(d.root)
 
 
+def _failed(request: pytest.FixtureRequest) -> bool:
+    rep = getattr(request.node, "rep_call", None)  # set by tests/conftest.py
+    return rep is None or rep.failed
+
+
 @pytest.fixture
-def own_docker_daemon(docker_engine: Engine) -> Iterator[Daemon]:
-    """A started txd of the test's own on the session's engine."""
+def own_docker_daemon(docker_engine: Engine, request: pytest.FixtureRequest) -> Iterator[Daemon]:
+    """A started txd of the test's own on the session's engine (restarts, crashes). A passing
+    test also fails if the daemon logged a traceback or an internal error."""
     d = make_docker_daemon(docker_engine)
     try:
         yield d.start()
     finally:
         d.close()
+        log = d.log()
         remove_tree(d.root)
+    assert _failed(request) or not log_alarms(log), "the daemon logged errors:\n" + log
+
+
+@pytest.fixture(autouse=True)
+def _docker_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test during which the session's docker_daemon logged a traceback or an internal
+    error."""
+    if not {"docker_daemon", "docker_client"} & set(request.fixturenames):
+        yield
+        return
+    d = request.getfixturevalue("docker_daemon")
+    start = len(d.log())
+    yield
+    new = d.log()[start:]
+    assert _failed(request) or not log_alarms(new), "the docker daemon logged errors:\n" + new
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from docker_testing import BUSYBOX, PYTHON, Engine, EngineClient, Registry
 from txd_testing import Daemon
 
@@ -95,13 +96,15 @@ async def test_restart_comes_back_on_the_same_socket_with_its_containers(
     docker_engine.docker("rm", created, running)
 
 
-async def test_the_docker_daemon_uses_the_engine(
-    docker_engine: Engine, docker_daemon: Daemon
+@pytest.mark.parametrize("fixture", ["docker_daemon", "own_docker_daemon"])
+async def test_the_docker_daemons_use_the_engine(
+    docker_engine: Engine, fixture: str, request: pytest.FixtureRequest
 ) -> None:
-    environ = Path(f"/proc/{docker_daemon.pid}/environ").read_bytes().split(b"\0")
+    daemon: Daemon = request.getfixturevalue(fixture)
+    environ = Path(f"/proc/{daemon.pid}/environ").read_bytes().split(b"\0")
     assert f"DOCKER_HOST={docker_engine.host}".encode() in environ
-    async with docker_daemon.client() as c:
+    async with daemon.client() as c:
         infos = {s.name: s for s in (await c.schedulers()).schedulers}
     if "local_docker" in infos:
         assert infos["local_docker"].load_error == ""
-        assert f"local_docker.docker_host={docker_engine.host}" in docker_daemon.args
+        assert f"local_docker.docker_host={docker_engine.host}" in daemon.args
