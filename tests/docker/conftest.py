@@ -25,18 +25,36 @@ from docker_testing import (
     EngineClient,
     EngineUnavailable,
     Registry,
-    check_installed,
     make_docker_daemon,
+    prepare,
 )
 from txd_testing import Daemon, log_alarms, remove_tree
 
+# What preparing the engine raised (see pytest_collection_finish), for docker_engine to report.
+_PREPARE_ERROR = pytest.StashKey[Exception]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When tests that need the engine were collected: installs it if missing and builds the
+    test images' rootfs if not cached (debootstrap, ~30 s once), before the first test, so
+    that no test's timeout covers them."""
+    if session.config.option.collectonly or not any(
+        "docker_engine" in getattr(item, "fixturenames", ()) for item in session.items
+    ):
+        return
+    try:
+        prepare()
+    except Exception as e:
+        session.config.stash[_PREPARE_ERROR] = e
+
 
 @pytest.fixture(scope="session")
-def docker_engine() -> Iterator[Engine]:
-    try:
-        check_installed()
-    except EngineUnavailable as e:
-        pytest.skip(str(e))
+def docker_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    error = request.config.stash.get(_PREPARE_ERROR, None)
+    if isinstance(error, EngineUnavailable):
+        pytest.skip(str(error))
+    if error is not None:
+        pytest.fail(f"could not prepare the Docker engine: {error}")
     engine = Engine.start_new()
     try:
         yield engine

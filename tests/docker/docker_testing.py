@@ -29,8 +29,8 @@ from txd_testing import REPO, Daemon, short_tmpdir
 
 BUSYBOX = "txd-test/busybox:latest"
 PYTHON = "txd-test/python:3"
-# docker-up builds a missing image (the Python rootfs takes ~30 s of debootstrap unless
-# `scripts/docker-images --rootfs` cached it); a cached start takes well under a second.
+# Building the Python image's rootfs (debootstrap) takes ~30 s once; a cached start of the
+# engine well under a second.
 UP_TIMEOUT = 900.0
 DOWN_TIMEOUT = 90.0
 CLI_TIMEOUT = 60.0
@@ -61,21 +61,21 @@ def _exported(stdout: str, name: str) -> str:
     return m.group(1)
 
 
-def check_installed() -> None:
-    """Raises EngineUnavailable when Debian's docker.io (and the rest) is missing and cannot be
-    installed (scripts/install-backends needs root)."""
-    if shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
-        return
-    if os.geteuid() != 0:
-        raise EngineUnavailable(
-            "dockerd is not installed and installing it needs root: "
-            "run scripts/install-backends as root"
-        )
-    proc = subprocess.run(
-        [str(SCRIPTS / "install-backends")], capture_output=True, text=True, timeout=900
-    )
-    if proc.returncode != 0:
-        raise EngineUnavailable(f"scripts/install-backends failed: {proc.stderr.strip()}")
+def prepare() -> None:
+    """Installs Debian's docker.io and the rest when missing (scripts/install-backends) and
+    builds the test images' rootfs when not cached (scripts/docker-images --rootfs). Raises
+    EngineUnavailable when the engine cannot be installed (that needs root)."""
+    if not shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+        if os.geteuid() != 0:
+            raise EngineUnavailable(
+                "dockerd is not installed and installing it needs root: "
+                "run scripts/install-backends as root"
+            )
+        try:
+            _script("install-backends", timeout=900)
+        except RuntimeError as e:
+            raise EngineUnavailable(str(e)) from None
+    _script("docker-images", "--rootfs", timeout=UP_TIMEOUT)
 
 
 @dataclass
