@@ -101,7 +101,9 @@ class Engine:
         return {**os.environ, "DOCKER_HOST": self.host, **extra}
 
     def start(self) -> None:
-        out = _script("docker-up", str(self.run_dir), timeout=UP_TIMEOUT)
+        # TXD_DOCKER_OWNER: should this process be killed, the next docker-up stops the engine.
+        env = {**os.environ, "TXD_DOCKER_OWNER": str(os.getpid())}
+        out = _script("docker-up", str(self.run_dir), env=env, timeout=UP_TIMEOUT)
         self.host = _exported(out, "DOCKER_HOST")
 
     def stop(self, keep_containers: bool = False) -> None:
