@@ -108,3 +108,24 @@ async def test_the_docker_daemons_use_the_engine(
     if "local_docker" in infos:
         assert infos["local_docker"].load_error == ""
         assert f"local_docker.docker_host={docker_engine.host}" in daemon.args
+
+
+def test_an_engine_stops_with_everything_it_started() -> None:
+    """docker-down leaves no process, container or network bridge of the engine behind."""
+    other = Engine.start_new()
+    try:
+        network = other.docker("network", "create", _name("net")).stdout.strip()
+        cid = other.docker(
+            "run", "-d", "--init", "--network", network, BUSYBOX, "sleep", "300"
+        ).stdout.strip()
+        container_pid = int(other.docker("inspect", "-f", "{{.State.Pid}}", cid).stdout)
+        containerd = (other.run_dir / "exec" / "containerd" / "containerd.pid").read_text()
+        shim = Path(f"/proc/{container_pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        engine_pids = [other.pid, int(containerd), int(shim), container_pid]
+        bridge = Path(f"/sys/class/net/br-{network[:12]}")
+        assert bridge.exists()
+    finally:
+        other.close()
+    assert [p for p in engine_pids if Path(f"/proc/{p}").exists()] == []
+    assert not bridge.exists()
+    assert not other.run_dir.exists()
