@@ -165,8 +165,10 @@ class Registry:
 def make_docker_daemon(engine: Engine, args: Sequence[str] = (), **kw: Any) -> Daemon:
     """A txd (not started) whose Docker host is this engine: through DOCKER_HOST, and through
     the local_docker scheduler's `docker_host` setting when that scheduler exists."""
+    from txd.schedulers.plugins import BUILTIN
+
     settings: list[str] = []
-    if (REPO / "schedulers" / "local_docker.py").exists():
+    if "local_docker" in BUILTIN:
         settings = ["--set", f"local_docker.docker_host={engine.host}"]
     env = {"DOCKER_HOST": engine.host, **kw.pop("env", {})}
     return Daemon(short_tmpdir("txdd-"), env=env, args=[*settings, *args], **kw)
