@@ -118,6 +118,9 @@ def test_an_engine_stops_with_everything_it_started() -> None:
         cid = other.docker(
             "run", "-d", "--init", "--network", network, BUSYBOX, "sleep", "300"
         ).stdout.strip()
+        other.docker("run", "--rm", "--network", "host", BUSYBOX, "true")
+        data_root = Path((other.run_dir / "data-root").read_text().strip())
+        assert _mounts_under(other.run_dir)  # the host network namespace, while it runs
         container_pid = int(other.docker("inspect", "-f", "{{.State.Pid}}", cid).stdout)
         containerd = (other.run_dir / "exec" / "containerd" / "containerd.pid").read_text()
         shim = Path(f"/proc/{container_pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
@@ -128,4 +131,10 @@ def test_an_engine_stops_with_everything_it_started() -> None:
         other.close()
     assert [p for p in engine_pids if Path(f"/proc/{p}").exists()] == []
     assert not bridge.exists()
+    assert _mounts_under(other.run_dir) == _mounts_under(data_root) == []
     assert not other.run_dir.exists()
+
+
+def _mounts_under(path: Path) -> list[str]:
+    with open("/proc/mounts") as f:
+        return [m for m in (line.split()[1] for line in f) if m.startswith(f"{path}/")]
