@@ -107,8 +107,8 @@ class Engine:
         self.host = _exported(out, "DOCKER_HOST")
 
     def stop(self, keep_containers: bool = False) -> None:
-        """Stops dockerd (and its containerd) by pid; unless keep_containers, removes every
-        container first."""
+        """Stops dockerd (and its containerd) by pid. Unless keep_containers (a restart to
+        come), first removes every container and network, and unmounts what dockerd left."""
         env = {**os.environ, "KEEP_CONTAINERS": "1" if keep_containers else "0"}
         _script("docker-down", str(self.run_dir), env=env, timeout=DOWN_TIMEOUT)
 
