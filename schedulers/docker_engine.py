@@ -24,6 +24,11 @@ from txd.schedulers.errors import BackendUnavailable, NotFound, TxdError
 _UNREACHABLE = 900
 # Streams stay open for as long as the job or the subscription lasts.
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, connect=10)
+# The engine logs a line longer than this in pieces of this size. Engine 20.10 with the `local`
+# log driver drops the newline that ends such a line (the last piece's "last" mark is lost on
+# the way back): it is put back here. A long line that ends the output without a newline thus
+# gains one; every other byte arrives as written.
+PARTIAL_SIZE = 16 * 1024
 # The header of a frame of the engine's multiplexed stream: stream, 3 zero bytes, length.
 _FRAME = struct.Struct(">BxxxL")
 
@@ -43,14 +48,18 @@ class Engine:
         self.url = url
         self.calls: Counter[str] = Counter()
         self._docker: aiodocker.Docker | None = None
+        self._closed = False
 
     def _client(self) -> aiodocker.Docker:
+        if self._closed:
+            raise BackendUnavailable(f"the client of the Docker engine at {self.url} is closed")
         # Built on first use: its HTTP session belongs to the running event loop.
         if self._docker is None:
             self._docker = aiodocker.Docker(url=self.url)
         return self._docker
 
     async def aclose(self) -> None:
+        self._closed = True
         docker, self._docker = self._docker, None
         if docker is not None:
             with contextlib.suppress(Exception):
@@ -77,6 +86,16 @@ class Engine:
                 all=True, filters=json.dumps({"label": list(labels)})
             )
         return [c._container for c in found]
+
+    async def inspect(self, name: str) -> dict[str, Any] | None:
+        """A container's inspect data; None when it does not exist."""
+        try:
+            with self._call("containers.inspect"):
+                return await self._client().containers.container(name).show()
+        except EngineError as e:
+            if e.status == 404:
+                return None
+            raise
 
     async def create_container(self, name: str, body: Mapping[str, Any]) -> str:
         with self._call("containers.create"):
@@ -148,7 +167,7 @@ class Engine:
 
     async def volumes(self, labels: Sequence[str]) -> list[dict[str, Any]]:
         with self._call("volumes.list"):
-            found = await self._client().volumes.list(filters=json.dumps({"label": list(labels)}))
+            found = await self._client().volumes.list(filters={"label": list(labels)})
         return list(found.get("Volumes") or [])
 
     async def create_volume(self, body: Mapping[str, Any]) -> None:
@@ -179,6 +198,7 @@ class Engine:
         try:
             yield _json_lines(self, resp)
         finally:
+            resp.close()  # aiodocker's _query leaves its response open
             await cm.__aexit__(None, None, None)
 
     async def logs(
@@ -202,6 +222,7 @@ class Engine:
             resp = await cm.__aenter__()
         try:
             buf = bytearray()
+            in_long_line: dict[int, bool] = {}  # by stream: the last piece was a full partial
             while True:
                 with self._call("containers.logs.read"):
                     data = await resp.content.readany()
@@ -210,15 +231,21 @@ class Engine:
                 buf += data
                 pos = 0
                 while len(buf) - pos >= _FRAME.size:
-                    _, size = _FRAME.unpack_from(buf, pos)
+                    stream, size = _FRAME.unpack_from(buf, pos)
                     end = pos + _FRAME.size + size
                     if end > len(buf):
                         break
-                    yield _stamped(bytes(buf[pos + _FRAME.size : end]))
+                    message, stamp = _stamped(bytes(buf[pos + _FRAME.size : end]))
+                    partial = len(message) == PARTIAL_SIZE and not message.endswith(b"\n")
+                    if in_long_line.get(stream) and not partial and not message.endswith(b"\n"):
+                        message += b"\n"  # see PARTIAL_SIZE
+                    in_long_line[stream] = partial
+                    yield message, stamp
                     pos = end
                 del buf[:pos]
                 yield b"", 0
         finally:
+            resp.close()  # aiodocker's _query leaves its response open
             await cm.__aexit__(None, None, None)
 
 

@@ -286,6 +286,21 @@ def app_status(app_id: str, containers: Sequence[Mapping[str, Any]], cancelled: 
     return out
 
 
+def _as_listed(info: Mapping[str, Any]) -> dict[str, Any]:
+    """A container's inspect data in the form the container listing has."""
+    state = info.get("State") or {}
+    out = {
+        "Id": info["Id"],
+        "Names": [info.get("Name", "")],
+        "Labels": (info.get("Config") or {}).get("Labels") or {},
+        "State": state.get("Status", ""),
+        "Status": "",
+    }
+    if out["State"] in ("exited", "dead"):
+        out["Status"] = f"Exited ({state.get('ExitCode', 0)})"
+    return out
+
+
 def _group(containers: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     out: dict[str, list[Mapping[str, Any]]] = {}
     for c in containers:
@@ -431,13 +446,22 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
 
     # -- observation ------------------------------------------------------------------------
 
-    async def _statuses(self, app_ids: Sequence[str]) -> dict[str, AppStatus]:
+    async def _statuses(
+        self, app_ids: Sequence[str], exited: Sequence[str] = ()
+    ) -> dict[str, AppStatus]:
         """The status of each of these apps that has containers: one listing (of the app's
-        containers for one app, of every txd container for more), and the cancel markers."""
+        containers for one app, of every txd container for more), and the cancel markers.
+        Containers in `exited` (a die event named them) are inspected instead: the engine
+        sends the event before its listing shows the exit, and inspect waits for it."""
         labels = [f"txd.app_id={app_ids[0]}"] if len(app_ids) == 1 else [SCHEDULER_LABEL]
-        groups = _group(await self.engine.containers(labels))
-        wanted = {a: groups[a] for a in app_ids if a in groups}
-        return await self._fold(wanted)
+        listed = await self.engine.containers(labels)
+        if exited:
+            fresh = await asyncio.gather(*(self.engine.inspect(c) for c in exited))
+            by_id = {c["Id"]: _as_listed(c) for c in fresh if c is not None}
+            gone = {c for c, info in zip(exited, fresh, strict=True) if info is None}
+            listed = [by_id.pop(c["Id"], c) for c in listed if c["Id"] not in gone]
+        groups = _group(listed)
+        return await self._fold({a: groups[a] for a in app_ids if a in groups})
 
     async def _fold(
         self, groups: Mapping[str, Sequence[Mapping[str, Any]]]
@@ -472,14 +496,15 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             yield SUBSCRIBED
             # A reader queues the app ids events name; each batch is described with one listing,
             # so a burst of events costs one engine call.
-            queue: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
+            queue: asyncio.Queue[tuple[str, str] | BaseException | None] = asyncio.Queue()
 
             async def read() -> None:
                 try:
                     async for event in events:
-                        attrs = (event.get("Actor") or {}).get("Attributes") or {}
-                        if app_id := attrs.get("txd.app_id"):
-                            queue.put_nowait(app_id)
+                        actor = event.get("Actor") or {}
+                        if app_id := (actor.get("Attributes") or {}).get("txd.app_id"):
+                            exited = event.get("Action") in ("die", "oom")
+                            queue.put_nowait((app_id, actor.get("ID", "") if exited else ""))
                     queue.put_nowait(None)
                 except Exception as e:  # the engine went away: the consumer raises it
                     queue.put_nowait(e)
@@ -488,6 +513,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             try:
                 while True:
                     batch: list[str] = []
+                    exited: list[str] = []
                     end: BaseException | None = None
                     done = False
                     item = await queue.get()
@@ -496,13 +522,16 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
                             done = True
                         elif isinstance(item, BaseException):
                             end = item
-                        elif item not in batch:
-                            batch.append(item)
+                        else:
+                            if item[0] not in batch:
+                                batch.append(item[0])
+                            if item[1] and item[1] not in exited:
+                                exited.append(item[1])
                         if queue.empty():
                             break
                         item = queue.get_nowait()
                     if batch:
-                        found = await self._statuses(batch)
+                        found = await self._statuses(batch, exited)
                         gone = [a for a in batch if a not in found and a not in self._deleted]
                         for app_id, status in found.items():
                             yield Change(app_id, status)
