@@ -7,13 +7,15 @@ which only inspects the app's own network: no traffic goes over a private-range 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_testing import BUSYBOX, EngineClient
-from txd.v1 import AppDef, AppState, Role
+from docker_testing import BUSYBOX, Engine, EngineClient
+from txd.v1 import AppDef, AppState, BindMount, Mount, Role
 from txd_testing import Daemon, read_logs, read_logs_by_replica
 
 NONE = {"network": "none"}
@@ -161,3 +163,55 @@ async def test_a_restarted_daemon_finds_the_running_job(own_docker_daemon: Daemo
         assert status.state == AppState.RUNNING, status
         await c.cancel(handle)
         assert (await c.wait(handle, timeout=60)).state == AppState.CANCELLED
+
+
+async def test_logs_followed_while_running_then_since_until_and_streams(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    script = "echo early; echo err >&2; while [ ! -e /gate/go ]; do sleep 0.05; done; echo late"
+    role = sh_role("main", script)
+    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
+    handle = await docker_client.run(
+        AppDef(name="logs", roles=[role]), scheduler="local_docker", cfg=NONE
+    )
+    follow = aiter(docker_client.logs(handle, "main", 0, follow=True, streams="stdout"))
+    assert (await anext(follow)).data == b"early\n"  # while it runs, before "late" exists
+    # "early" was stamped before it reached us; "late" is written only after the gate opens.
+    middle = dt.datetime.now(dt.UTC)
+    (gate / "go").touch()
+    rest = b"".join([chunk.data async for chunk in follow])  # ends with the job
+    assert rest == b"late\n"
+    assert (await docker_client.status(handle)).state == AppState.SUCCEEDED
+    out = {"streams": "stdout"}
+    assert await read_logs(docker_client, handle, until=middle, **out) == b"early\n"
+    assert await read_logs(docker_client, handle, since=middle, **out) == b"late\n"
+    assert await read_logs(docker_client, handle, streams="stderr") == b"err\n"
+    both = await read_logs(docker_client, handle)
+    assert sorted(both.splitlines()) == [b"early", b"err", b"late"]
+
+
+async def test_the_feed_resyncs_after_the_engine_restarts(
+    own_docker_daemon: Daemon, docker_engine: Engine
+) -> None:
+    async with own_docker_daemon.client() as c:
+        before = await c.run(
+            AppDef(name="before", roles=[sh_role("main", "echo up; sleep 600")]),
+            scheduler="local_docker",
+            cfg=NONE,
+        )
+        follow = aiter(c.logs(before, "main", 0, follow=True))
+        assert (await anext(follow)).data == b"up\n"
+        # The engine stops its containers when it stops: the job ends while the stream is down.
+        docker_engine.restart()
+        final = await c.wait(before, timeout=60)
+        assert final.state == AppState.FAILED, final
+        assert final.roles[0].replicas[0].HasField("exit_code")
+        # The new subscription pushes the next job's changes.
+        after = await c.run(
+            AppDef(name="after", roles=[sh_role("main", "exit 0")]),
+            scheduler="local_docker",
+            cfg=NONE,
+        )
+        assert (await c.wait(after, timeout=60)).state == AppState.SUCCEEDED
