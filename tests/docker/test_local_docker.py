@@ -7,6 +7,7 @@ which only inspects the app's own network: no traffic goes over a private-range 
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -215,3 +216,24 @@ async def test_the_feed_resyncs_after_the_engine_restarts(
             cfg=NONE,
         )
         assert (await c.wait(after, timeout=60)).state == AppState.SUCCEEDED
+
+
+async def test_a_job_removed_behind_txds_back_keeps_its_last_state_marked(
+    own_docker_daemon: Daemon, docker_engine: Engine
+) -> None:
+    app = AppDef(name="removed", roles=[sh_role("main", "echo up; sleep 600")])
+    async with own_docker_daemon.client() as c:
+        handle = await c.run(app, scheduler="local_docker", cfg=NONE)
+        follow = aiter(c.logs(handle, "main", 0, follow=True))
+        assert (await anext(follow)).data == b"up\n"
+    own_docker_daemon.stop()
+    docker_engine.docker("rm", "-f", f"{app_id(handle)}-main-0")
+    own_docker_daemon.restart()
+    async with own_docker_daemon.client() as c:
+        async with asyncio.timeout(30):  # until the restarted daemon's feed has asked
+            async for status in c.watch(handle):
+                if status.stale_msg:
+                    break
+        assert status.state == AppState.RUNNING, status
+        assert "removed outside txd" in status.stale_msg, status
+        await c.delete(handle)
