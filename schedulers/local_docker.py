@@ -10,10 +10,11 @@ CANCELLED after a daemon restart too. Logs come from the engine (the `local` log
 bytes as written) with its timestamps, so since/until select lines exactly.
 
 By default the replicas of an app share a bridge network of their own, named after the app,
-created at submit and removed by delete; the `network` option picks another (`host`, `none`, or
-an existing network). An engine configured with `"iptables": false` creates such networks, but
-its embedded DNS (127.0.0.11) needs iptables, so replicas then do not resolve each other's
-names: use `network=host` there (rank 0 is then `localhost`).
+created at submit and removed once the job has ended (or by delete); the `network` option
+picks another (`host`, `none`, or an existing network). An engine configured with
+`"iptables": false` creates such networks, but its embedded DNS (127.0.0.11) needs iptables, so
+replicas then do not resolve each other's names: use `network=host` there (rank 0 is then
+`localhost`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from txd.schedulers.api import (
     Submitted,
     Subscribed,
     compile_regex,
+    is_terminal,
     make_unique,
     num_replicas,
 )
@@ -293,12 +295,17 @@ def _as_listed(info: Mapping[str, Any]) -> dict[str, Any]:
         "Id": info["Id"],
         "Names": [info.get("Name", "")],
         "Labels": (info.get("Config") or {}).get("Labels") or {},
+        "HostConfig": {"NetworkMode": (info.get("HostConfig") or {}).get("NetworkMode", "")},
         "State": state.get("Status", ""),
         "Status": "",
     }
     if out["State"] in ("exited", "dead"):
         out["Status"] = f"Exited ({state.get('ExitCode', 0)})"
     return out
+
+
+def _network_of(c: Mapping[str, Any]) -> str:
+    return str((c.get("HostConfig") or {}).get("NetworkMode", ""))
 
 
 def _group(containers: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
@@ -460,8 +467,21 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             by_id = {c["Id"]: _as_listed(c) for c in fresh if c is not None}
             gone = {c for c, info in zip(exited, fresh, strict=True) if info is None}
             listed = [by_id.pop(c["Id"], c) for c in listed if c["Id"] not in gone]
-        groups = _group(listed)
-        return await self._fold({a: groups[a] for a in app_ids if a in groups})
+        groups = {a: cs for a, cs in _group(listed).items() if a in app_ids}
+        found = await self._fold(groups)
+        for a, status in found.items():
+            own = _network_name(a)
+            if is_terminal(status.state) and any(_network_of(c) == own for c in groups[a]):
+                # Nothing will run on it again: free its addresses now (an engine has room for
+                # a few dozen bridge networks), not only when the job is deleted.
+                self.spawn(self._remove_network(own), f"remove network {own}")
+        return found
+
+    async def _remove_network(self, name: str) -> None:
+        try:
+            await self.engine.remove_network(name)
+        except Exception as e:  # delete tries again
+            log.warning("could not remove network %s: %s", name, e)
 
     async def _fold(
         self, groups: Mapping[str, Sequence[Mapping[str, Any]]]

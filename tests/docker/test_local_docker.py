@@ -117,20 +117,26 @@ async def test_dryrun_prints_every_create_request_as_json(docker_client: Any) ->
     assert f"TORCHX_RANK0_HOST={names[0]}" in body["Env"]
 
 
-async def test_the_app_network_is_created_and_removed_with_the_job(
+async def test_the_app_network_lives_as_long_as_the_job(
     docker_client: Any, engine: EngineClient
 ) -> None:
-    app = AppDef(name="net", roles=[sh_role("main", "true", replicas=2)])
-    handle = await docker_client.run(app, scheduler="local_docker")
-    aid = app_id(handle)
-    assert (await docker_client.wait(handle, timeout=60)).state == AppState.SUCCEEDED
-    net = await engine.network(aid)
-    assert net is not None and net["Labels"]["txd.app_id"] == aid
-    for c in await engine.containers({"txd.app_id": aid}):
-        assert c["HostConfig"]["NetworkMode"] == aid
-        assert c["Config"]["Hostname"] == c["Name"].lstrip("/")
+    app = AppDef(name="net", roles=[sh_role("main", "sleep 600", replicas=2)])
+    async with engine.events(type="network", event="destroy") as events:
+        handle = await docker_client.run(app, scheduler="local_docker")
+        aid = app_id(handle)
+        net = await engine.network(aid)
+        assert net is not None, f"no network {aid}"
+        assert (net["Driver"], net["Labels"]["txd.app_id"]) == ("bridge", aid)
+        found = await engine.containers({"txd.app_id": aid})
+        assert len(found) == 2
+        for c in found:
+            assert c["HostConfig"]["NetworkMode"] == aid
+            assert c["Config"]["Hostname"] == c["Name"].lstrip("/")
+            assert f"TORCHX_RANK0_HOST={aid}-main-0" in c["Config"]["Env"]
+        await docker_client.cancel(handle)
+        assert (await docker_client.wait(handle, timeout=60)).state == AppState.CANCELLED
+        await events.wait_for(name=aid)  # freed once the job has ended
     await docker_client.delete(handle)
-    assert await engine.network(aid) is None
     assert await engine.containers({"txd.app_id": aid}) == []
 
 
