@@ -11,10 +11,10 @@ bytes as written) with its timestamps, so since/until select lines exactly.
 
 By default the replicas of an app share a bridge network of their own, named after the app,
 created at submit and removed once the job has ended (or by delete); the `network` option
-picks another (`host`, `none`, or an existing network). An engine configured with
-`"iptables": false` creates such networks, but its embedded DNS (127.0.0.11) needs iptables, so
-replicas then do not resolve each other's names: use `network=host` there (rank 0 is then
-`localhost`).
+picks another (`host`, `none`, or an existing network). Replicas find rank 0 by its container
+name through the engine's embedded DNS, which works on an engine with `"iptables": false` and
+`"bridge": "none"` too (user-defined bridge networks are still created there); on `host` and
+`none` rank 0 is `localhost`.
 """
 
 from __future__ import annotations
@@ -348,6 +348,8 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
     async def _submit_dryrun(
         self, app: AppDef, opts: DockerOpts, ctx: SubmitContext
     ) -> DryRunInfo[DockerJob]:
+        if opts.stop_timeout < 0:
+            raise InvalidArgument("cfg.stop_timeout", f"must be >= 0, got {opts.stop_timeout}")
         app_id = make_unique(app.name)
         network = opts.network or _network_name(app_id)
         req = DockerJob(app_id=app_id, network=None)

@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 from docker_testing import BUSYBOX, Engine, EngineClient
-from txd.v1 import AppDef, AppState, BindMount, Mount, Role
+from txd.v1 import (
+    AppDef,
+    AppState,
+    BindMount,
+    DeviceMount,
+    Mount,
+    Resource,
+    Role,
+    VolumeMount,
+)
 from txd_testing import Daemon, read_logs, read_logs_by_replica
 
 NONE = {"network": "none"}
@@ -243,3 +252,60 @@ async def test_a_job_removed_behind_txds_back_keeps_its_last_state_marked(
         assert status.state == AppState.RUNNING, status
         assert "removed outside txd" in status.stale_msg, status
         await c.delete(handle)
+
+
+async def test_dryrun_maps_resources_mounts_retries_ports_and_options(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    role = sh_role("main", "true")
+    role.resource.CopyFrom(Resource(cpu=2, gpu=1, mem_mb=512))
+    role.max_retries = 3
+    role.port_map["http"] = 8080
+    role.mounts.extend(
+        [
+            Mount(bind=BindMount(src_path="data", dst_path="/data", read_only=True)),
+            Mount(volume=VolumeMount(src="cache", dst_path="/cache")),
+            Mount(device=DeviceMount(src_path="/dev/fuse", dst_path="/dev/fuse")),
+        ]
+    )
+    cfg = {"privileged": True, "copy_env": ["TXDT_*"], "shm_size": "64m"}
+    env = {"TXDT_A": "a", "OTHER": "o"}
+    info = await docker_client.dryrun(
+        AppDef(name="opts", roles=[role]),
+        scheduler="local_docker",
+        cfg=cfg,
+        cwd=str(tmp_path),
+        env=env,
+    )
+    [create] = json.loads(info.request)["container_create"]
+    body, host = create["body"], create["body"]["HostConfig"]
+    assert "TXDT_A=a" in body["Env"] and not [e for e in body["Env"] if e.startswith("OTHER=")]
+    assert body["ExposedPorts"] == {"8080/tcp": {}}
+    assert (host["NanoCpus"], host["Memory"], host["ShmSize"]) == (2 * 10**9, 512 << 20, 64 << 20)
+    assert host["DeviceRequests"][0]["Count"] == 1
+    assert host["RestartPolicy"] == {"Name": "on-failure", "MaximumRetryCount": 3}
+    assert host["Privileged"] is True and host["Init"] is True
+    assert host["Mounts"] == [
+        {"Type": "bind", "Source": str(tmp_path / "data"), "Target": "/data", "ReadOnly": True},
+        {"Type": "volume", "Source": "cache", "Target": "/cache", "ReadOnly": False},
+    ]
+    assert host["Devices"] == [
+        {"PathOnHost": "/dev/fuse", "PathInContainer": "/dev/fuse", "CgroupPermissions": "rwm"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cfg", "role_image", "wanted"),
+    [
+        ({"shm_size": "lots"}, BUSYBOX, "cfg.shm_size: expected a size"),
+        ({"stop_timeout": -1}, BUSYBOX, "cfg.stop_timeout: must be >= 0"),
+        ({}, "", "app.roles[0].image: local_docker runs images"),
+    ],
+)
+async def test_bad_input_is_a_one_line_error_naming_it(
+    docker_client: Any, cfg: dict[str, Any], role_image: str, wanted: str
+) -> None:
+    app = AppDef(name="bad", roles=[sh_role("main", "true", image=role_image)])
+    with pytest.raises(Exception) as e:
+        await docker_client.dryrun(app, scheduler="local_docker", cfg=cfg)
+    assert wanted in str(e.value), e.value
