@@ -69,6 +69,10 @@ async def test_a_two_role_three_replica_app_succeeds(
     )
     assert {c["Config"]["Labels"]["txd.scheduler"] for c in found} == {"local_docker"}
     assert all(c["HostConfig"]["Init"] for c in found)
+    # The engine's own list, from the labels.
+    listed = {s.app_id: s for s in await docker_client.list("local_docker", backend=True)}
+    assert listed[aid].state == AppState.SUCCEEDED
+    assert [len(r.replicas) for r in listed[aid].roles] == [2, 1]
 
 
 async def test_exit_3_fails_with_the_exit_code(docker_client: Any) -> None:
