@@ -316,6 +316,29 @@ def _group(containers: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[st
     return out
 
 
+@dataclass
+class _Batch:
+    """Events read since the last look: the apps they name (in order), the containers that
+    exited, and whether the stream ended, or failed."""
+
+    apps: list[str] = field(default_factory=list)
+    exited: list[str] = field(default_factory=list)
+    ended: bool = False
+    error: BaseException | None = None
+
+    def add(self, item: tuple[str, str] | BaseException | None) -> None:
+        if item is None:
+            self.ended = True
+        elif isinstance(item, BaseException):
+            self.error = item
+        else:
+            app_id, container = item
+            if app_id not in self.apps:
+                self.apps.append(app_id)
+            if container and container not in self.exited:
+                self.exited.append(container)
+
+
 class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
     name = NAME
     description = "containers on a Docker engine, one per replica"
@@ -534,35 +557,21 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             reader = asyncio.get_running_loop().create_task(read(), name="local_docker events")
             try:
                 while True:
-                    batch: list[str] = []
-                    exited: list[str] = []
-                    end: BaseException | None = None
-                    done = False
-                    item = await queue.get()
-                    while True:
-                        if item is None:
-                            done = True
-                        elif isinstance(item, BaseException):
-                            end = item
-                        else:
-                            if item[0] not in batch:
-                                batch.append(item[0])
-                            if item[1] and item[1] not in exited:
-                                exited.append(item[1])
-                        if queue.empty():
-                            break
-                        item = queue.get_nowait()
-                    if batch:
-                        found = await self._statuses(batch, exited)
-                        gone = [a for a in batch if a not in found and a not in self._deleted]
+                    batch = _Batch()
+                    batch.add(await queue.get())
+                    while not queue.empty():
+                        batch.add(queue.get_nowait())
+                    if batch.apps:
+                        found = await self._statuses(batch.apps, batch.exited)
+                        gone = [a for a in batch.apps if a not in found and a not in self._deleted]
                         for app_id, status in found.items():
                             yield Change(app_id, status)
                         if gone:
                             # Removed outside txd: a resync has describe_many mark them.
                             yield SUBSCRIBED
-                    if end is not None:
-                        raise end
-                    if done:
+                    if batch.error is not None:
+                        raise batch.error
+                    if batch.ended:
                         return
             finally:
                 reader.cancel()
