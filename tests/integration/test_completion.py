@@ -51,7 +51,8 @@ def test_bash_completes_commands_flags_schedulers_components_and_jobs(
     assert bash_complete("txctl logs --ta", env, workdir) == ["--tail"]
     assert bash_complete("txctl logs --streams std", env, workdir) == ["stdout", "stderr"]
     assert bash_complete("txctl list --state fa", env, workdir) == ["failed"]
-    assert bash_complete("txctl run -s local", env, workdir) == ["local_cwd"]
+    assert bash_complete("txctl run -s local", env, workdir) == ["local_cwd", "local_docker"]
+    assert bash_complete("txctl run -s local_c", env, workdir) == ["local_cwd"]
     assert bash_complete("txctl runopts sl", env, workdir) == ["slurm"]
     assert bash_complete("txctl run utils.e", env, workdir) == ["utils.echo"]
     (workdir / "mycomp.py").write_text("")
