@@ -170,9 +170,10 @@ class Core:
             del self._pending_runs[rid]
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
-        name, _, app, _ = await self._prepare(req)
+        name, sched, app, _ = await self._prepare(req)
         recorded = rec.app
-        if req.workspace:  # the record has the image built from the workspace, not the request's
+        if req.workspace and sched.capabilities.workspace:
+            # The record has the image built from the workspace, not the request's.
             app, recorded = _without_images(app), _without_images(rec.app)
         if name != rec.scheduler or app != recorded:
             what = "scheduler" if name != rec.scheduler else "app"
