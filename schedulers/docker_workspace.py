@@ -22,12 +22,14 @@ import asyncio
 import contextlib
 import json
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from txd.schedulers import workspace as ws
 from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
+from txd.v1.app_pb2 import AppDef
 
 if TYPE_CHECKING:
     import aiodocker
@@ -201,7 +203,7 @@ async def _build(
         "forcerm": "1",
     }
     what = f"building {image} from workspace {workspace} FROM {base} failed"
-    lines: list[str] = []
+    lines: deque[str] = deque(maxlen=ERROR_CONTEXT_LINES)
     with engine_errors(what):
         # aiodocker's images.build reads its file object synchronously, on the event loop;
         # its request method takes an async iterator, which streams the tar as it is read.
@@ -213,19 +215,22 @@ async def _build(
             data=_nonempty(context),
             timeout=aiohttp.ClientTimeout(total=None, sock_read=None),
         ) as resp:
-            async for raw in resp.content:
-                if not raw.strip():
-                    continue
-                try:
-                    msg = json.loads(raw)
-                except ValueError:
-                    continue
-                if msg.get("error"):
-                    tail = "".join(lines[-ERROR_CONTEXT_LINES:]).strip()
-                    said = f"{msg['error'].strip()}" + (f" (after: {tail})" if tail else "")
-                    raise FailedPrecondition(f"{what}: {said}")
-                if stream := msg.get("stream"):
-                    lines.append(stream)
+            try:
+                async for raw in resp.content:
+                    if not raw.strip():
+                        continue
+                    try:
+                        msg = json.loads(raw)
+                    except ValueError:
+                        continue
+                    if msg.get("error"):
+                        tail = "".join(lines).strip()
+                        said = f"{msg['error'].strip()}" + (f" (after: {tail})" if tail else "")
+                        raise FailedPrecondition(f"{what}: {said}")
+                    if stream := msg.get("stream"):
+                        lines.append(stream)
+            finally:
+                resp.release()  # aiodocker's _query leaves that to its caller
 
 
 async def _nonempty(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -238,9 +243,54 @@ async def _nonempty(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
 async def _push(docker: aiodocker.Docker, image: str) -> None:
     repo, _, tag = image.rpartition(":")
     with engine_errors(f"pushing {image} failed"):
-        async for msg in docker.images.push(repo, tag=tag, stream=True):
-            if msg.get("error"):
-                raise FailedPrecondition(f"pushing {image} failed: {msg['error'].strip()}")
+        stream: Any = docker.images.push(repo, tag=tag, stream=True)  # an async generator
+        async with contextlib.aclosing(stream) as msgs:
+            async for msg in msgs:
+                if msg.get("error"):
+                    raise FailedPrecondition(f"pushing {image} failed: {msg['error'].strip()}")
+
+
+async def prepare_app(
+    docker: aiodocker.Docker,
+    app: AppDef,
+    workspace: str,
+    *,
+    image_repo: str | None = None,
+    dryrun: bool = False,
+) -> tuple[AppDef, str]:
+    """What a container scheduler's prepare_workspace returns: the app with role 0's image
+    replaced by the workspace image (TorchX rebuilds role 0 only), and the line saying so."""
+    check_image_repo(image_repo)
+    if not app.roles or not app.roles[0].image:
+        raise InvalidArgument(
+            "app.roles[0].image", "a workspace is built on role 0's image, and it has none"
+        )
+    built = await build_workspace_image(
+        docker, app.roles[0].image, workspace, image_repo=image_repo, dryrun=dryrun
+    )
+    out = AppDef()
+    out.CopyFrom(app)
+    out.roles[0].image = built.image
+    return out, built.said
+
+
+async def remove_if_unused(docker: aiodocker.Docker, image: str) -> bool:
+    """Removes a workspace image (one with the label LABEL; any other is left alone) unless a
+    container still uses it (the engine's 409) or it is gone already: what deleting a job does
+    with its workspace image. True when it was removed."""
+    import aiodocker
+
+    with engine_errors(f"cannot remove image {image}"):
+        try:
+            labels = (await docker.images.inspect(image))["Config"].get("Labels") or {}
+            if labels.get(LABEL) != "1":
+                return False
+            await docker.images.delete(image)
+        except aiodocker.DockerError as e:
+            if e.status in (404, 409):
+                return False
+            raise
+    return True
 
 
 def check_image_repo(image_repo: str | None) -> None:

@@ -12,8 +12,14 @@ from typing import Any
 import aiodocker
 import pytest
 from docker_testing import BUSYBOX, Engine, EngineClient, Registry
-from txd.schedulers.docker_workspace import LABEL, build_workspace_image
-from txd.schedulers.errors import FailedPrecondition
+from txd.schedulers.docker_workspace import (
+    LABEL,
+    build_workspace_image,
+    prepare_app,
+    remove_if_unused,
+)
+from txd.schedulers.errors import FailedPrecondition, InvalidArgument
+from txd.v1 import AppDef, Role
 
 
 def make_workspace(root: Path) -> Path:
@@ -164,3 +170,36 @@ async def test_push_to_a_registry_and_pull_back(
     pulled: Any = await engine.image(built.image)
     assert pulled is not None and pulled["Config"]["Labels"][LABEL] == "1"
     assert await run_in(docker, built.image, "sh /main.sh") == "main v1\n"
+
+
+async def test_prepare_app_replaces_role_0s_image(engine: EngineClient, tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    app = AppDef(
+        name="a",
+        roles=[Role(name="main", image=BUSYBOX), Role(name="side", image=BUSYBOX)],
+    )
+    out, said = await prepare_app(engine.docker, app, str(ws), dryrun=True)
+    assert out.roles[0].image.startswith("txd-workspace:") and "would build" in said
+    assert out.roles[1].image == BUSYBOX and app.roles[0].image == BUSYBOX
+    with pytest.raises(InvalidArgument, match=r"app.roles\[0\].image: a workspace is built"):
+        await prepare_app(engine.docker, AppDef(roles=[Role(name="r")]), str(ws))
+    with pytest.raises(InvalidArgument, match=r"cfg\.image_repo: 'r:tag' is not a repository"):
+        await prepare_app(engine.docker, app, str(ws), image_repo="r:tag")
+
+
+async def test_remove_if_unused_keeps_images_in_use_and_others(
+    engine: EngineClient, tmp_path: Path
+) -> None:
+    docker = engine.docker
+    built = await build_workspace_image(docker, BUSYBOX, str(make_workspace(tmp_path / "ws")))
+    container = await docker.containers.create({"Image": built.image, "Cmd": ["true"]})
+    try:
+        assert not await remove_if_unused(docker, built.image)  # the engine's 409
+        assert await engine.image(built.image) is not None
+    finally:
+        await container.delete(force=True)
+    assert await remove_if_unused(docker, built.image)
+    assert await engine.image(built.image) is None
+    assert not await remove_if_unused(docker, built.image)  # gone already
+    assert not await remove_if_unused(docker, BUSYBOX)  # not a workspace image
+    assert await engine.image(BUSYBOX) is not None
