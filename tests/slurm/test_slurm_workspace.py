@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from txd.v1 import AppDef, AppState, Role
-from txd_testing import read_logs
+from txd_testing import read_logs, unique
 
 
 def make_workspace(root: Path) -> Path:
@@ -90,3 +90,20 @@ async def test_copies_of_a_workspace_that_is_the_job_dir_do_not_nest(
     for copy in copies:
         assert not (copy / "txd-workspaces").exists()
         assert (copy / "main.sh").read_text() == "echo version-1 in $PWD\n"
+
+
+async def test_a_retried_run_is_the_same_job(
+    slurm_client: Any, jobdir: Path, tmp_path: Path
+) -> None:
+    """The recorded app names the copy, the retry's names none: still the same request."""
+    ws = make_workspace(tmp_path / "ws")
+    release = tmp_path / "release"
+    release.touch()
+    cfg = {"job_dir": str(jobdir)}
+    rid = unique("ws-retry")
+    app = held_app(release)
+    first = await slurm_client.run(app, "slurm", cfg, workspace=str(ws), request_id=rid)
+    again = await slurm_client.run(app, "slurm", cfg, workspace=str(ws), request_id=rid)
+    assert again == first
+    assert len(list((jobdir / "txd-workspaces").iterdir())) == 1  # copied once
+    assert AppState.Name((await slurm_client.wait(first, timeout=60)).state) == "SUCCEEDED"
