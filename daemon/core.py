@@ -192,7 +192,7 @@ class Core:
         if not os.path.isdir(cwd):
             raise InvalidArgument("cwd", f"{cwd!r} is not an existing directory")
         env = dict(req.env) if req.env else dict(os.environ)
-        workspace = os.path.join(cwd, req.workspace) if req.workspace else ""
+        workspace = os.path.normpath(os.path.join(cwd, req.workspace)) if req.workspace else ""
         if workspace:
             check_dir(workspace)
         handle_template = handle_of(name, self.session, "${app_id}")

@@ -42,6 +42,8 @@ DOCKERFILES = ("Dockerfile.txd", "Dockerfile.torchx")
 CONTEXT_DIR = "workspace"
 DEFAULT_DOCKERFILE = f"ARG IMAGE\nFROM $IMAGE\nCOPY {CONTEXT_DIR}/ ./\n".encode()
 KEY_LENGTH = 16
+# aiodocker's made-up status for an engine it cannot connect to.
+UNREACHABLE = 900
 # Lines of the engine's build output quoted when a build fails.
 ERROR_CONTEXT_LINES = 5
 
@@ -65,6 +67,10 @@ def engine_errors(what: str) -> Iterator[None]:
     try:
         yield
     except aiodocker.DockerError as e:
+        if e.status == UNREACHABLE:
+            raise BackendUnavailable(
+                f"{what}: the Docker engine does not answer: {_reason(e)}"
+            ) from None
         raise FailedPrecondition(f"{what}: {_reason(e)}") from None
     except (aiohttp.ClientError, OSError) as e:
         raise BackendUnavailable(f"{what}: the Docker engine does not answer: {e}") from None

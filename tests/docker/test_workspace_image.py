@@ -18,7 +18,7 @@ from txd.schedulers.docker_workspace import (
     prepare_app,
     remove_if_unused,
 )
-from txd.schedulers.errors import FailedPrecondition, InvalidArgument
+from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
 from txd.v1 import AppDef, Role
 
 
@@ -203,3 +203,10 @@ async def test_remove_if_unused_keeps_images_in_use_and_others(
     assert not await remove_if_unused(docker, built.image)  # gone already
     assert not await remove_if_unused(docker, BUSYBOX)  # not a workspace image
     assert await engine.image(BUSYBOX) is not None
+
+
+async def test_an_engine_that_does_not_answer_is_unavailable(tmp_path: Path) -> None:
+    ws = make_workspace(tmp_path / "ws")
+    async with aiodocker.Docker(url=f"unix://{tmp_path}/no-engine.sock") as docker:
+        with pytest.raises(BackendUnavailable, match="the Docker engine does not answer"):
+            await build_workspace_image(docker, BUSYBOX, str(ws))
