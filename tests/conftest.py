@@ -40,9 +40,6 @@ txd_testing = _load_helpers()
 Daemon = txd_testing.Daemon
 DAEMON_ONLY_VAR = txd_testing.DAEMON_ONLY_VAR
 
-# Lines in the daemon's log that mean a bug, whatever the test checked.
-_LOG_ALARMS = ("Traceback", "Task exception was never retrieved", "internal error")
-
 
 @pytest.fixture(scope="session")
 def shared_daemon() -> Iterator[Any]:
@@ -80,7 +77,7 @@ def unstarted_daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
         d.close()
         log = d.log()
         txd_testing.remove_tree(root)
-    alarms = [line for line in log.splitlines() if any(a in line for a in _LOG_ALARMS)]
+    alarms = txd_testing.log_alarms(log)
     assert _failed(request) or not alarms, "the daemon logged errors:\n" + log
 
 
@@ -101,7 +98,7 @@ def _shared_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     start = len(d.log())
     yield
     new = d.log()[start:]
-    alarms = [line for line in new.splitlines() if any(a in line for a in _LOG_ALARMS)]
+    alarms = txd_testing.log_alarms(new)
     assert _failed(request) or not alarms, "the shared daemon logged errors in this test:\n" + new
 
 

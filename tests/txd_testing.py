@@ -413,6 +413,15 @@ class Daemon:
         return proc
 
 
+# Lines in a daemon's log that mean a bug, whatever the test checked.
+LOG_ALARMS = ("Traceback", "Task exception was never retrieved", "internal error")
+
+
+def log_alarms(log: str) -> list[str]:
+    """The lines of a daemon's log that mean a bug."""
+    return [line for line in log.splitlines() if any(a in line for a in LOG_ALARMS)]
+
+
 def first_line(text: str) -> str:
     return text.splitlines()[0] if text else ""
 

@@ -8,7 +8,9 @@ for the docker tests. The helpers live in tests/docker/docker_testing.py.
   Debian's docker.io, the docker tests are skipped, saying so.
 - `docker_registry` (session): a registry on 127.0.0.1; `.address` is `127.0.0.1:PORT`.
 - `docker_daemon` (session) and `docker_client`: a txd whose Docker host is the engine;
-  `own_docker_daemon`: a started txd of the test's own (restarts, crashes).
+  `own_docker_daemon`: a started txd of the test's own (restarts, crashes). A test during
+  which either logs a traceback or an internal error fails. `make_docker_daemon(engine, args)`
+  (docker_testing) makes one with more arguments.
 - `engine`: an EngineClient on the engine, for assertions and for waiting on engine events.
 """
 
@@ -23,18 +25,36 @@ from docker_testing import (
     EngineClient,
     EngineUnavailable,
     Registry,
-    check_installed,
     make_docker_daemon,
+    prepare,
 )
-from txd_testing import Daemon, remove_tree
+from txd_testing import Daemon, log_alarms, remove_tree
+
+# What preparing the engine raised (see pytest_collection_finish), for docker_engine to report.
+_PREPARE_ERROR = pytest.StashKey[Exception]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When tests that need the engine were collected: installs it if missing and builds the
+    test images' rootfs if not cached (debootstrap, ~30 s once), before the first test, so
+    that no test's timeout covers them."""
+    if session.config.option.collectonly or not any(
+        "docker_engine" in getattr(item, "fixturenames", ()) for item in session.items
+    ):
+        return
+    try:
+        prepare()
+    except Exception as e:
+        session.config.stash[_PREPARE_ERROR] = e
 
 
 @pytest.fixture(scope="session")
-def docker_engine() -> Iterator[Engine]:
-    try:
-        check_installed()
-    except EngineUnavailable as e:
-        pytest.skip(str(e))
+def docker_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
+    error = request.config.stash.get(_PREPARE_ERROR, None)
+    if isinstance(error, EngineUnavailable):
+        pytest.skip(str(error))
+    if error is not None:
+        pytest.fail(f"could not prepare the Docker engine: {error}")
     engine = Engine.start_new()
     try:
         yield engine
@@ -61,15 +81,37 @@ def docker_daemon(docker_engine: Engine) -> Iterator[Daemon]:
         remove_tree(d.root)
 
 
+def _failed(request: pytest.FixtureRequest) -> bool:
+    rep = getattr(request.node, "rep_call", None)  # set by tests/conftest.py
+    return rep is None or rep.failed
+
+
 @pytest.fixture
-def own_docker_daemon(docker_engine: Engine) -> Iterator[Daemon]:
-    """A started txd of the test's own on the session's engine."""
+def own_docker_daemon(docker_engine: Engine, request: pytest.FixtureRequest) -> Iterator[Daemon]:
+    """A started txd of the test's own on the session's engine (restarts, crashes). A passing
+    test also fails if the daemon logged a traceback or an internal error."""
     d = make_docker_daemon(docker_engine)
     try:
         yield d.start()
     finally:
         d.close()
+        log = d.log()
         remove_tree(d.root)
+    assert _failed(request) or not log_alarms(log), "the daemon logged errors:\n" + log
+
+
+@pytest.fixture(autouse=True)
+def _docker_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test during which the session's docker_daemon logged a traceback or an internal
+    error."""
+    if not {"docker_daemon", "docker_client"} & set(request.fixturenames):
+        yield
+        return
+    d = request.getfixturevalue("docker_daemon")
+    start = len(d.log())
+    yield
+    new = d.log()[start:]
+    assert _failed(request) or not log_alarms(new), "the docker daemon logged errors:\n" + new
 
 
 @pytest.fixture

@@ -29,8 +29,8 @@ from txd_testing import REPO, Daemon, short_tmpdir
 
 BUSYBOX = "txd-test/busybox:latest"
 PYTHON = "txd-test/python:3"
-# docker-up builds a missing image (the Python rootfs takes ~30 s of debootstrap unless
-# `scripts/docker-images --rootfs` cached it); a cached start takes well under a second.
+# Building the Python image's rootfs (debootstrap) takes ~30 s once; a cached start of the
+# engine well under a second.
 UP_TIMEOUT = 900.0
 DOWN_TIMEOUT = 90.0
 CLI_TIMEOUT = 60.0
@@ -61,21 +61,21 @@ def _exported(stdout: str, name: str) -> str:
     return m.group(1)
 
 
-def check_installed() -> None:
-    """Raises EngineUnavailable when Debian's docker.io (and the rest) is missing and cannot be
-    installed (scripts/install-backends needs root)."""
-    if shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
-        return
-    if os.geteuid() != 0:
-        raise EngineUnavailable(
-            "dockerd is not installed and installing it needs root: "
-            "run scripts/install-backends as root"
-        )
-    proc = subprocess.run(
-        [str(SCRIPTS / "install-backends")], capture_output=True, text=True, timeout=900
-    )
-    if proc.returncode != 0:
-        raise EngineUnavailable(f"scripts/install-backends failed: {proc.stderr.strip()}")
+def prepare() -> None:
+    """Installs Debian's docker.io and the rest when missing (scripts/install-backends) and
+    builds the test images' rootfs when not cached (scripts/docker-images --rootfs). Raises
+    EngineUnavailable when the engine cannot be installed (that needs root)."""
+    if not shutil.which("dockerd", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+        if os.geteuid() != 0:
+            raise EngineUnavailable(
+                "dockerd is not installed and installing it needs root: "
+                "run scripts/install-backends as root"
+            )
+        try:
+            _script("install-backends", timeout=900)
+        except RuntimeError as e:
+            raise EngineUnavailable(str(e)) from None
+    _script("docker-images", "--rootfs", timeout=UP_TIMEOUT)
 
 
 @dataclass
@@ -101,18 +101,21 @@ class Engine:
         return {**os.environ, "DOCKER_HOST": self.host, **extra}
 
     def start(self) -> None:
-        out = _script("docker-up", str(self.run_dir), timeout=UP_TIMEOUT)
+        # TXD_DOCKER_OWNER: should this process be killed, the next docker-up stops the engine.
+        env = {**os.environ, "TXD_DOCKER_OWNER": str(os.getpid())}
+        out = _script("docker-up", str(self.run_dir), env=env, timeout=UP_TIMEOUT)
         self.host = _exported(out, "DOCKER_HOST")
 
     def stop(self, keep_containers: bool = False) -> None:
-        """Stops dockerd (and its containerd) by pid; unless keep_containers, removes every
-        container first."""
+        """Stops dockerd (and its containerd) by pid. Unless keep_containers (a restart to
+        come), first removes every container and network, and unmounts what dockerd left."""
         env = {**os.environ, "KEEP_CONTAINERS": "1" if keep_containers else "0"}
         _script("docker-down", str(self.run_dir), env=env, timeout=DOWN_TIMEOUT)
 
     def restart(self) -> None:
-        """Stops the engine and starts it again on the same socket and data root: containers
-        are still there (running ones were stopped with the engine)."""
+        """Stops the engine and starts it again on the same socket and data root. Containers
+        are still there, and running ones keep running meanwhile (live-restore): the engine's
+        event stream and API are what goes away and comes back."""
         self.stop(keep_containers=True)
         self.start()
 
@@ -162,8 +165,10 @@ class Registry:
 def make_docker_daemon(engine: Engine, args: Sequence[str] = (), **kw: Any) -> Daemon:
     """A txd (not started) whose Docker host is this engine: through DOCKER_HOST, and through
     the local_docker scheduler's `docker_host` setting when that scheduler exists."""
+    from txd.schedulers.plugins import BUILTIN
+
     settings: list[str] = []
-    if (REPO / "schedulers" / "local_docker.py").exists():
+    if "local_docker" in BUILTIN:
         settings = ["--set", f"local_docker.docker_host={engine.host}"]
     env = {"DOCKER_HOST": engine.host, **kw.pop("env", {})}
     return Daemon(short_tmpdir("txdd-"), env=env, args=[*settings, *args], **kw)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from docker_testing import BUSYBOX, PYTHON, Engine, EngineClient, Registry
 from txd_testing import Daemon
 
@@ -77,24 +78,63 @@ async def test_an_image_pushed_to_the_registry_pulls_back_by_a_fresh_tag(
 async def test_restart_comes_back_on_the_same_socket_with_its_containers(
     docker_engine: Engine, engine: EngineClient
 ) -> None:
-    name = _name("kept")
-    docker_engine.docker("create", "--name", name, BUSYBOX, "true")
+    created, running = _name("created"), _name("running")
+    docker_engine.docker("create", "--name", created, BUSYBOX, "true")
+    docker_engine.docker("run", "-d", "--init", "--name", running, BUSYBOX, "sleep", "300")
     host, pid = docker_engine.host, docker_engine.pid
     docker_engine.restart()
     assert docker_engine.host == host
     assert docker_engine.pid != pid
-    info = await engine.container(name)  # the same client: the socket path did not change
+    info = await engine.container(created)  # the same client: the socket path did not change
     assert info is not None and info["State"]["Status"] == "created"
-    docker_engine.docker("rm", name)
+    info = await engine.container(running)
+    assert info is not None and info["State"]["Status"] == "running"  # live-restore
+    async with engine.events(type="container", container=running) as events:
+        docker_engine.docker("kill", running)
+        die = await events.wait_for(Action="die")
+    assert die["Actor"]["Attributes"]["exitCode"] == "137"
+    docker_engine.docker("rm", created, running)
 
 
-async def test_the_docker_daemon_uses_the_engine(
-    docker_engine: Engine, docker_daemon: Daemon
+@pytest.mark.parametrize("fixture", ["docker_daemon", "own_docker_daemon"])
+async def test_the_docker_daemons_use_the_engine(
+    docker_engine: Engine, fixture: str, request: pytest.FixtureRequest
 ) -> None:
-    environ = Path(f"/proc/{docker_daemon.pid}/environ").read_bytes().split(b"\0")
+    daemon: Daemon = request.getfixturevalue(fixture)
+    environ = Path(f"/proc/{daemon.pid}/environ").read_bytes().split(b"\0")
     assert f"DOCKER_HOST={docker_engine.host}".encode() in environ
-    async with docker_daemon.client() as c:
+    async with daemon.client() as c:
         infos = {s.name: s for s in (await c.schedulers()).schedulers}
     if "local_docker" in infos:
         assert infos["local_docker"].load_error == ""
-        assert f"local_docker.docker_host={docker_engine.host}" in docker_daemon.args
+        assert f"local_docker.docker_host={docker_engine.host}" in daemon.args
+
+
+def test_an_engine_stops_with_everything_it_started() -> None:
+    """docker-down leaves no process, container or network bridge of the engine behind."""
+    other = Engine.start_new()
+    try:
+        network = other.docker("network", "create", _name("net")).stdout.strip()
+        cid = other.docker(
+            "run", "-d", "--init", "--network", network, BUSYBOX, "sleep", "300"
+        ).stdout.strip()
+        other.docker("run", "--rm", "--network", "host", BUSYBOX, "true")
+        data_root = Path((other.run_dir / "data-root").read_text().strip())
+        assert _mounts_under(other.run_dir)  # the host network namespace, while it runs
+        container_pid = int(other.docker("inspect", "-f", "{{.State.Pid}}", cid).stdout)
+        containerd = (other.run_dir / "exec" / "containerd" / "containerd.pid").read_text()
+        shim = Path(f"/proc/{container_pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        engine_pids = [other.pid, int(containerd), int(shim), container_pid]
+        bridge = Path(f"/sys/class/net/br-{network[:12]}")
+        assert bridge.exists()
+    finally:
+        other.close()
+    assert [p for p in engine_pids if Path(f"/proc/{p}").exists()] == []
+    assert not bridge.exists()
+    assert _mounts_under(other.run_dir) == _mounts_under(data_root) == []
+    assert not other.run_dir.exists()
+
+
+def _mounts_under(path: Path) -> list[str]:
+    with open("/proc/mounts") as f:
+        return [m for m in (line.split()[1] for line in f) if m.startswith(f"{path}/")]
