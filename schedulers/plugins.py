@@ -28,6 +28,7 @@ BUILTIN: dict[str, str] = {
     "local_cwd": "txd.schedulers.local_cwd",
     "slurm": "txd.schedulers.slurm",
     "lsf": "txd.schedulers.lsf",
+    "local_docker": "txd.schedulers.local_docker",
 }
 
 Factory = Callable[..., Scheduler[Any, Any]]

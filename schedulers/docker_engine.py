@@ -1,0 +1,277 @@
+"""The Docker Engine calls local_docker makes, through aiodocker, with errors in txd's terms.
+
+Every call counts itself (`calls`, shown by backend_calls) and turns the engine's failures into
+the closed set of txd.schedulers.errors: an engine that cannot be reached is BackendUnavailable.
+Two calls read the raw HTTP stream themselves (aiodocker decodes log lines into text and
+publishes events through one shared channel): the event stream, and logs as bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import struct
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+import aiodocker
+import aiohttp
+from txd.schedulers.errors import BackendUnavailable, NotFound, TxdError
+
+# The engine answers "cannot connect" with this made-up status (aiodocker's).
+_UNREACHABLE = 900
+# Streams stay open for as long as the job or the subscription lasts.
+_STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, connect=10)
+# The engine logs a line longer than this in pieces of this size. Engine 20.10 with the `local`
+# log driver drops the newline that ends such a line (the last piece's "last" mark is lost on
+# the way back): it is put back here. A long line that ends the output without a newline thus
+# gains one; every other byte arrives as written.
+PARTIAL_SIZE = 16 * 1024
+# The header of a frame of the engine's multiplexed stream: stream, 3 zero bytes, length.
+_FRAME = struct.Struct(">BxxxL")
+
+
+class EngineError(TxdError):
+    """The engine refused a request; `status` is its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Engine:
+    """One Docker engine, reached at `url` (unix:///..., tcp://...)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.calls: Counter[str] = Counter()
+        self._docker: aiodocker.Docker | None = None
+        self._closed = False
+
+    def _client(self) -> aiodocker.Docker:
+        if self._closed:
+            raise BackendUnavailable(f"the client of the Docker engine at {self.url} is closed")
+        # Built on first use: its HTTP session belongs to the running event loop.
+        if self._docker is None:
+            self._docker = aiodocker.Docker(url=self.url)
+        return self._docker
+
+    async def aclose(self) -> None:
+        self._closed = True
+        docker, self._docker = self._docker, None
+        if docker is not None:
+            with contextlib.suppress(Exception):
+                await docker.close()
+
+    @contextlib.contextmanager
+    def _call(self, kind: str) -> Iterator[None]:
+        self.calls[kind] += 1
+        try:
+            yield
+        except aiodocker.DockerError as e:
+            if e.status == _UNREACHABLE:
+                raise BackendUnavailable(f"the Docker engine at {self.url}: {e.message}") from e
+            raise EngineError(e.status, str(e.message)) from e
+        except (aiohttp.ClientError, OSError) as e:
+            raise BackendUnavailable(f"the Docker engine at {self.url}: {e!r}") from e
+
+    # -- containers -----------------------------------------------------------------------
+
+    async def containers(self, labels: Sequence[str]) -> list[dict[str, Any]]:
+        """Every container (running or not) carrying all these labels (`key` or `key=value`)."""
+        with self._call("containers.list"):
+            found = await self._client().containers.list(
+                all=True, filters=json.dumps({"label": list(labels)})
+            )
+        return [c._container for c in found]
+
+    async def inspect(self, name: str) -> dict[str, Any] | None:
+        """A container's inspect data; None when it does not exist."""
+        try:
+            with self._call("containers.inspect"):
+                return await self._client().containers.container(name).show()
+        except EngineError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    async def create_container(self, name: str, body: Mapping[str, Any]) -> str:
+        with self._call("containers.create"):
+            c = await self._client().containers.create(dict(body), name=name)
+        return c.id
+
+    async def start(self, name: str) -> None:
+        with self._call("containers.start"):
+            await self._client().containers.container(name).start()
+
+    async def stop(self, name: str) -> None:
+        """Stops a container: its stop signal, then SIGKILL after its StopTimeout."""
+        with (
+            contextlib.suppress(NotFound),
+            self._missing_is_not_found(name),
+            self._call("containers.stop"),
+        ):
+            await self._client().containers.container(name).stop()
+
+    async def remove(self, name: str) -> None:
+        """Removes a container, killing it if it runs; no error if it is gone already."""
+        with (
+            contextlib.suppress(NotFound),
+            self._missing_is_not_found(name),
+            self._call("containers.remove"),
+        ):
+            await self._client().containers.container(name).delete(force=True)
+
+    @contextlib.contextmanager
+    def _missing_is_not_found(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except EngineError as e:
+            if e.status == 404:
+                raise NotFound(f"{what} does not exist") from e
+            raise
+
+    # -- images, networks, volumes --------------------------------------------------------
+
+    async def has_image(self, name: str) -> bool:
+        try:
+            with self._call("images.inspect"):
+                await self._client().images.inspect(name)
+            return True
+        except EngineError as e:
+            if e.status == 404:
+                return False
+            raise
+
+    async def pull(self, name: str) -> None:
+        """Pulls an image; raises EngineError with the engine's reason when it cannot."""
+        with self._call("images.pull"):
+            # A pull reports failures inside its progress stream, as {"error": ...}.
+            for item in await self._client().images.pull(name):
+                if "error" in item:
+                    raise aiodocker.DockerError(500, str(item["error"]))
+
+    async def create_network(self, body: Mapping[str, Any]) -> None:
+        with self._call("networks.create"):
+            await self._client().networks.create(dict(body))
+
+    async def remove_network(self, name: str) -> None:
+        with (
+            contextlib.suppress(NotFound),
+            self._missing_is_not_found(name),
+            self._call("networks.remove"),
+        ):
+            await aiodocker.networks.DockerNetwork(self._client(), name).delete()
+
+    async def volumes(self, labels: Sequence[str]) -> list[dict[str, Any]]:
+        with self._call("volumes.list"):
+            found = await self._client().volumes.list(filters={"label": list(labels)})
+        return list(found.get("Volumes") or [])
+
+    async def create_volume(self, body: Mapping[str, Any]) -> None:
+        with self._call("volumes.create"):
+            await self._client().volumes.create(dict(body))
+
+    async def remove_volume(self, name: str) -> None:
+        with (
+            contextlib.suppress(NotFound),
+            self._missing_is_not_found(name),
+            self._call("volumes.remove"),
+        ):
+            await aiodocker.volumes.DockerVolume(self._client(), name).delete()
+
+    # -- streams --------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def events(
+        self, filters: Mapping[str, list[str]]
+    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        """The engine's event stream, subscribed once this is entered (the engine subscribes
+        before it sends its response's headers): events as dicts, until the stream drops."""
+        with self._call("events"):
+            cm = self._client()._query(
+                "events", params={"filters": json.dumps(dict(filters))}, timeout=_STREAM_TIMEOUT
+            )
+            resp = await cm.__aenter__()
+        try:
+            yield _json_lines(self, resp)
+        finally:
+            resp.close()  # aiodocker's _query leaves its response open
+            await cm.__aexit__(None, None, None)
+
+    async def logs(
+        self, name: str, *, stdout: bool, stderr: bool, follow: bool, since_ns: int = 0
+    ) -> AsyncIterator[tuple[bytes, int]]:
+        """A container's log messages as (bytes, nanoseconds since the epoch it was read at),
+        each as written (a line with its newline, or a piece of a long line); (b"", 0) each
+        time what arrived so far was passed on. Needs the `local` or `json-file` log driver."""
+        params = {
+            "stdout": "1" if stdout else "0",
+            "stderr": "1" if stderr else "0",
+            "follow": "1" if follow else "0",
+            "timestamps": "1",
+        }
+        if since_ns:
+            params["since"] = f"{since_ns // 10**9}.{since_ns % 10**9:09d}"
+        with self._missing_is_not_found(f"container {name}"), self._call("containers.logs"):
+            cm = self._client()._query(
+                f"containers/{name}/logs", params=params, timeout=_STREAM_TIMEOUT
+            )
+            resp = await cm.__aenter__()
+        try:
+            buf = bytearray()
+            in_long_line: dict[int, bool] = {}  # by stream: the last piece was a full partial
+            while True:
+                with self._call("containers.logs.read"):
+                    data = await resp.content.readany()
+                if not data:
+                    return
+                buf += data
+                pos = 0
+                while len(buf) - pos >= _FRAME.size:
+                    stream, size = _FRAME.unpack_from(buf, pos)
+                    end = pos + _FRAME.size + size
+                    if end > len(buf):
+                        break
+                    message, stamp = _stamped(bytes(buf[pos + _FRAME.size : end]))
+                    partial = len(message) == PARTIAL_SIZE and not message.endswith(b"\n")
+                    if in_long_line.get(stream) and not partial and not message.endswith(b"\n"):
+                        message += b"\n"  # see PARTIAL_SIZE
+                    in_long_line[stream] = partial
+                    yield message, stamp
+                    pos = end
+                del buf[:pos]
+                yield b"", 0
+        finally:
+            resp.close()  # aiodocker's _query leaves its response open
+            await cm.__aexit__(None, None, None)
+
+
+async def _json_lines(
+    engine: Engine, resp: aiohttp.ClientResponse
+) -> AsyncIterator[dict[str, Any]]:
+    while True:
+        with engine._call("events.read"):
+            line = await resp.content.readline()
+        if not line:
+            return
+        if line.strip():
+            yield json.loads(line)
+
+
+def _stamped(frame: bytes) -> tuple[bytes, int]:
+    """A log message with its timestamp prefix ("2026-11-23T11:32:23.994481074Z ") split off."""
+    stamp, _, message = frame.partition(b" ")
+    return message, parse_timestamp(stamp.decode())
+
+
+def parse_timestamp(text: str) -> int:
+    """RFC 3339 with up to nanoseconds, as the engine writes it, in ns since the epoch."""
+    head, frac, zone = text[:19], "", text[19:]
+    if zone.startswith("."):
+        digits = len(zone) - len(zone[1:].lstrip("0123456789"))
+        frac, zone = zone[1:digits], zone[digits:]
+    base = dt.datetime.fromisoformat(head + (zone if zone not in ("", "Z") else "+00:00"))
+    return int(base.timestamp()) * 10**9 + int((frac + "000000000")[:9])
