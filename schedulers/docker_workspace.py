@@ -96,7 +96,10 @@ async def image_id(docker: aiodocker.Docker, name: str) -> str | None:
 
 async def _pull(docker: aiodocker.Docker, image: str) -> str:
     with engine_errors(f"cannot pull image {image}"):
-        await docker.images.pull(image)
+        # A pull reports most failures inside its progress stream, as {"error": ...}.
+        for item in await docker.images.pull(image):
+            if item.get("error"):
+                raise FailedPrecondition(f"cannot pull image {image}: {item['error'].strip()}")
     pulled = await image_id(docker, image)
     if pulled is None:
         raise FailedPrecondition(f"cannot pull image {image}: the engine does not have it after")
