@@ -102,11 +102,16 @@ class AsyncClient:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         request_id: str = "",
+        workspace: str | None = None,
     ) -> str:
         """Submits app (a txd.v1.AppDef, or a torchx.specs.AppDef); returns its handle.
         cwd/env default to this process's (local_cwd runs the job from there). A request_id
-        makes retries safe: the same id never runs twice."""
-        req = pb.RunRequest(request_id=request_id, **_submission(app, scheduler, cfg, cwd, env))
+        makes retries safe: the same id never runs twice. `workspace`: a directory of code the
+        job runs instead of its image's (RunRequest.workspace); None, as in TorchX's Runner,
+        means none (txctl's default is the working directory)."""
+        req = pb.RunRequest(
+            request_id=request_id, **_submission(app, scheduler, cfg, cwd, env, workspace)
+        )
         return (await self._call("Run", req)).app_handle
 
     async def dryrun(
@@ -117,9 +122,11 @@ class AsyncClient:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        workspace: str | None = None,
     ) -> pb.DryRunResponse:
-        """What run() would submit (the app with defaults applied, the native request)."""
-        req = pb.DryRunRequest(**_submission(app, scheduler, cfg, cwd, env))
+        """What run() would submit (the app with defaults applied, the native request, and
+        what would be built or copied from the workspace)."""
+        req = pb.DryRunRequest(**_submission(app, scheduler, cfg, cwd, env, workspace))
         return await self._call("DryRun", req)
 
     async def status(self, handle: str) -> AppStatus:
@@ -297,8 +304,10 @@ def _submission(
     cfg: Mapping[str, CfgVal] | None,
     cwd: str | None,
     env: Mapping[str, str] | None,
+    workspace: str | None,
 ) -> dict[str, Any]:
-    """The fields Run and DryRun share; the caller's cwd and environment by default."""
+    """The fields Run and DryRun share; the caller's cwd and environment by default, the
+    workspace as an absolute path."""
     import os
 
     return {
@@ -307,6 +316,7 @@ def _submission(
         "cfg": {k: to_cfg_value(v) for k, v in (cfg or {}).items()},
         "cwd": cwd or os.getcwd(),
         "env": dict(os.environ if env is None else env),
+        "workspace": os.path.abspath(workspace) if workspace else "",
     }
 
 

@@ -68,9 +68,12 @@ class Client:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         request_id: str = "",
+        workspace: str | None = None,
     ) -> str:
         return self._run(
-            self._async.run(app, scheduler, cfg, cwd=cwd, env=env, request_id=request_id)
+            self._async.run(
+                app, scheduler, cfg, cwd=cwd, env=env, request_id=request_id, workspace=workspace
+            )
         )
 
     def dryrun(
@@ -81,8 +84,11 @@ class Client:
         *,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
+        workspace: str | None = None,
     ) -> pb.DryRunResponse:
-        return self._run(self._async.dryrun(app, scheduler, cfg, cwd=cwd, env=env))
+        return self._run(
+            self._async.dryrun(app, scheduler, cfg, cwd=cwd, env=env, workspace=workspace)
+        )
 
     def status(self, handle: str) -> AppStatus:
         return self._run(self._async.status(handle))

@@ -109,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         help="with --wait/--log: Ctrl-C cancels the job (default: it keeps running)",
     )
     run.add_argument("--request-id", default="", help="idempotency key: never run twice")
+    run.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="code the job runs, built into its image or copied to its job directory (default: "
+        "the working directory, or [cli:run] workspace; '' for none)",
+    )
     run.add_argument("component", nargs="?", help="component name, then its arguments")
     run.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
@@ -384,6 +390,11 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
         **config.scheduler_cfg_sources(scheduler),
         **{key: f"-c {key}={value}" for key, value in cli_cfg.items()},
     }
+    # As TorchX: the working directory unless told otherwise; '' turns workspaces off.
+    workspace = args.workspace
+    if workspace is None:
+        workspace = config.cli_default("run", "workspace")
+    args.workspace_dir = os.getcwd() if workspace is None else workspace
     return app, scheduler, {**config.scheduler_cfg(scheduler), **cli_cfg}
 
 
@@ -392,15 +403,20 @@ async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
     from txd.client._waiting import interruptible
 
     app, scheduler, cfg = args.submission
+    workspace = args.workspace_dir
     if args.dryrun:
-        resp = await _cfg_checked(args, client.dryrun(app, scheduler, cfg))
+        resp = await _cfg_checked(args, client.dryrun(app, scheduler, cfg, workspace=workspace))
         if args.json:
             _out(to_dict(resp), True)
         else:
             print(f"=== APPLICATION ===\n{app_text(resp.app)}\n")
+            if resp.workspace:
+                print(f"=== WORKSPACE ===\n{resp.workspace}\n")
             print(f"=== SCHEDULER REQUEST ({resp.scheduler}) ===\n{resp.request}")
         return 0
-    handle = await _cfg_checked(args, client.run(app, scheduler, cfg, request_id=args.request_id))
+    handle = await _cfg_checked(
+        args, client.run(app, scheduler, cfg, request_id=args.request_id, workspace=workspace)
+    )
     # The handle's form is documented: SCHEDULER://SESSION/APP_ID.
     info = {
         "handle": handle,

@@ -94,9 +94,9 @@ class Runner:
         parent_run_id: str | None = None,
     ) -> AppHandle:
         """Submits `app` (a torchx.specs.AppDef or a txd.v1.AppDef); returns its handle.
-        `parent_run_id` is accepted and unused (txd has no experiment trackers)."""
-        _no_workspace(workspace)
-        return self._client.run(app, scheduler, cfg)
+        `parent_run_id` is accepted and unused (txd has no experiment trackers). `workspace`
+        (a directory) is what the job runs, where the scheduler supports workspaces."""
+        return self._client.run(app, scheduler, cfg, workspace=_workspace(workspace))
 
     def run_component(
         self,
@@ -121,8 +121,7 @@ class Runner:
     ) -> Any:
         """What run() would submit, as a torchx.specs.AppDryRunInfo: `print()` it to see the
         scheduler's native request."""
-        _no_workspace(workspace)
-        resp = self._client.dryrun(app, scheduler, cfg)
+        resp = self._client.dryrun(app, scheduler, cfg, workspace=_workspace(workspace))
         info = torchx_specs().AppDryRunInfo(resp.request, str)
         # TorchX's Runner fills these back references of its dry-run info the same way.
         info._app = to_torchx_appdef(resp.app)
@@ -251,9 +250,15 @@ def get_runner(
     return Runner(name or "txd", component_defaults)
 
 
-def _no_workspace(workspace: str | None) -> None:
-    if workspace is not None:
-        raise ValueError("txd does not support workspaces: build the image, then run it")
+def _workspace(workspace: Any) -> str | None:
+    """A workspace as TorchX's Runner takes it: a directory, or a Workspace of one project
+    copied to the top (multi-project workspaces are not supported)."""
+    if workspace is None or isinstance(workspace, str):
+        return workspace
+    projects = getattr(workspace, "projects", None)
+    if isinstance(projects, dict) and len(projects) == 1 and not next(iter(projects.values())):
+        return str(next(iter(projects)))
+    raise ValueError("txd takes a workspace as one directory, not several projects")
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[str]:

@@ -36,6 +36,7 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
+from txd.schedulers.workspace import check_dir
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, PruneRequest, RunRequest
@@ -127,11 +128,13 @@ class Core:
 
     # -- submission -------------------------------------------------------------------------
 
-    async def dryrun(self, req: RunRequest) -> tuple[AppDef, str, str]:
+    async def dryrun(self, req: RunRequest) -> tuple[AppDef, str, str, str]:
+        """(the app as it would be submitted, the scheduler, the native request, what would be
+        done with the workspace); nothing is submitted, built or copied."""
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx)
-        return info.app, name, info.text
+        return info.app, name, info.text, info.workspace
 
     async def run(self, req: RunRequest) -> tuple[str, str]:
         """Submits and records a job; returns (handle, app_id). Idempotent per request_id: the
@@ -167,8 +170,12 @@ class Core:
             del self._pending_runs[rid]
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
-        name, _, app, _ = await self._prepare(req)
-        if name != rec.scheduler or app != rec.app:
+        name, sched, app, _ = await self._prepare(req)
+        recorded = rec.app
+        if req.workspace and sched.capabilities.workspace:
+            # The record has the image built from the workspace, not the request's.
+            app, recorded = _without_images(app), _without_images(rec.app)
+        if name != rec.scheduler or app != recorded:
             what = "scheduler" if name != rec.scheduler else "app"
             raise AlreadyExists(
                 f"request id {req.request_id!r} belongs to job {rec.handle}, submitted with "
@@ -185,15 +192,18 @@ class Core:
         if not os.path.isdir(cwd):
             raise InvalidArgument("cwd", f"{cwd!r} is not an existing directory")
         env = dict(req.env) if req.env else dict(os.environ)
+        workspace = os.path.normpath(os.path.join(cwd, req.workspace)) if req.workspace else ""
+        if workspace:
+            check_dir(workspace)
         handle_template = handle_of(name, self.session, "${app_id}")
         for role in app.roles:
             role.env.setdefault("TORCHX_JOB_ID", handle_template)
-        return name, sched, app, SubmitContext(cwd=cwd, env=env)
+        return name, sched, app, SubmitContext(cwd=cwd, env=env, workspace=workspace)
 
     async def _submit(self, req: RunRequest) -> JobRecord:
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
-            info = await sched.submit_dryrun(app, req.cfg, ctx)
+            info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
             submitted = await sched.schedule(info)
         cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
         try:
@@ -384,6 +394,14 @@ class Core:
 
             async for msg in logs.read(sched, rec.job, rec.app, req, ended):
                 yield msg
+
+
+def _without_images(app: AppDef) -> AppDef:
+    out = AppDef()
+    out.CopyFrom(app)
+    for role in out.roles:
+        role.image = ""
+    return out
 
 
 @contextlib.contextmanager

@@ -101,9 +101,10 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
             cfg=request.cfg,
             cwd=request.cwd,
             env=request.env,
+            workspace=request.workspace,
         )
-        app, scheduler, text = await self.core.dryrun(run)
-        return pb.DryRunResponse(app=app, scheduler=scheduler, request=text)
+        app, scheduler, text, workspace = await self.core.dryrun(run)
+        return pb.DryRunResponse(app=app, scheduler=scheduler, request=text, workspace=workspace)
 
     @_mapped
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:

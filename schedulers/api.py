@@ -117,10 +117,13 @@ SUBSCRIBED: Final = Subscribed()
 @dataclass
 class SubmitContext:
     """Where a Run comes from: the caller's working directory and environment, which become the
-    job's. They are not the backend's credentials (see the module docstring)."""
+    job's. They are not the backend's credentials (see the module docstring). `workspace`: the
+    caller's code to run (an absolute directory on the daemon's host, checked to exist), or ""
+    for none; see Scheduler.prepare_workspace."""
 
     cwd: str
     env: dict[str, str]
+    workspace: str = ""
 
 
 @dataclass
@@ -132,6 +135,8 @@ class DryRunInfo(Generic[ReqT]):
     opts: Any
     # Builds the printable form; only DryRun pays for it.
     render: Callable[[], str] = field(default=lambda: "")
+    # What prepare_workspace did (or, in a dry run, would do); "" without a workspace.
+    workspace: str = ""
 
     @property
     def text(self) -> str:
@@ -241,14 +246,38 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     # -- submission -------------------------------------------------------------------------
 
     async def submit_dryrun(
-        self, app: AppDef, cfg: Mapping[str, CfgValue], ctx: SubmitContext
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgValue],
+        ctx: SubmitContext,
+        *,
+        build_workspace: bool = False,
     ) -> DryRunInfo[ReqT]:
         """Checks cfg against the options and builds the native request; submits nothing.
+        With `ctx.workspace`, `prepare_workspace` runs first, so the request runs the
+        workspace: with `build_workspace` (Run) it builds or copies it, else (DryRun) it only
+        says what it would do, in `DryRunInfo.workspace`.
 
         Raises InvalidArgument for a bad option or an app this scheduler cannot run.
         """
         opts: OptsT = options.resolve(self.Opts, cfg)
-        return await self._submit_dryrun(app, opts, ctx)
+        said = ""
+        if ctx.workspace:
+            app, said = await self.prepare_workspace(app, opts, ctx, dryrun=not build_workspace)
+        info = await self._submit_dryrun(app, opts, ctx)
+        info.workspace = said
+        return info
+
+    async def prepare_workspace(
+        self, app: AppDef, opts: OptsT, ctx: SubmitContext, *, dryrun: bool
+    ) -> tuple[AppDef, str]:
+        """Makes `ctx.workspace` what the app runs (TorchX's WorkspaceMixin): returns the app
+        to submit (an image replaced by one built from the workspace, say) and one line saying
+        what was done, or with `dryrun` what would be done, while doing nothing that lasts.
+        Called by submit_dryrun only when there is a workspace. Schedulers that support
+        workspaces override it and claim `capabilities.workspace`; this default ignores it.
+        Raises InvalidArgument (field `workspace`) for a workspace it cannot use."""
+        return app, f"workspace ignored: {self.name} has no workspace support"
 
     @abc.abstractmethod
     async def _submit_dryrun(

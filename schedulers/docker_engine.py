@@ -50,6 +50,11 @@ class Engine:
         self._docker: aiodocker.Docker | None = None
         self._closed = False
 
+    def client(self) -> aiodocker.Docker:
+        """The aiodocker client, for what drives the engine itself (docker_workspace's builds);
+        the caller counts its calls in `calls`."""
+        return self._client()
+
     def _client(self) -> aiodocker.Docker:
         if self._closed:
             raise BackendUnavailable(f"the client of the Docker engine at {self.url} is closed")

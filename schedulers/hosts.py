@@ -17,7 +17,7 @@ import dataclasses
 import shlex
 from asyncio.subprocess import DEVNULL, PIPE
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 # A scheduler command (sbatch, squeue, scancel ...) that takes longer than this is stuck.
 COMMAND_TIMEOUT = 60.0
+# A command fed a stream (a workspace unpacked by tar) may take as long as the stream.
+FEED_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 10.0
 # How long a streamed command gets to end after its stdin is closed, before it is killed.
 STOP_GRACE = 2.0
@@ -131,6 +133,25 @@ class Host(abc.ABC):
             raise self._missing(argv)
         return result
 
+    async def feed(
+        self, argv: Sequence[str], chunks: AsyncIterable[bytes], *, timeout: float = FEED_TIMEOUT
+    ) -> Result:
+        """Runs argv with `chunks` streamed to its stdin (a tar to unpack on a login node), as
+        they come: never all in memory. A command that exits before reading them all ends
+        the feeding; its exit status tells. Raises BackendUnavailable as `run` does; an
+        exception from `chunks` propagates, and the command is ended."""
+        self.calls[argv[0]] += 1
+        try:
+            async with asyncio.timeout(timeout):
+                result = await self._feed(tuple(argv), chunks)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"`{shlex.join(argv)}` on {self.label} did not finish within {timeout:g} s"
+            ) from None
+        if result.returncode == NOT_FOUND and b"not found" in result.stderr:
+            raise self._missing(argv)
+        return result
+
     async def stream(self, argv: Sequence[str]) -> AsyncIterator[bytes]:
         """The command's stdout in chunks as it is written. Its stdin stays open until the
         iteration stops, then is closed: a command that runs until told to stop must end on
@@ -152,6 +173,9 @@ class Host(abc.ABC):
 
     @abc.abstractmethod
     def _stream(self, argv: tuple[str, ...]) -> AsyncIterator[bytes]: ...
+
+    async def _feed(self, argv: tuple[str, ...], chunks: AsyncIterable[bytes]) -> Result:
+        raise NotImplementedError(f"{type(self).__name__} cannot feed a command's stdin")
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Releases connections. Safe to call twice."""
@@ -180,6 +204,29 @@ class LocalHost(Host):
         finally:
             proc.stdin.close()  # the EOF a follow waits for
             await _reap(proc, STOP_GRACE)
+
+    async def _feed(self, argv: tuple[str, ...], chunks: AsyncIterable[bytes]) -> Result:
+        proc = await self._start(argv, None, stdin=PIPE)
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        stdin = proc.stdin
+
+        async def pump() -> None:
+            try:
+                async for chunk in chunks:
+                    stdin.write(chunk)
+                    await stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the command stopped reading: its exit status says why
+            finally:
+                stdin.close()
+
+        try:
+            _, stdout, stderr = await asyncio.gather(pump(), proc.stdout.read(), proc.stderr.read())
+            await proc.wait()
+        finally:
+            await _reap(proc, 0)
+        assert proc.returncode is not None
+        return Result(argv, proc.returncode, stdout, stderr)
 
     async def _start(
         self, argv: tuple[str, ...], env: Mapping[str, str] | None, stdin: int, stderr: int = PIPE
@@ -279,6 +326,38 @@ class SshHost(Host):
             with contextlib.suppress(OSError, asyncssh.Error):
                 proc.stdin.write_eof()
             proc.close()
+
+    async def _feed(self, argv: tuple[str, ...], chunks: AsyncIterable[bytes]) -> Result:
+        import asyncssh
+
+        conn = await self._connection()
+        try:
+            proc = await conn.create_process(shlex.join(argv), encoding=None)
+        except (OSError, asyncssh.Error) as e:
+            self._drop(conn)
+            raise BackendUnavailable(f"lost {self.label}: {_reason(e)}") from None
+
+        async def pump() -> None:
+            try:
+                async for chunk in chunks:
+                    proc.stdin.write(chunk)
+                    await proc.stdin.drain()
+            except (OSError, asyncssh.Error):
+                pass  # the command stopped reading: its exit status says why
+            finally:
+                with contextlib.suppress(OSError, asyncssh.Error):
+                    proc.stdin.write_eof()
+
+        try:
+            _, stdout, stderr = await asyncio.gather(pump(), proc.stdout.read(), proc.stderr.read())
+            done = await proc.wait()
+        except (OSError, asyncssh.Error) as e:
+            self._drop(conn)
+            raise BackendUnavailable(f"lost {self.label}: {_reason(e)}") from None
+        finally:
+            proc.close()
+        code = done.exit_status if done.exit_status is not None else -1
+        return Result(argv, code, bytes(stdout), bytes(stderr))
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txd.schedulers import docker_workspace
 from txd.schedulers.api import (
     SUBSCRIBED,
     Change,
@@ -109,6 +110,11 @@ class DockerOpts:
         None, "size of /dev/shm (bytes, or with k, m, g; default: the role's memory if set)"
     )
     stop_timeout: int = opt(2, "seconds a cancelled container gets after SIGTERM before SIGKILL")
+    image_repo: str | None = opt(
+        None,
+        "with a workspace: tag its image <image_repo>:<key> and push it there "
+        "(e.g. 127.0.0.1:5000/me/app), for backends that pull it elsewhere",
+    )
 
 
 @dataclass
@@ -355,6 +361,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         mounts=True,
         retries=True,
         push_status=True,
+        workspace=True,
     )
     Opts = DockerOpts
     Settings = DockerSettings
@@ -430,6 +437,16 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
                     body["ExposedPorts"] = {f"{p}/tcp": {} for p in role.port_map.values()}
                 req.containers.append(ContainerSpec(name, role.name, k, body))
         return DryRunInfo(app=app, request=req, opts=opts, render=req.render)
+
+    async def prepare_workspace(
+        self, app: AppDef, opts: DockerOpts, ctx: SubmitContext, *, dryrun: bool
+    ) -> tuple[AppDef, str]:
+        """Role 0 runs an image built FROM its own with the workspace in it, cached by content
+        (schedulers.docker_workspace); with image_repo it is pushed there too."""
+        self.engine.calls["workspace.build"] += 1
+        return await docker_workspace.prepare_app(
+            self.engine.client(), app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
+        )
 
     async def schedule(self, dryrun: DryRunInfo[DockerJob]) -> Submitted:
         req = dryrun.request
@@ -662,7 +679,11 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         if network := job.native.get("network"):
             await self.engine.remove_network(network)
         await self.engine.remove_volume(_marker_name(job.app_id))
-        # The workspace image built for the job (schedulers.docker_workspace) goes here too.
+        # The workspace image built for the job goes too, unless another job's container uses
+        # it (remove_if_unused touches only images labelled as workspace images).
+        for image in sorted({c["Image"] for c in containers}):
+            self.engine.calls["images.delete"] += 1
+            await docker_workspace.remove_if_unused(self.engine.client(), image)
 
     async def aclose(self) -> None:
         await self.engine.aclose()

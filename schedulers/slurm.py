@@ -11,10 +11,19 @@ all tracked jobs with one `squeue` call. Slurm forgets a finished job MinJobAge 
 ends; the daemon has recorded its final state by then. A job that ended and was forgotten while
 the daemon was down is settled from `sacct` where accounting is on, else from the last line the
 batch script wrote (`txd: exit code N`); a job nothing can settle is reported unknown (None).
+
+A workspace (TorchX's DirWorkspaceMixin) is copied before sbatch into a directory of its own,
+`<job_dir>/txd-workspaces/<name>-<random>` (on the login node over SSH), which becomes the
+job's directory: the replicas start there (`--chdir`) and write their logs there, and role 0's
+`${img_root}` names it. The job so runs the code as it was when submitted, whatever the caller
+changes afterwards. `.torchxignore` (TorchX's, in .dockerignore's format) leaves files out;
+when the copies' directory lies inside the workspace (job_dir is the workspace, the default),
+it is never copied itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -24,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from txd.schedulers import workspace as ws
 from txd.schedulers.api import (
     DryRunInfo,
     Job,
@@ -57,6 +67,8 @@ RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
 GPUS_PER_NODE_SINCE = (24, 11)
 # What the batch script prints last; read back when Slurm has forgotten a job.
 EXIT_MARK = "txd: exit code "
+# Where workspace copies go, in the job_dir.
+WORKSPACES_DIR = "txd-workspaces"
 
 _TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")  # sbatch --parsable: "<id>" or "<id>;<cluster>"
@@ -171,6 +183,7 @@ class SbatchRequest:
     job: SlurmJob
     env: dict[str, str] = field(default_factory=dict)  # sbatch's environment on this host
     make_dir: bool = False  # create job.workdir first (an explicit job_dir)
+    workspace_copy: str = ""  # removed when sbatch refuses the job
 
 
 def app_id_of(target: SshTarget | None, job_id: str) -> str:
@@ -435,6 +448,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         describe=True,
         distributed=True,
         retries=True,
+        workspace=True,
     )
     Opts = SlurmOpts
 
@@ -467,6 +481,8 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
         job = SlurmJob(replicas, workdir, target_to_native(target), tag=tag)
         req = SbatchRequest(script, job, {} if target else _sbatch_env(ctx.env), bool(opts.job_dir))
+        if ctx.workspace:  # prepare_workspace made the copy the job's directory
+            req.workspace_copy = workdir
         where = f" (on {target})" if target else ""
         return DryRunInfo(
             app=app,
@@ -474,6 +490,38 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             opts=opts,
             render=lambda: f"# sbatch --parsable{where} < script\n{script}",
         )
+
+    async def prepare_workspace(
+        self, app: AppDef, opts: SlurmOpts, ctx: SubmitContext, *, dryrun: bool
+    ) -> tuple[AppDef, str]:
+        """Copies the workspace into a directory of its own that becomes the job's directory
+        (opts.job_dir, and role 0's image: its ${img_root}), as TorchX's DirWorkspaceMixin
+        does; see the module docstring."""
+        target = opts.ssh_target()
+        host = self.hosts.get(target)
+        workdir = opts.job_dir or ("" if target else ctx.cwd)
+        parent = _in_dir(workdir, WORKSPACES_DIR)
+        copy = _in_dir(parent, make_unique(_safe_name(app.name)))
+        # Only on this host can the copies' directory be inside the workspace.
+        skip = None if target else os.path.join(ctx.cwd, parent)
+        found = await asyncio.to_thread(ws.scan, ctx.workspace, ws.TORCHXIGNORE, skip=skip)
+        what = f"workspace {ctx.workspace} ({found.summary()})"
+        where = f" on {host.label}" if target else ""
+        opts.job_dir = copy
+        out = AppDef()
+        out.CopyFrom(app)
+        if out.roles:
+            out.roles[0].image = copy
+        if dryrun:
+            return out, f"{what}: would copy it to {copy}{where}, the job's directory"
+        made = await host.run(["mkdir", "-p", "--", copy])
+        if made.returncode != 0:
+            raise FailedPrecondition(f"cannot create {copy}{where}: {made.error()}")
+        res = await host.feed(["tar", "-x", "-f", "-", "-C", copy], ws.tar_stream(found.entries))
+        if res.returncode != 0:
+            await host.run(["rm", "-rf", "--", copy])
+            raise FailedPrecondition(f"copying {what} to {copy}{where} failed: {res.error()}")
+        return out, f"{what}: copied to {copy}{where}, the job's directory"
 
     async def _version(self, host: Host) -> tuple[int, int]:
         if host not in self._versions:
@@ -496,6 +544,8 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         res = await host.run(["sbatch", "--parsable"], input=req.script.encode(), env=env)
         m = _JOB_ID.match(res.text.strip())
         if res.returncode != 0 or not m:
+            if req.workspace_copy:  # nothing left behind
+                await host.run(["rm", "-rf", "--", req.workspace_copy])
             raise FailedPrecondition(f"sbatch on {host.label} refused the job: {res.error()}")
         job = replace(job, job_id=m[1])
         return Submitted(app_id_of(job.target, job.job_id), asdict(job))
@@ -610,6 +660,15 @@ async def _exit_mark(host: Host, job: SlurmJob) -> int | None:
         code = last.removeprefix(EXIT_MARK)
         return int(code) if code.isdigit() else None
     return None
+
+
+def _in_dir(directory: str, name: str) -> str:
+    """`directory/name`; "" is the login node's home directory, where relative paths start."""
+    return f"{directory.rstrip('/')}/{name}" if directory else name
+
+
+def _safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:40].strip("._") or "app"
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SlurmScheduler:

@@ -461,6 +461,26 @@ class SchedulerContract:
     async def test_push_status_is_what_changes_does(self, sched: Scheduler[Any, Any]) -> None:
         assert sched.capabilities.push_status == sched.pushes()
 
+    async def test_workspace_is_claimed_or_ignored_saying_so(
+        self, sched: Scheduler[Any, Any], harness: Harness, tmp_path: Path
+    ) -> None:
+        """A scheduler claims `workspace` exactly when it overrides prepare_workspace; one that
+        does not leaves the app as it is and says it ignored the workspace."""
+        overridden = type(sched).prepare_workspace is not Scheduler.prepare_workspace
+        assert sched.capabilities.workspace == overridden
+        if overridden:
+            return
+        app = harness.app(Script())
+        if app is None:
+            pytest.skip("the harness cannot run the default script")
+        ctx = harness.context()
+        ctx.workspace = str(tmp_path)
+        info = await sched.submit_dryrun(app, harness.cfg, ctx)
+        assert info.workspace == f"workspace ignored: {sched.name} has no workspace support"
+        plain = await sched.submit_dryrun(app, harness.cfg, harness.context())
+        assert plain.workspace == ""
+        assert info.app == plain.app
+
     async def test_changes_subscribes_first_or_is_unsupported(
         self, sched: Scheduler[Any, Any], harness: Harness
     ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd.client import InvalidArgumentError
 from txd_testing import run_python, unique
 
 specs = pytest.importorskip("torchx.specs")
@@ -183,8 +184,10 @@ def test_runner_components(runner: Any, workdir: Path) -> None:
     assert info._app.roles[0].args == ["-c", "echo hi"]
     with pytest.raises(TypeError, match="list of strings, not dict"):
         runner.run_component("utils.echo", {"msg": "x"}, "local_cwd")
-    with pytest.raises(ValueError, match="does not support workspaces"):
-        runner.run_component("utils.echo", [], "local_cwd", workspace=str(workdir))
+    # A workspace goes to the daemon; local_cwd ignores it, a missing one is refused.
+    runner.dryrun_component("utils.echo", [], "local_cwd", workspace=str(workdir))
+    with pytest.raises(InvalidArgumentError, match=r"workspace: .* is not an existing directory"):
+        runner.run_component("utils.echo", [], "local_cwd", workspace=str(workdir / "nope"))
 
 
 def test_runner_component_defaults(shared_daemon: Any, workdir: Path) -> None:

@@ -13,7 +13,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RunRequest(_message.Message):
-    __slots__ = ("app", "scheduler", "cfg", "cwd", "env", "request_id")
+    __slots__ = ("app", "scheduler", "cfg", "cwd", "env", "request_id", "workspace")
     class CfgEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -34,13 +34,15 @@ class RunRequest(_message.Message):
     CWD_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     app: _app_pb2.AppDef
     scheduler: str
     cfg: _containers.MessageMap[str, _scheduler_pb2.CfgValue]
     cwd: str
     env: _containers.ScalarMap[str, str]
     request_id: str
-    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    workspace: str
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., workspace: _Optional[str] = ...) -> None: ...
 
 class RunResponse(_message.Message):
     __slots__ = ("app_handle", "app_id")
@@ -51,7 +53,7 @@ class RunResponse(_message.Message):
     def __init__(self, app_handle: _Optional[str] = ..., app_id: _Optional[str] = ...) -> None: ...
 
 class DryRunRequest(_message.Message):
-    __slots__ = ("app", "scheduler", "cfg", "cwd", "env")
+    __slots__ = ("app", "scheduler", "cfg", "cwd", "env", "workspace")
     class CfgEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -71,22 +73,26 @@ class DryRunRequest(_message.Message):
     CFG_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     app: _app_pb2.AppDef
     scheduler: str
     cfg: _containers.MessageMap[str, _scheduler_pb2.CfgValue]
     cwd: str
     env: _containers.ScalarMap[str, str]
-    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    workspace: str
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., workspace: _Optional[str] = ...) -> None: ...
 
 class DryRunResponse(_message.Message):
-    __slots__ = ("app", "scheduler", "request")
+    __slots__ = ("app", "scheduler", "request", "workspace")
     APP_FIELD_NUMBER: _ClassVar[int]
     SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     app: _app_pb2.AppDef
     scheduler: str
     request: str
-    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., request: _Optional[str] = ...) -> None: ...
+    workspace: str
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., scheduler: _Optional[str] = ..., request: _Optional[str] = ..., workspace: _Optional[str] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ("app_handle",)

@@ -71,7 +71,7 @@ class RunOpt(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[RunOpt.Type, str]] = ..., default: _Optional[_Union[CfgValue, _Mapping]] = ..., help: _Optional[str] = ..., required: _Optional[bool] = ...) -> None: ...
 
 class Capabilities(_message.Message):
-    __slots__ = ("logs", "log_follow", "log_since_until", "log_streams", "cancel", "delete", "list", "describe", "distributed", "mounts", "retries", "elastic", "push_status")
+    __slots__ = ("logs", "log_follow", "log_since_until", "log_streams", "cancel", "delete", "list", "describe", "distributed", "mounts", "retries", "elastic", "push_status", "workspace")
     LOGS_FIELD_NUMBER: _ClassVar[int]
     LOG_FOLLOW_FIELD_NUMBER: _ClassVar[int]
     LOG_SINCE_UNTIL_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class Capabilities(_message.Message):
     RETRIES_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     PUSH_STATUS_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
     logs: bool
     log_follow: bool
     log_since_until: bool
@@ -98,7 +99,8 @@ class Capabilities(_message.Message):
     retries: bool
     elastic: bool
     push_status: bool
-    def __init__(self, logs: _Optional[bool] = ..., log_follow: _Optional[bool] = ..., log_since_until: _Optional[bool] = ..., log_streams: _Optional[bool] = ..., cancel: _Optional[bool] = ..., delete: _Optional[bool] = ..., list: _Optional[bool] = ..., describe: _Optional[bool] = ..., distributed: _Optional[bool] = ..., mounts: _Optional[bool] = ..., retries: _Optional[bool] = ..., elastic: _Optional[bool] = ..., push_status: _Optional[bool] = ...) -> None: ...
+    workspace: bool
+    def __init__(self, logs: _Optional[bool] = ..., log_follow: _Optional[bool] = ..., log_since_until: _Optional[bool] = ..., log_streams: _Optional[bool] = ..., cancel: _Optional[bool] = ..., delete: _Optional[bool] = ..., list: _Optional[bool] = ..., describe: _Optional[bool] = ..., distributed: _Optional[bool] = ..., mounts: _Optional[bool] = ..., retries: _Optional[bool] = ..., elastic: _Optional[bool] = ..., push_status: _Optional[bool] = ..., workspace: _Optional[bool] = ...) -> None: ...
 
 class SchedulerInfo(_message.Message):
     __slots__ = ("name", "description", "capabilities", "load_error", "backend_calls", "settings")
