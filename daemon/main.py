@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("grpc._cython.cygrpc").addFilter(_client_left)
     from txd.daemon.jobstore import JobStoreError
     from txd.daemon.schedulers import SettingsError
     from txd.daemon.server import AlreadyRunning, serve
@@ -153,3 +154,20 @@ def _fatal(pipe: _ReadyPipe, kind: str, e: Exception, code: int) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _client_left(record: logging.LogRecord) -> bool:
+    """grpcio logs a server stream's write to a client that has just gone (cancelled, or past
+    its deadline) as an ERROR with a traceback: ExecuteBatchError. Nothing failed on our side;
+    keep one INFO line instead."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if type(exc).__name__ != "ExecuteBatchError":
+        return True
+    record.levelno, record.levelname = logging.INFO, "INFO"
+    record.msg, record.args, record.exc_info, record.exc_text = (
+        "a client left a stream while it was written to (%s)",
+        (record.getMessage().split(" by servicer method ")[-1],),
+        None,
+        None,
+    )
+    return True

@@ -102,7 +102,7 @@ def test_undocumented_field_fails_lint(repo: Path) -> None:
         repo,
         "runner.proto",
         "  string request_id = 6;\n",
-        "  string request_id = 6;\n  string extra = 7;\n",
+        "  string request_id = 6;\n  string extra = 99;\n",
     )
     proc = _protocheck(repo)
     assert proc.returncode != 0
