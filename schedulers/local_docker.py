@@ -73,6 +73,7 @@ DEFAULT_HOST = "unix:///var/run/docker.sock"
 # Container states that can still change; the others are final.
 LIVE = {"created", "running", "restarting", "paused", "removing"}
 # Events that change a container's state (the stream is filtered to these).
+NETWORK_TRIES = 5  # removals of an ended app's network (see _remove_network)
 EVENTS = ["create", "start", "restart", "die", "oom", "pause", "unpause", "destroy"]
 # App ids deleted through txd, remembered so that their vanished containers read as "gone"
 # rather than "removed behind txd's back" (the daemon itself forgets deleted jobs).
@@ -329,20 +330,30 @@ class _Batch:
 
     apps: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)
+    codes: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (app, die code)
+    restarted: list[str] = field(default_factory=list)  # containers a retry started again
     ended: bool = False
     error: BaseException | None = None
 
-    def add(self, item: tuple[str, str] | BaseException | None) -> None:
+    def add(self, item: tuple[str, str, str, str] | BaseException | None) -> None:
+        """Adds one event: (app id, container id, action, the die event's exit code)."""
         if item is None:
             self.ended = True
         elif isinstance(item, BaseException):
             self.error = item
         else:
-            app_id, container = item
+            app_id, container, action, code = item
             if app_id not in self.apps:
                 self.apps.append(app_id)
-            if container and container not in self.exited:
+            if action in ("die", "oom") and container not in self.exited:
                 self.exited.append(container)
+            if action == "die" and code.lstrip("-").isdigit():
+                self.codes[container] = (app_id, int(code))
+            elif action in ("start", "restart"):  # a retry: it runs again
+                self.codes.pop(container, None)
+                self.restarted.append(container)
+                if container in self.exited:
+                    self.exited.remove(container)
 
 
 class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
@@ -496,14 +507,25 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
     # -- observation ------------------------------------------------------------------------
 
     async def _statuses(
-        self, app_ids: Sequence[str], exited: Sequence[str] = ()
+        self,
+        app_ids: Sequence[str],
+        exited: Sequence[str] = (),
+        codes: Mapping[str, int] | None = None,
     ) -> dict[str, AppStatus]:
         """The status of each of these apps that has containers: one listing (of the app's
         containers for one app, of every txd container for more), and the cancel markers.
-        Containers in `exited` (a die event named them) are inspected instead: the engine
-        sends the event before its listing shows the exit, and inspect waits for it."""
+        The engine sends a die event before its listing shows the exit: containers in `exited`
+        (an event named them) take their exit code from the die event (`codes`, by container
+        id), or else are inspected, which waits for the exit to be recorded."""
+        codes = codes or {}
         labels = [f"txd.app_id={app_ids[0]}"] if len(app_ids) == 1 else [SCHEDULER_LABEL]
-        listed = await self.engine.containers(labels)
+        listed = [
+            {**c, "State": "exited", "Status": f"Exited ({codes[c['Id']]})"}
+            if c["Id"] in codes
+            else c
+            for c in await self.engine.containers(labels)
+        ]
+        exited = [c for c in exited if c not in codes]
         if exited:
             fresh = await asyncio.gather(*(self.engine.inspect(c) for c in exited))
             by_id = {c["Id"]: _as_listed(c) for c in fresh if c is not None}
@@ -516,14 +538,25 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             if is_terminal(status.state) and any(_network_of(c) == own for c in groups[a]):
                 # Nothing will run on it again: free its addresses now (an engine has room for
                 # a few dozen bridge networks), not only when the job is deleted.
-                self.spawn(self._remove_network(own), f"remove network {own}")
+                early = [c["Id"] for c in groups[a] if c["Id"] in codes]
+                self.spawn(self._remove_network(own, early), f"remove network {own}")
         return found
 
-    async def _remove_network(self, name: str) -> None:
-        try:
-            await self.engine.remove_network(name)
-        except Exception as e:  # delete tries again
-            log.warning("could not remove network %s: %s", name, e)
+    async def _remove_network(self, name: str, early: Sequence[str] = ()) -> None:
+        """Removes an ended app's network. `early`: containers known exited from their die
+        event only; the engine detaches them from the network a moment later, so they are
+        inspected first (which waits for the exit to be recorded), and an "active endpoints"
+        refusal is tried again a few times (bounded)."""
+        await asyncio.gather(*(self.engine.inspect(c) for c in early))
+        for attempt in range(NETWORK_TRIES):
+            try:
+                await self.engine.remove_network(name)
+                return
+            except Exception as e:  # delete tries again
+                if "active endpoints" not in str(e) or attempt == NETWORK_TRIES - 1:
+                    log.warning("could not remove network %s: %s", name, e)
+                    return
+            await asyncio.sleep(0.1 * (attempt + 1))
 
     async def _fold(
         self, groups: Mapping[str, Sequence[Mapping[str, Any]]]
@@ -558,30 +591,41 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             yield SUBSCRIBED
             # A reader queues the app ids events name; each batch is described with one listing,
             # so a burst of events costs one engine call.
-            queue: asyncio.Queue[tuple[str, str] | BaseException | None] = asyncio.Queue()
+            queue: asyncio.Queue[tuple[str, str, str, str] | BaseException | None]
+            queue = asyncio.Queue()
 
             async def read() -> None:
                 try:
                     async for event in events:
                         actor = event.get("Actor") or {}
-                        if app_id := (actor.get("Attributes") or {}).get("txd.app_id"):
-                            exited = event.get("Action") in ("die", "oom")
-                            queue.put_nowait((app_id, actor.get("ID", "") if exited else ""))
+                        attrs = actor.get("Attributes") or {}
+                        if app_id := attrs.get("txd.app_id"):
+                            action, code = event.get("Action", ""), attrs.get("exitCode", "")
+                            queue.put_nowait((app_id, actor.get("ID", ""), action, code))
                     queue.put_nowait(None)
                 except Exception as e:  # the engine went away: the consumer raises it
                     queue.put_nowait(e)
 
             reader = asyncio.get_running_loop().create_task(read(), name="local_docker events")
+            # Exit codes from die events, by container id, kept until the app is terminal: the
+            # engine's listing shows an exit only a while after its die event.
+            died: dict[str, tuple[str, int]] = {}
             try:
                 while True:
                     batch = _Batch()
                     batch.add(await queue.get())
                     while not queue.empty():
                         batch.add(queue.get_nowait())
+                    for container in batch.restarted:
+                        died.pop(container, None)
+                    died.update(batch.codes)
                     if batch.apps:
-                        found = await self._statuses(batch.apps, batch.exited)
+                        codes = {c: code for c, (_, code) in died.items()}
+                        found = await self._statuses(batch.apps, batch.exited, codes)
                         gone = [a for a in batch.apps if a not in found and a not in self._deleted]
                         for app_id, status in found.items():
+                            if is_terminal(status.state):
+                                died = {c: v for c, v in died.items() if v[0] != app_id}
                             yield Change(app_id, status)
                         if gone:
                             # Removed outside txd: a resync has describe_many mark them.
