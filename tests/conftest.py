@@ -6,6 +6,12 @@
 - `txctl(*args, input=None, check=None)`: runs the CLI against the shared daemon, in `workdir`.
 - `client`: a txd.client.AsyncClient on the shared daemon (function-scoped, so it lives on the
   test's own event loop).
+- `docker_engine` (session): one real dockerd per test run (tests/docker/docker_testing.py), for
+  the docker tests and the kubernetes tests' kubelet, with the test images (`.images`:
+  docker_testing.BUSYBOX, docker_testing.PYTHON). `.host` is its DOCKER_HOST, `.pid`,
+  `.restart()` stops and starts it on the same socket, `.docker(*args)` runs the CLI on it.
+  Stopped by pid at the end, every container the tests left removed. Without root to install
+  Debian's docker.io, the tests that need it are skipped, saying so.
 
 The helpers live in tests/txd_testing.py, registered here as the module `txd_testing` (the
 suite runs with --import-mode=importlib, which puts no test folder on sys.path).
@@ -132,3 +138,39 @@ def txctl(shared_daemon: Any, workdir: Path) -> Callable[..., Any]:
 async def client(shared_daemon: Any) -> AsyncIterator[Any]:
     async with shared_daemon.client() as c:
         yield c
+
+
+# What preparing the engine raised (see pytest_collection_finish), for docker_engine to report.
+_PREPARE_ERROR = pytest.StashKey[Exception]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """When tests that need the engine were collected: installs it if missing and builds the
+    test images' rootfs if not cached (debootstrap, ~30 s once), before the first test, so
+    that no test's timeout covers them."""
+    if session.config.option.collectonly or not any(
+        "docker_engine" in getattr(item, "fixturenames", ()) for item in session.items
+    ):
+        return
+    from docker_testing import prepare  # aiodocker: only for the tests that need it
+
+    try:
+        prepare()
+    except Exception as e:
+        session.config.stash[_PREPARE_ERROR] = e
+
+
+@pytest.fixture(scope="session")
+def docker_engine(request: pytest.FixtureRequest) -> Iterator[Any]:
+    from docker_testing import Engine, EngineUnavailable
+
+    error = request.config.stash.get(_PREPARE_ERROR, None)
+    if isinstance(error, EngineUnavailable):
+        pytest.skip(str(error))
+    if error is not None:
+        pytest.fail(f"could not prepare the Docker engine: {error}")
+    engine = Engine.start_new()
+    try:
+        yield engine
+    finally:
+        engine.close()

@@ -1,11 +1,7 @@
 """A real Docker engine (scripts/docker-up), a local registry, and txd daemons that use them,
 for the docker tests. The helpers live in tests/docker/docker_testing.py.
 
-- `docker_engine` (session): one dockerd per test run, with the test images (`.images`:
-  docker_testing.BUSYBOX, docker_testing.PYTHON). `.host` is its DOCKER_HOST, `.pid`,
-  `.restart()` stops and starts it on the same socket, `.docker(*args)` runs the CLI on it.
-  Stopped by pid at the end, every container the tests left removed. Without root to install
-  Debian's docker.io, the docker tests are skipped, saying so.
+- `docker_engine` (session, in tests/conftest.py: the kubernetes tests' kubelet runs on it too).
 - `docker_registry` (session): a registry on 127.0.0.1; `.address` is `127.0.0.1:PORT`.
 - `docker_daemon` (session) and `docker_client`: a txd whose Docker host is the engine;
   `own_docker_daemon`: a started txd of the test's own (restarts, crashes). A test during
@@ -20,46 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from docker_testing import (
-    Engine,
-    EngineClient,
-    EngineUnavailable,
-    Registry,
-    make_docker_daemon,
-    prepare,
-)
+from docker_testing import Engine, EngineClient, Registry, make_docker_daemon
 from txd_testing import Daemon, log_alarms, remove_tree
-
-# What preparing the engine raised (see pytest_collection_finish), for docker_engine to report.
-_PREPARE_ERROR = pytest.StashKey[Exception]()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """When tests that need the engine were collected: installs it if missing and builds the
-    test images' rootfs if not cached (debootstrap, ~30 s once), before the first test, so
-    that no test's timeout covers them."""
-    if session.config.option.collectonly or not any(
-        "docker_engine" in getattr(item, "fixturenames", ()) for item in session.items
-    ):
-        return
-    try:
-        prepare()
-    except Exception as e:
-        session.config.stash[_PREPARE_ERROR] = e
-
-
-@pytest.fixture(scope="session")
-def docker_engine(request: pytest.FixtureRequest) -> Iterator[Engine]:
-    error = request.config.stash.get(_PREPARE_ERROR, None)
-    if isinstance(error, EngineUnavailable):
-        pytest.skip(str(error))
-    if error is not None:
-        pytest.fail(f"could not prepare the Docker engine: {error}")
-    engine = Engine.start_new()
-    try:
-        yield engine
-    finally:
-        engine.close()
 
 
 @pytest.fixture(scope="session")
