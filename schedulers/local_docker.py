@@ -49,14 +49,13 @@ from txd.schedulers.api import (
     SubmitContext,
     Submitted,
     Subscribed,
-    compile_regex,
     is_terminal,
     make_unique,
     num_replicas,
 )
 from txd.schedulers.docker_engine import Engine, EngineError
 from txd.schedulers.errors import InvalidArgument, NotFound
-from txd.schedulers.logfiles import batched, filter_lines
+from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
 from txd.schedulers.status import fold, group_replicas
 from txd.v1 import AppState, Stream
@@ -651,22 +650,8 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
                 return self._logs(c["name"], query, ended)
         raise NotFound(f"{job.app_id} has no replica {role}/{k}")
 
-    async def _logs(self, name: str, query: LogQuery, ended: Ended) -> AsyncIterator[bytes]:
-        since_ns = int(query.since.timestamp() * 1e9) if query.since else None
-        until_ns = int(query.until.timestamp() * 1e9) if query.until else None
-        regex = compile_regex(query.regex)
-        pieces = self._log_pieces(name, query, ended)
-        if regex is None and since_ns is None and until_ns is None:
-            chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
-        else:
-            chunks = filter_lines(pieces, regex, since_ns, until_ns)
-        out = batched(chunks)
-        try:
-            async for chunk in out:
-                yield chunk
-        finally:
-            await out.aclose()  # type: ignore[attr-defined]
-            await pieces.aclose()
+    def _logs(self, name: str, query: LogQuery, ended: Ended) -> AsyncIterator[bytes]:
+        return selected(self._log_pieces(name, query, ended), query)
 
     async def _log_pieces(
         self, name: str, query: LogQuery, ended: Ended

@@ -267,15 +267,28 @@ async def filter_lines(
 
 async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
     """Chunks of the replica's log as selected by query (see Scheduler.log_iter)."""
+    timed = query.since is not None or query.until is not None
+    start = 0
+    if query.tail is not None and not query.regex and not timed and query.stream == Stream.COMBINED:
+        start = tail_offset(data_path(src.base), query.tail)  # the file's end, not all of it
+    chunks = selected(_pieces(src, query.stream, query.follow, timed, start), query)
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        await _aclose(chunks)
+
+
+async def selected(
+    pieces: AsyncIterator[tuple[bytes, int]], query: LogQuery
+) -> AsyncIterator[bytes]:
+    """Batched chunks of `pieces` (blocks of a replica's bytes, each with when it was written,
+    in ns) as the query selects them: lines matching its regex, written in
+    [since, until). Closes `pieces` when done; every scheduler reading timed pieces uses it."""
     since_ns = int(query.since.timestamp() * 1e9) if query.since else None
     until_ns = int(query.until.timestamp() * 1e9) if query.until else None
     regex = compile_regex(query.regex)
-    timed = since_ns is not None or until_ns is not None
-    start = 0
-    if query.tail is not None and regex is None and not timed and query.stream == Stream.COMBINED:
-        start = tail_offset(data_path(src.base), query.tail)  # the file's end, not all of it
-    pieces = _pieces(src, query.stream, query.follow, timed, start)
-    if regex is None and not timed:
+    if regex is None and since_ns is None and until_ns is None:
         chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
     else:
         chunks = filter_lines(pieces, regex, since_ns, until_ns)
