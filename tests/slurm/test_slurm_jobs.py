@@ -241,20 +241,22 @@ async def test_retries_requeue_the_job(slurm_client: Any, slurm_cluster: Any, jo
         assert status.state not in (AppState.FAILED, AppState.SUCCEEDED), status
         if status.num_restarts == 1 and status.state == AppState.PENDING:
             break
-    # Slurm holds a requeued job for two minutes (Reason=BeginTime); an operator may let it go,
-    # once the first attempt's batch script has ended (it runs on after `scontrol requeue`, and
-    # a job released while it completes fails to start).
+    # Slurm holds a requeued job until cred_expire + 1 s have passed (Reason=BeginTime; the
+    # test cluster sets cred_expire=10, not 120): starting it earlier fails it with "Job
+    # credential revoked". Once eligible, a requeued hetjob still waits for an operator's
+    # nudge (StartTime=now), which the test gives.
     job_id = handle.rpartition("/")[2]
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(30):
         while True:
             proc = await asyncio.create_subprocess_exec(
-                "squeue", "-h", "-j", job_id, "-o", "%T", env=slurm_cluster.env(),
+                "squeue", "-h", "-j", job_id, "-o", "%T %r", env=slurm_cluster.env(),
                 stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
             out, _ = await proc.communicate()
-            if out.split() and set(out.split()) == {b"PENDING"}:
+            rows = {tuple(line.split()) for line in out.decode().splitlines()}
+            if rows and all(r[0] == "PENDING" and r[1] != "BeginTime" for r in rows):
                 break
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.2)
     proc = await asyncio.create_subprocess_exec(
         "scontrol", "update", f"JobId={job_id}", "StartTime=now", env=slurm_cluster.env()
     )
