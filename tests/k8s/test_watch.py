@@ -18,8 +18,6 @@ from k8s_testing import Cluster
 from txd.schedulers.k8s_api import Kube, KubeError
 from txd.schedulers.k8s_watch import SYNCED, Event, Informer, Synced
 
-NS = "default"
-CONFIGMAPS = f"/api/v1/namespaces/{NS}/configmaps"
 LABEL = "txd.dev/test"
 EVENT_TIMEOUT = 60.0
 
@@ -36,8 +34,18 @@ async def kube(k8s_cluster: Cluster) -> AsyncIterator[Kube]:
 
 
 @pytest.fixture
-def label() -> str:
-    return f"w{uuid.uuid4().hex[:10]}"
+async def label(kube: Kube) -> AsyncIterator[str]:
+    """A value of the test's own for its objects' label, and a namespace of that name."""
+    name = f"w{uuid.uuid4().hex[:10]}"
+    await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        await kube.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def cms(namespace: str) -> str:
+    return f"/api/v1/namespaces/{namespace}/configmaps"
 
 
 class Objects:
@@ -49,20 +57,20 @@ class Objects:
     async def create(self, name: str, *, label: str | None = None) -> str:
         labels = {LABEL: self.label if label is None else label}
         body = {"metadata": {"name": name, "labels": labels}, "data": {"v": "0"}}
-        obj = await self.kube.request("POST", CONFIGMAPS, body=body)
+        obj = await self.kube.request("POST", cms(self.label), body=body)
         return str(obj["metadata"]["resourceVersion"])
 
     async def change(self, name: str, value: str) -> str:
         obj = await self.kube.request(
             "PATCH",
-            f"{CONFIGMAPS}/{name}",
+            f"{cms(self.label)}/{name}",
             body={"data": {"v": value}},
             content_type="application/merge-patch+json",
         )
         return str(obj["metadata"]["resourceVersion"])
 
     async def delete(self, name: str) -> None:
-        await self.kube.request("DELETE", f"{CONFIGMAPS}/{name}")
+        await self.kube.request("DELETE", f"{cms(self.label)}/{name}")
 
 
 def seen(items: list[Event | Synced]) -> list[tuple[str, str] | Synced]:
@@ -83,7 +91,7 @@ async def take(events: AsyncIterator[Event | Synced], until: str) -> list[Event 
 def kubectl_view(cluster: Cluster, label: str) -> dict[str, str]:
     """Name -> resourceVersion of the labelled ConfigMaps, as kubectl sees them."""
     out = cluster.kubectl(
-        "get", "configmaps", "-n", NS, "-l", f"{LABEL}={label}", "-o",
+        "get", "configmaps", "-n", label, "-l", f"{LABEL}={label}", "-o",
         "jsonpath={range .items[*]}{.metadata.name}={.metadata.resourceVersion}{'\\n'}{end}",
     ).stdout  # fmt: skip
     return dict(line.split("=", 1) for line in out.split())
@@ -152,7 +160,7 @@ async def test_list_then_watch_yields_each_change_in_order(
     objs = Objects(kube, label)
     await objs.create("a0")
     # Watches of 1 s: the server ends them often, and each resumes from the last version.
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps", timeout_seconds=1)
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps", timeout_seconds=1)
     async with Feed(informer) as feed:
         assert await feed.next() is SYNCED  # the list: no event, the store filled
         assert set(informer.store) == {"a0"}
@@ -184,7 +192,7 @@ async def test_list_then_watch_yields_each_change_in_order(
 async def test_objects_outside_the_selector_are_never_seen(kube: Kube, label: str) -> None:
     objs = Objects(kube, label)
     await objs.create("other-before", label=f"{label}x")
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps")
     async with contextlib.aclosing(informer.events()) as events:
         assert await anext(events) is SYNCED
         assert informer.store == {}
@@ -203,7 +211,7 @@ async def test_410_after_compaction_relists_and_yields_each_difference_once(
     objs = Objects(kube, label)
     for name in ("a", "b", "c"):
         await objs.create(name)
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps")
     async with contextlib.aclosing(informer.events()) as events:
         assert await anext(events) is SYNCED
         listed = informer.resource_version
@@ -230,7 +238,7 @@ async def test_410_mid_watch_after_the_connection_dropped(
     objs = Objects(kube, label)
     await objs.create("a")
     await objs.create("b")
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps")
     async with contextlib.aclosing(informer.events()) as events:
         assert await anext(events) is SYNCED
         await objs.create("c")
@@ -254,7 +262,7 @@ async def test_apiserver_restart_under_a_running_informer(
     k8s_cluster: Cluster, kube: Kube, label: str
 ) -> None:
     objs = Objects(kube, label)
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps")
     async with Feed(informer) as feed:
         assert await feed.next() is SYNCED
         await objs.create("a")
@@ -284,7 +292,7 @@ async def test_a_new_events_call_relists_against_the_kept_store(
     objs = Objects(kube, label)
     await objs.create("a")
     await objs.create("b")
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps")
     async with contextlib.aclosing(informer.events()) as events:
         assert await anext(events) is SYNCED
     # The caller's events() ended (say, on a KubeError); meanwhile objects changed.
@@ -337,11 +345,11 @@ async def test_an_unreachable_server_is_status_0(tmp_path: Path) -> None:
     kube = await Kube.connect(str(_kubeconfig(tmp_path / "config", f"https://127.0.0.1:{port}")))
     try:
         with pytest.raises(KubeError) as e:
-            await kube.request("GET", CONFIGMAPS)
+            await kube.request("GET", cms("default"))
         assert e.value.status == 0
         assert f"cannot reach the Kubernetes API server at https://127.0.0.1:{port}" in str(e.value)
         assert "\n" not in str(e.value)
-        informer = Informer(kube, CONFIGMAPS, "", "configmaps", retry_attempts=2)
+        informer = Informer(kube, cms("default"), "", "configmaps", retry_attempts=2)
         with pytest.raises(KubeError, match="cannot reach"):
             await anext(informer.events())
         assert informer.lists == 3  # the first attempt and 2 retries
@@ -351,27 +359,28 @@ async def test_an_unreachable_server_is_status_0(tmp_path: Path) -> None:
 
 async def test_apiserver_errors_carry_its_status(kube: Kube, label: str) -> None:
     with pytest.raises(KubeError) as e:
-        await kube.request("GET", f"{CONFIGMAPS}/{label}-none")
+        await kube.request("GET", f"{cms(label)}/{label}-none")
     assert (e.value.status, e.value.reason) == (404, "NotFound")
     assert e.value.message == f'configmaps "{label}-none" not found'
     assert str(e.value) == (
-        f'GET {CONFIGMAPS}/{label}-none: configmaps "{label}-none" not found (404 NotFound)'
+        f'GET {cms(label)}/{label}-none: configmaps "{label}-none" not found (404 NotFound)'
     )
     with pytest.raises(KubeError) as e:
-        await kube.request("POST", CONFIGMAPS, body={"metadata": {"name": "Not_A_Name"}})
+        await kube.request("POST", cms(label), body={"metadata": {"name": "Not_A_Name"}})
     assert e.value.status == 422 and "Not_A_Name" in e.value.message
 
 
 async def test_calls_count_each_request_by_kind(kube: Kube, label: str) -> None:
     objs = Objects(kube, label)
-    assert not kube.calls
+    assert kube.calls == {"create namespaces": 1}  # the label fixture's
+    kube.calls.clear()
     await objs.create("a")
     await objs.change("a", "1")
-    await kube.request("GET", f"{CONFIGMAPS}/a")
-    await kube.request("PUT", f"{CONFIGMAPS}/a", body=await kube.request("GET", f"{CONFIGMAPS}/a"))
+    await kube.request("GET", f"{cms(label)}/a")
+    await kube.request("PUT", f"{cms(label)}/a", body=await kube.request("GET", f"{cms(label)}/a"))
     with pytest.raises(KubeError, match="404"):
-        await kube.request("GET", f"/api/v1/namespaces/{NS}/pods/{label}/log")
-    informer = Informer(kube, CONFIGMAPS, f"{LABEL}={label}", "configmaps")
+        await kube.request("GET", f"/api/v1/namespaces/{label}/pods/{label}/log")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps")
     async with contextlib.aclosing(informer.events()) as events:
         assert await anext(events) is SYNCED
         await objs.delete("a")
@@ -391,7 +400,7 @@ async def test_calls_count_each_request_by_kind(kube: Kube, label: str) -> None:
 async def test_stream_follows_a_log_as_it_is_written(kube: Kube, label: str) -> None:
     """A followed log arrives while the pod runs (it would run for minutes more), and leaving
     the stream ends the request."""
-    pods = f"/api/v1/namespaces/{NS}/pods"
+    pods = f"/api/v1/namespaces/{label}/pods"
     script = "i=0; while [ $i -lt 600 ]; do echo line$i; i=$((i+1)); sleep 0.2; done"
     container = {
         "name": "main",
