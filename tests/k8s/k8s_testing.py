@@ -34,6 +34,9 @@ UP_TIMEOUT = 240.0
 DOWN_TIMEOUT = 180.0
 KUBECTL_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
+# On SIGTERM the 1.20 apiserver stops accepting, then lets open watches (the kubelet's, the
+# controllers') run for up to its request timeout, 1 min, before it exits.
+APISERVER_GRACE = 5.0
 READY_TIMEOUT = 60.0
 
 
@@ -137,14 +140,15 @@ class Cluster:
         self._etcd("kv/compaction", {"revision": str(revision), "physical": True})
         return revision
 
-    def restart_apiserver(self) -> None:
-        """Stops the apiserver (SIGTERM by pid, then waits for it to exit) and starts it again
-        with the same command line, log and pid files; returns once /readyz answers ok."""
+    def restart_apiserver(self, grace: float = APISERVER_GRACE) -> None:
+        """Stops the apiserver (SIGTERM by pid; SIGKILL if it still runs `grace` seconds later,
+        as it would while draining the cluster's watches) and starts it again with the same
+        command line, log and pid files; returns once /readyz answers ok."""
         pid_file = self.run_dir / "kube-apiserver.pid"
         pid = int(pid_file.read_text())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         os.kill(pid, signal.SIGTERM)
-        if not _wait(lambda: not _running(pid), STOP_TIMEOUT):
+        if not _wait(lambda: not _running(pid), grace):
             os.kill(pid, signal.SIGKILL)
             assert _wait(lambda: not _running(pid), STOP_TIMEOUT), f"apiserver {pid} did not exit"
         # As scripts/k8s-up starts it: its own session, stdin closed, appending to its log.
