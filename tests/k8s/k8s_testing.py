@@ -3,17 +3,28 @@
 - `prepare()`: builds the cluster's binaries once per machine (scripts/k8s-build, ~12 min the
   first time, at once when cached); raises ClusterUnavailable when that cannot be done here.
 - `Cluster`: a single-node cluster started by scripts/k8s-up on a Docker engine (its kubelet's
-  pods are that engine's containers), stopped by scripts/k8s-down (by pid).
+  pods are that engine's containers), stopped by scripts/k8s-down (by pid). Its apiserver
+  runs without a watch cache; `compact_etcd()` makes every older resourceVersion 410 Gone,
+  `restart_apiserver()` stops and starts the apiserver under running clients.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import shutil
+import signal
+import ssl
 import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from txd_testing import REPO, short_tmpdir
 
@@ -22,6 +33,11 @@ BUILD_TIMEOUT = 1800.0
 UP_TIMEOUT = 240.0
 DOWN_TIMEOUT = 180.0
 KUBECTL_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+# On SIGTERM the 1.20 apiserver stops accepting, then lets open watches (the kubelet's, the
+# controllers') run for up to its request timeout, 1 min, before it exits.
+APISERVER_GRACE = 5.0
+READY_TIMEOUT = 60.0
 
 
 class ClusterUnavailable(Exception):
@@ -103,3 +119,81 @@ class Cluster:
                 f"kubectl {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
             )
         return proc
+
+    @property
+    def etcd_url(self) -> str:
+        return (self.run_dir / "etcd-url").read_text().strip()
+
+    def _etcd(self, call: str, body: dict[str, Any]) -> Any:
+        req = urllib.request.Request(
+            f"{self.etcd_url}/v3/{call}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def compact_etcd(self) -> int:
+        """Compacts etcd to its current revision (through its v3 HTTP gateway): every older
+        resourceVersion is gone, so a watch from one answers 410. Returns the revision."""
+        # Any range answers with the store's current revision in its header.
+        header = self._etcd("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]
+        revision = int(header["revision"])
+        self._etcd("kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def restart_apiserver(self, grace: float = APISERVER_GRACE) -> None:
+        """Stops the apiserver (SIGTERM by pid; SIGKILL if it still runs `grace` seconds later,
+        as it would while draining the cluster's watches) and starts it again with the same
+        command line, log and pid files; returns once /readyz answers ok."""
+        pid_file = self.run_dir / "kube-apiserver.pid"
+        pid = int(pid_file.read_text())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        os.kill(pid, signal.SIGTERM)
+        if not _wait(lambda: not _running(pid), grace):
+            os.kill(pid, signal.SIGKILL)
+            assert _wait(lambda: not _running(pid), STOP_TIMEOUT), f"apiserver {pid} did not exit"
+        # As scripts/k8s-up starts it: its own session, stdin closed, appending to its log.
+        log = self.run_dir / "log" / "kube-apiserver.log"
+        started = subprocess.run(
+            ["bash", "-c", 'setsid "$@" </dev/null >>"$0" 2>&1 & echo $!', str(log), *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
+        new_pid = int(started.stdout)
+        pid_file.write_text(f"{new_pid}\n")
+        assert _wait(lambda: self._ready(new_pid), READY_TIMEOUT), (
+            f"the restarted apiserver was not ready within {READY_TIMEOUT} s; see {log}"
+        )
+
+    def _ready(self, pid: int) -> bool:
+        assert _running(pid), "the restarted apiserver exited"
+        req = urllib.request.Request(
+            f"{self.server}/readyz", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        try:
+            with urllib.request.urlopen(
+                req, timeout=5, context=ssl.create_default_context(cafile=str(self.ca))
+            ) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+
+def _running(pid: int) -> bool:
+    """Whether a process runs (a zombie has exited: its reaper may take a moment)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return not re.search(r"^State:\s*Z", status, re.MULTILINE)
+
+
+def _wait(done: Callable[[], bool], timeout: float) -> bool:
+    """Polls `done` until it holds (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
