@@ -423,9 +423,12 @@ def pod_spec(
         "command": [r.entrypoint, *r.args],
         "env": _env(env),
         "resources": {"limits": limits, "requests": requests},
-        "ports": _ports(r, path),
         "volumeMounts": mounts,
     }
+    # With hostNetwork a declared port is a host port the scheduler reserves: replicas that
+    # declare the same one could never share a node, though only rank 0 listens on it.
+    if not pods.host_network:
+        container["ports"] = _ports(r, path)
     if k is None:  # first, so that the others may use $(JOB_COMPLETION_INDEX)
         index = {"fieldRef": {"fieldPath": COMPLETION_INDEX_PATH}}
         container["env"].insert(0, {"name": COMPLETION_INDEX, "valueFrom": index})
@@ -682,7 +685,7 @@ def appwrapper_objects(
             pod = pod_spec(
                 app, i, k, app_id, opts, scheduler=scheduler, session=session, shape="mcad"
             )
-            pod["metadata"]["name"] = f"{app_id}-{role_dns(app, i)}-{k}"
+            pod["metadata"] = {"name": f"{app_id}-{role_dns(app, i)}-{k}", **pod["metadata"]}
             if opts.coscheduler_name:
                 pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = f"{app_id}-pg{i}"
             items.append(({"apiVersion": "v1", "kind": "Pod", **pod}, 1))
