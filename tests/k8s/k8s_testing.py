@@ -22,6 +22,7 @@ BUILD_TIMEOUT = 1800.0
 UP_TIMEOUT = 240.0
 DOWN_TIMEOUT = 180.0
 KUBECTL_TIMEOUT = 60.0
+CRDS = Path(__file__).resolve().parent / "crds"  # Volcano's Job, both AppWrappers
 
 
 class ClusterUnavailable(Exception):
@@ -103,3 +104,10 @@ class Cluster:
                 f"kubectl {' '.join(args)}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
             )
         return proc
+
+    def install_crds(self) -> list[str]:
+        """Installs the CRDs of tests/k8s/crds (again: no change) and waits until the apiserver
+        serves them (Established); returns their names."""
+        out = self.kubectl("apply", "-f", str(CRDS), "-o", "name").stdout.split()
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *out, timeout=90)
+        return [name.removeprefix("customresourcedefinition.apiextensions.k8s.io/") for name in out]
