@@ -38,6 +38,7 @@ STOP_TIMEOUT = 30.0
 # controllers') run for up to its request timeout, 1 min, before it exits.
 APISERVER_GRACE = 5.0
 READY_TIMEOUT = 60.0
+CRDS = Path(__file__).resolve().parent / "crds"  # Volcano's Job, both AppWrappers
 
 
 class ClusterUnavailable(Exception):
@@ -178,6 +179,13 @@ class Cluster:
                 return resp.status == 200
         except (urllib.error.URLError, OSError):
             return False
+
+    def install_crds(self) -> list[str]:
+        """Installs the CRDs of tests/k8s/crds (again: no change) and waits until the apiserver
+        serves them (Established); returns their names."""
+        out = self.kubectl("apply", "-f", str(CRDS), "-o", "name").stdout.split()
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *out, timeout=90)
+        return [name.removeprefix("customresourcedefinition.apiextensions.k8s.io/") for name in out]
 
 
 def _running(pid: int) -> bool:

@@ -1,0 +1,738 @@
+"""AppDef -> Kubernetes objects: pure builders, no I/O (the schedulers kubernetes and
+kubernetes_mcad send what these return; DryRun prints it).
+
+Objects are plain JSON dicts, as the apiserver speaks them, in creation order: the root first.
+Shapes:
+- `plain_objects`: a headless Service (the root) and one batch/v1 Job per replica, so each
+  replica has its own args and env (as TorchX makes one Volcano task per replica); works on
+  every Kubernetes from 1.20 on.
+- `indexed_objects`: the Service and one Indexed Job per role (completionMode, Kubernetes >=
+  1.21): the replica id comes from the downward API, so `${replica_id}` becomes
+  `$(JOB_COMPLETION_INDEX)`, which Kubernetes expands in args and env.
+- `volcano_objects`: one batch.volcano.sh/v1alpha1 Job with a task per replica, as TorchX.
+- `appwrapper_objects`: one MCAD AppWrapper (v1beta2 components or v1beta1 GenericItems)
+  wrapping a Pod per replica, the headless Service and optional coscheduler PodGroups.
+
+Every object carries the labels of K8S-SHARED (managed-by, scheduler, session, app id; per
+replica also role and replica id); the root is annotated with the app's shape (`txd.dev/roles`).
+Objects carry no namespace: the scheduler posts them to a namespaced URL.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from txd.schedulers.api import Macros, make_unique, num_replicas
+from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.options import opt
+from txd.v1.app_pb2 import AppDef, Role
+
+Obj = dict[str, Any]
+
+RANK0_ENV = "TORCHX_RANK0_HOST"
+DEFAULT_PORT = 29500  # TorchX's c10d port, the Service's when no role names one
+# TorchX assumes whole hosts and requests a little less than asked, leaving room for what a
+# node reserves for itself: limits are what was asked, requests this much less (floored at 0).
+RESERVED_MILLICPU = 100
+RESERVED_MEMMB = 1024
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+MAX_APP_ID = 42
+MAX_NAME = 63  # a DNS-1123 label: pod, job and host names
+ID_SUFFIX = 12  # make_unique's random part
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+SCHEDULER_LABEL = "txd.dev/scheduler"
+SESSION_LABEL = "txd.dev/session"
+APP_ID_LABEL = "txd.dev/app-id"
+ROLE_LABEL = "txd.dev/role"
+REPLICA_LABEL = "txd.dev/replica-id"
+ROLES_ANNOTATION = "txd.dev/roles"
+COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+COMPLETION_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+# TorchX's env rule: a value starting with this is a downward-API field path, not a value.
+FIELD_PATH = "[FIELD_PATH]"
+
+VOLCANO_API = "batch.volcano.sh/v1alpha1"
+APPWRAPPER_APIS = {"v1beta2": "workload.codeflare.dev/v1beta2", "v1beta1": "mcad.ibm.com/v1beta1"}
+PODGROUP_API = "scheduling.sigs.k8s.io/v1alpha1"
+# AppWrapper v1beta2 takes its retry count from an annotation (v1beta1: schedulingSpec).
+RETRY_LIMIT_ANNOTATION = "workload.codeflare.dev.appwrapper/retryLimit"
+MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
+# A sidecar that never exits would keep every replica's pod running after its program ended.
+ISTIO_ANNOTATION = "sidecar.istio.io/inject"
+
+_DNS_DROP = re.compile(r"[^a-z0-9-]")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+_LABEL_BAD = re.compile(r"[^-A-Za-z0-9_.]")
+_PORT_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")
+_EXTENDED = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_TOLERATION = re.compile(r"(?P<key>[^=:]+)(=(?P<value>[^:]*))?(:(?P<effect>\w+))?")
+
+
+@dataclass
+class KubernetesOpts:
+    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
+    queue: str | None = opt(
+        None, "a Volcano queue: run as one Volcano Job, as TorchX (default: plain batch/v1 Jobs)"
+    )
+    service_account: str | None = opt(None, "the service account of every pod")
+    priority_class: str | None = opt(None, "the PriorityClass of every pod")
+    image_repo: str | None = opt(
+        None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
+    )
+    host_network: bool = opt(False, "run the pods in the node's network namespace")
+    image_pull_policy: str | None = opt(
+        None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
+    )
+    image_secret: str | None = opt(None, "the name of an image pull secret for every pod")
+    node_selector: dict[str, str] = opt({}, "node labels every pod requires (label:value,...)")
+    tolerations: list[str] = opt(
+        [], "taints every pod tolerates: key=value:Effect, key:Effect (any value) or key"
+    )
+
+
+@dataclass
+class McadOpts:
+    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
+    image_repo: str | None = opt(
+        None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
+    )
+    service_account: str | None = opt(None, "the service account of every pod")
+    priority: int | None = opt(
+        None, "the AppWrapper's priority, higher first (AppWrapper v1beta1 only)"
+    )
+    priority_class_name: str | None = opt(None, "the PriorityClass of every pod")
+    image_secret: str | None = opt(None, "the name of an image pull secret for every pod")
+    coscheduler_name: str | None = opt(
+        None, "a coscheduler: every pod gets this schedulerName and each role a PodGroup"
+    )
+    network: str | None = opt(
+        None, "an additional pod network (the Multus annotation k8s.v1.cni.cncf.io/networks)"
+    )
+    host_network: bool = opt(False, "run the pods in the node's network namespace")
+    image_pull_policy: str | None = opt(
+        None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
+    )
+    appwrapper_version: str = opt(
+        "v1beta2",
+        "v1beta2 (workload.codeflare.dev, the AppWrapper controller) or v1beta1 (mcad.ibm.com, "
+        "older MCAD installations)",
+    )
+
+
+@dataclass(frozen=True)
+class _Pods:
+    """What a pod spec takes from either option set."""
+
+    service_account: str | None = None
+    priority_class: str | None = None
+    image_pull_policy: str | None = None
+    image_secret: str | None = None
+    node_selector: Mapping[str, str] | None = None
+    tolerations: Sequence[str] = ()
+    host_network: bool = False
+    scheduler_name: str | None = None
+    network: str | None = None
+
+
+def _pods(opts: KubernetesOpts | McadOpts) -> _Pods:
+    if opts.image_pull_policy is not None and opts.image_pull_policy not in PULL_POLICIES:
+        raise InvalidArgument(
+            "cfg.image_pull_policy",
+            f"expected one of {', '.join(PULL_POLICIES)}, got {opts.image_pull_policy!r}",
+        )
+    if isinstance(opts, KubernetesOpts):
+        for key, value in opts.node_selector.items():
+            _check_label("cfg.node_selector", key, value)
+        return _Pods(
+            service_account=opts.service_account,
+            priority_class=opts.priority_class,
+            image_pull_policy=opts.image_pull_policy,
+            image_secret=opts.image_secret,
+            node_selector=opts.node_selector,
+            tolerations=opts.tolerations,
+            host_network=opts.host_network,
+        )
+    return _Pods(
+        service_account=opts.service_account,
+        priority_class=opts.priority_class_name,
+        image_pull_policy=opts.image_pull_policy,
+        image_secret=opts.image_secret,
+        host_network=opts.host_network,
+        scheduler_name=opts.coscheduler_name,
+        network=opts.network,
+    )
+
+
+# -- names and labels --------------------------------------------------------------------------
+
+
+def dns_name(text: str) -> str:
+    """TorchX's normal form of a name in Kubernetes: lowercase, only [a-z0-9-], no leading '-'
+    (so `trainer_foo` is `trainerfoo`, as in TorchX's Volcano task names)."""
+    return _DNS_DROP.sub("", text.lower()).lstrip("-")
+
+
+def role_dns(app: AppDef, i: int) -> str:
+    """Role i's name in object and host names; InvalidArgument when it has none, or shares it
+    with an earlier role."""
+    name = dns_name(app.roles[i].name)
+    if not name:
+        raise InvalidArgument(
+            f"app.roles[{i}].name",
+            f"{app.roles[i].name!r} has no letter or digit to name Kubernetes objects with",
+        )
+    for j in range(i):
+        if dns_name(app.roles[j].name) == name:
+            raise InvalidArgument(
+                f"app.roles[{i}].name",
+                f"{app.roles[i].name!r} and roles[{j}] {app.roles[j].name!r} have the same "
+                f"Kubernetes name {name!r}",
+            )
+    return name
+
+
+def label_value(text: str) -> str:
+    """text if it is a valid label value, else a valid one made from it (bad characters as
+    '-', at most 63, starting and ending with a letter or digit)."""
+    if _LABEL_VALUE.fullmatch(text):
+        return text
+    return _LABEL_BAD.sub("-", text)[:63].strip("-_.")
+
+
+def _check_label(field: str, key: str, value: str) -> None:
+    if not _LABEL_VALUE.fullmatch(value):
+        raise InvalidArgument(field, f"{value!r} (of {key!r}) is not a valid label value")
+
+
+def app_id_for(name: str, roles: Sequence[Role] = ()) -> str:
+    """A new app id: `<name part>-<random>`, a DNS-1123 label starting with a letter, at most
+    42 characters, with the name part cut so that `<app_id>-<role>-<k>` fits 63 for each of
+    the roles; InvalidArgument naming the role whose name cannot fit."""
+    budget = MAX_APP_ID
+    for i, role in enumerate(roles):
+        longest = len(f"-{dns_name(role.name)}-{num_replicas(role) - 1}")
+        if MAX_NAME - longest < ID_SUFFIX:
+            raise InvalidArgument(
+                f"app.roles[{i}].name",
+                f"too long for Kubernetes names: at most {MAX_NAME - ID_SUFFIX - 3} characters "
+                f"of [a-z0-9-] ({role.name!r})",
+            )
+        budget = min(budget, MAX_NAME - longest)
+    part = dns_name(name).lstrip("-0123456789")[: budget - ID_SUFFIX - 1].rstrip("-")
+    return make_unique(part, ID_SUFFIX)
+
+
+def _labels(scheduler: str, session: str, app_id: str) -> dict[str, str]:
+    return {
+        MANAGED_BY: "txd",
+        SCHEDULER_LABEL: scheduler,
+        SESSION_LABEL: label_value(session),
+        APP_ID_LABEL: app_id,
+    }
+
+
+def _replica_labels(base: Mapping[str, str], role: Role, k: int | None) -> dict[str, str]:
+    name = role.name if _LABEL_VALUE.fullmatch(role.name) else dns_name(role.name)
+    out = {**base, ROLE_LABEL: name}
+    if k is not None:
+        out[REPLICA_LABEL] = str(k)
+    return out
+
+
+def _root_meta(app: AppDef, name: str, labels: Mapping[str, str]) -> Obj:
+    shape = json.dumps([[r.name, num_replicas(r)] for r in app.roles])
+    return {"name": name, "labels": dict(labels), "annotations": {ROLES_ANNOTATION: shape}}
+
+
+# -- pods --------------------------------------------------------------------------------------
+
+
+def _quantities(role: Role, path: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(limits, requests) from the role's Resource, with TorchX's arithmetic."""
+    res = role.resource
+    for name in ("cpu", "gpu", "mem_mb"):
+        if getattr(res, name) < 0:
+            raise InvalidArgument(
+                f"{path}.resource.{name}", f"must be >= 0, got {getattr(res, name)}"
+            )
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    if res.cpu > 0:
+        limits["cpu"] = f"{res.cpu * 1000}m"
+        requests["cpu"] = f"{max(res.cpu * 1000 - RESERVED_MILLICPU, 0)}m"
+    if res.mem_mb > 0:  # TorchX writes MiB with the suffix M (10^6 bytes): kept for parity
+        limits["memory"] = f"{res.mem_mb}M"
+        requests["memory"] = f"{max(res.mem_mb - RESERVED_MEMMB, 0)}M"
+    if res.gpu > 0:
+        limits["nvidia.com/gpu"] = requests["nvidia.com/gpu"] = str(res.gpu)
+    for device, count in sorted(res.devices.items()):
+        field = f"{path}.resource.devices[{device!r}]"
+        if not _EXTENDED.fullmatch(device) or device.split("/")[0].endswith("kubernetes.io"):
+            raise InvalidArgument(field, "not an extended resource name (domain/name)")
+        if count < 1:
+            raise InvalidArgument(field, f"must be >= 1, got {count}")
+        limits[device] = str(count)  # extended resources: requests default to limits
+    return limits, requests
+
+
+def _volumes(role: Role, path: str) -> tuple[list[Obj], list[Obj], bool]:
+    """(volumes, volume mounts, privileged): /dev/shm as TorchX makes it (a tmpfs as big as the
+    pod may use: PyTorch's data loaders outgrow the runtime's 64 MB), then the role's mounts."""
+    volumes: list[Obj] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[Obj] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    privileged = False
+    for i, m in enumerate(role.mounts):
+        name, field = f"mount-{i}", f"{path}.mounts[{i}]"
+        kind = m.WhichOneof("kind")
+        if kind == "bind":
+            src, dst, ro = m.bind.src_path, m.bind.dst_path, m.bind.read_only
+            source: Obj = {"hostPath": {"path": _absolute(src, f"{field}.bind.src_path")}}
+        elif kind == "volume":
+            if not m.volume.src:
+                raise InvalidArgument(f"{field}.volume.src", "the claim's name is required")
+            dst, ro = m.volume.dst_path, m.volume.read_only
+            source = {"persistentVolumeClaim": {"claimName": m.volume.src}}
+        elif kind == "device":
+            # Kubernetes has no --device: a device is a hostPath in a privileged container.
+            src = _absolute(m.device.src_path, f"{field}.device.src_path")
+            dst = m.device.dst_path or src
+            perms = m.device.permissions or "rwm"
+            ro = "w" not in perms and "m" not in perms
+            source = {"hostPath": {"path": src}}
+            privileged = True
+        else:
+            raise InvalidArgument(field, "a mount of no kind (bind, volume or device)")
+        volumes.append({"name": name, **source})
+        mounts.append({"name": name, "mountPath": _absolute(dst, f"{field}.{kind}.dst_path")})
+        if ro:
+            mounts[-1]["readOnly"] = True
+    return volumes, mounts, privileged
+
+
+def _absolute(p: str, field: str) -> str:
+    if not p.startswith("/"):
+        raise InvalidArgument(field, f"must be an absolute path, got {p!r}")
+    return p
+
+
+def _env(env: Mapping[str, str]) -> list[Obj]:
+    out: list[Obj] = []
+    for name in sorted(env):
+        value = env[name]
+        if value.startswith(FIELD_PATH):  # TorchX strips with str.strip (characters): a prefix
+            path = value.removeprefix(FIELD_PATH)
+            out.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}})
+        else:
+            out.append({"name": name, "value": value})
+    return out
+
+
+def _tolerations(specs: Sequence[str]) -> list[Obj]:
+    out = []
+    for text in specs:
+        m = _TOLERATION.fullmatch(text.strip())
+        effect = m and m.group("effect")
+        if m is None or (effect and effect not in EFFECTS):
+            raise InvalidArgument(
+                "cfg.tolerations",
+                f"expected key=value:Effect, key:Effect or key (Effect: {', '.join(EFFECTS)}), "
+                f"got {text!r}",
+            )
+        t: Obj = {"key": m.group("key").strip()}
+        if m.group("value") is None:
+            t["operator"] = "Exists"
+        else:
+            t["operator"], t["value"] = "Equal", m.group("value")
+        if effect:
+            t["effect"] = effect
+        out.append(t)
+    return out
+
+
+def _ports(role: Role, path: str) -> list[Obj]:
+    out = []
+    for name, port in sorted(role.port_map.items(), key=lambda kv: kv[1]):
+        if not _PORT_NAME.fullmatch(name) or not re.search("[a-z]", name):
+            raise InvalidArgument(
+                f"{path}.port_map[{name!r}]",
+                "a Kubernetes port name is 1-15 of [a-z0-9-] with a letter, not starting or "
+                "ending with '-'",
+            )
+        if not 0 < port < 65536:
+            raise InvalidArgument(f"{path}.port_map[{name!r}]", f"must be in 1..65535, got {port}")
+        out.append({"name": name, "containerPort": port})
+    return out
+
+
+def pod_spec(
+    app: AppDef,
+    i: int,
+    k: int | None,
+    app_id: str,
+    opts: KubernetesOpts | McadOpts,
+    *,
+    scheduler: str,
+    session: str,
+    shape: str = "plain",
+) -> Obj:
+    """The pod template (metadata and spec) of replica k of role i; k None: every replica of an
+    Indexed Job. shape (plain, indexed, volcano, mcad) decides how replicas find rank 0:
+    TORCHX_RANK0_HOST, `localhost` on rank 0 itself (as TorchX), else rank 0's name under the
+    headless Service; on Volcano the other replicas read what Volcano's svc plugin sets."""
+    role, path, pods = app.roles[i], f"app.roles[{i}]", _pods(opts)
+    if not role.image:
+        raise InvalidArgument(f"{path}.image", "Kubernetes runs images: set the role's image")
+    if not role.entrypoint:
+        raise InvalidArgument(f"{path}.entrypoint", "required")
+    dns, rank0_dns = role_dns(app, i), role_dns(app, 0)
+    is_rank0 = i == 0 and k == 0
+    env: dict[str, str] = {}
+    if shape == "volcano":
+        # Volcano's svc plugin names it VC_<TASK>_HOSTS with the task name upper-cased and every
+        # '-' as '_'; TorchX keeps the '-' (VC_MY-ROLE_0_HOSTS for role my-role): never set.
+        rank0_env = "VC_" + f"{rank0_dns}-0".replace("-", "_").upper() + "_HOSTS"
+        name = f"{dns}-{k}"  # the task name, as TorchX names the container
+    elif shape == "indexed":
+        rank0_env = RANK0_ENV
+        env[RANK0_ENV] = f"{app_id}-{rank0_dns}-0.{app_id}"  # Indexed pods: <job>-<index>
+        name = dns
+    else:
+        rank0_env = RANK0_ENV
+        env[RANK0_ENV] = f"{rank0_dns}-0.{app_id}"
+        name = f"{dns}-{k}"
+    if is_rank0:
+        rank0_env = RANK0_ENV
+        env[RANK0_ENV] = "localhost"
+    replica_id = f"$({COMPLETION_INDEX})" if k is None else str(k)
+    r = Macros(img_root="", app_id=app_id, replica_id=replica_id, rank0_env=rank0_env).apply(role)
+    env = {**r.env, **env}
+    volumes, mounts, privileged = _volumes(r, path)
+    limits, requests = _quantities(r, path)
+    container: Obj = {
+        "name": name,
+        "image": r.image,
+        "command": [r.entrypoint, *r.args],
+        "env": _env(env),
+        "resources": {"limits": limits, "requests": requests},
+        "volumeMounts": mounts,
+    }
+    # With hostNetwork a declared port is a host port the scheduler reserves: replicas that
+    # declare the same one could never share a node, though only rank 0 listens on it.
+    if not pods.host_network:
+        container["ports"] = _ports(r, path)
+    if k is None:  # first, so that the others may use $(JOB_COMPLETION_INDEX)
+        index = {"fieldRef": {"fieldPath": COMPLETION_INDEX_PATH}}
+        container["env"].insert(0, {"name": COMPLETION_INDEX, "valueFrom": index})
+    if pods.image_pull_policy:
+        container["imagePullPolicy"] = pods.image_pull_policy
+    if privileged:
+        container["securityContext"] = {"privileged": True}
+    spec: Obj = {"containers": [container], "restartPolicy": "Never", "volumes": volumes}
+    if shape in ("plain", "mcad"):
+        spec["hostname"], spec["subdomain"] = f"{dns}-{k}", app_id
+    elif shape == "indexed":
+        spec["subdomain"] = app_id  # the Job controller names the host <job>-<index>
+    selector = dict(pods.node_selector or {})
+    if INSTANCE_TYPE in role.resource.capabilities:
+        selector[INSTANCE_TYPE] = role.resource.capabilities[INSTANCE_TYPE]
+    optional: dict[str, Any] = {
+        "serviceAccountName": pods.service_account,
+        "priorityClassName": pods.priority_class,
+        "schedulerName": pods.scheduler_name,
+        "imagePullSecrets": [{"name": pods.image_secret}] if pods.image_secret else None,
+        "nodeSelector": selector or None,
+        "tolerations": _tolerations(pods.tolerations) or None,
+    }
+    spec.update({key: value for key, value in optional.items() if value})
+    if pods.host_network:
+        # ClusterFirstWithHostNet: the pod still resolves the cluster's names (rank 0's).
+        spec["hostNetwork"], spec["dnsPolicy"] = True, "ClusterFirstWithHostNet"
+    annotations = {ISTIO_ANNOTATION: "false"}
+    if pods.network:
+        annotations[MULTUS_ANNOTATION] = pods.network
+    labels = _replica_labels(_labels(scheduler, session, app_id), role, k)
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
+
+
+def _check_app(app: AppDef, app_id: str) -> None:
+    if not app.roles:
+        raise InvalidArgument("app.roles", "an app needs at least one role")
+    for i, role in enumerate(app.roles):
+        longest = f"{app_id}-{role_dns(app, i)}-{num_replicas(role) - 1}"
+        if len(longest) > MAX_NAME:
+            raise InvalidArgument(
+                f"app.roles[{i}].name",
+                f"too long for Kubernetes names: {longest!r} has more than {MAX_NAME} characters",
+            )
+        if num_replicas(role) < 1:
+            raise InvalidArgument(f"app.roles[{i}].num_replicas", "must be >= 1")
+        if role.max_retries < 0:
+            raise InvalidArgument(f"app.roles[{i}].max_retries", "must be >= 0")
+
+
+# -- the headless Service ----------------------------------------------------------------------
+
+
+def _service(app: AppDef, app_id: str, labels: Mapping[str, str]) -> Obj:
+    """The app's headless Service: `<role>-<k>.<app_id>` (the pods' hostname.subdomain) resolves
+    to each replica, before it is ready too (rendezvous happens before readiness)."""
+    ports: list[Obj] = []
+    names: set[str] = set()
+    seen: set[int] = set()
+    for i, role in enumerate(app.roles):
+        for p in _ports(role, f"app.roles[{i}]"):
+            if p["containerPort"] in seen:
+                continue
+            seen.add(p["containerPort"])
+            name = p["name"] if p["name"] not in names else f"port-{p['containerPort']}"
+            names.add(name)
+            ports.append({"name": name, "port": p["containerPort"], "protocol": "TCP"})
+    if not ports:
+        ports = [{"name": "c10d", "port": DEFAULT_PORT, "protocol": "TCP"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _root_meta(app, app_id, labels),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {APP_ID_LABEL: app_id},
+            "ports": ports,
+        },
+    }
+
+
+# -- batch/v1 Jobs -----------------------------------------------------------------------------
+
+
+def plain_objects(
+    app: AppDef, app_id: str, opts: KubernetesOpts, *, scheduler: str, session: str
+) -> list[Obj]:
+    """The headless Service (root), then a batch/v1 Job `<app_id>-<role>-<k>` per replica;
+    backoffLimit retries that replica's pod max_retries times."""
+    _check_app(app, app_id)
+    labels = _labels(scheduler, session, app_id)
+    out = [_service(app, app_id, labels)]
+    for i, role in enumerate(app.roles):
+        for k in range(num_replicas(role)):
+            template = pod_spec(app, i, k, app_id, opts, scheduler=scheduler, session=session)
+            meta = {
+                "name": f"{app_id}-{role_dns(app, i)}-{k}",
+                "labels": _replica_labels(labels, role, k),
+            }
+            spec = {
+                "backoffLimit": role.max_retries,
+                "completions": 1,
+                "parallelism": 1,
+                "template": template,
+            }
+            out.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
+    return out
+
+
+def indexed_objects(
+    app: AppDef, app_id: str, opts: KubernetesOpts, *, scheduler: str, session: str
+) -> list[Obj]:
+    """The headless Service (root), then an Indexed Job `<app_id>-<role>` per role (Kubernetes
+    >= 1.21): one template for every replica, backoffLimit max_retries for each of them."""
+    _check_app(app, app_id)
+    labels = _labels(scheduler, session, app_id)
+    out = [_service(app, app_id, labels)]
+    for i, role in enumerate(app.roles):
+        n = num_replicas(role)
+        template = pod_spec(
+            app, i, None, app_id, opts, scheduler=scheduler, session=session, shape="indexed"
+        )
+        meta = {
+            "name": f"{app_id}-{role_dns(app, i)}",
+            "labels": _replica_labels(labels, role, None),
+        }
+        spec = {
+            "completionMode": "Indexed",
+            "backoffLimit": role.max_retries * n,
+            "completions": n,
+            "parallelism": n,
+            "template": template,
+        }
+        out.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
+    return out
+
+
+def owned(objects: Sequence[Obj], root: Obj, uid: str) -> list[Obj]:
+    """Copies of the objects other than root, owned by it (root as created, with its uid), so
+    that deleting the root garbage-collects them."""
+    ref = {
+        "apiVersion": root["apiVersion"],
+        "kind": root["kind"],
+        "name": root["metadata"]["name"],
+        "uid": uid,
+        "blockOwnerDeletion": True,
+    }
+    out = []
+    for obj in objects:
+        if (obj["kind"], obj["metadata"]["name"]) == (ref["kind"], ref["name"]):
+            continue
+        c = copy.deepcopy(obj)
+        c["metadata"]["ownerReferences"] = [dict(ref)]
+        out.append(c)
+    return out
+
+
+# -- Volcano -----------------------------------------------------------------------------------
+
+# TorchX's retry policies per Role.RetryPolicy (APPLICATION=0, REPLICA=1, ROLE=2). TorchX has no
+# ROLE entry (a KeyError); Volcano's RestartTask restarts the failed replica's task.
+_VOLCANO_POLICIES: dict[int, list[dict[str, str]]] = {
+    0: [
+        {"event": "PodEvicted", "action": "RestartJob"},
+        {"event": "PodFailed", "action": "RestartJob"},
+    ],
+    1: [],
+    2: [
+        {"event": "PodEvicted", "action": "RestartTask"},
+        {"event": "PodFailed", "action": "RestartTask"},
+    ],
+}
+
+
+def volcano_objects(
+    app: AppDef, app_id: str, opts: KubernetesOpts, *, scheduler: str, session: str
+) -> list[Obj]:
+    """One Volcano Job as TorchX makes it: a task `<role>-<k>` per replica (macros differ per
+    replica), the svc and env plugins, maxRetry the smallest max_retries."""
+    _check_app(app, app_id)
+    if not opts.queue:
+        raise InvalidArgument("cfg.queue", "a Volcano Job needs a queue")
+    labels = _labels(scheduler, session, app_id)
+    tasks = []
+    for i, role in enumerate(app.roles):
+        for k in range(num_replicas(role)):
+            template = pod_spec(
+                app, i, k, app_id, opts, scheduler=scheduler, session=session, shape="volcano"
+            )
+            task: Obj = {"replicas": 1, "name": f"{role_dns(app, i)}-{k}", "template": template}
+            if role.max_retries > 0:
+                task["maxRetry"] = role.max_retries
+                task["policies"] = _VOLCANO_POLICIES[role.retry_policy]
+            if role.HasField("min_replicas"):  # elastic: the first min_replicas are required
+                task["minAvailable"] = 1 if k < role.min_replicas else 0
+            tasks.append(task)
+    spec: Obj = {
+        "schedulerName": "volcano",
+        "queue": opts.queue,
+        # What Volcano's admission webhook would set: every task's minimum.
+        "minAvailable": sum(t.get("minAvailable", 1) for t in tasks),
+        "maxRetry": min(r.max_retries for r in app.roles),
+        # svc: a headless Service and VC_<TASK>_HOSTS; publish before ready (volcano#533).
+        "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
+        "tasks": tasks,
+    }
+    if opts.priority_class:
+        spec["priorityClassName"] = opts.priority_class
+    return [
+        {
+            "apiVersion": VOLCANO_API,
+            "kind": "Job",
+            "metadata": _root_meta(app, app_id, labels),
+            "spec": spec,
+        }
+    ]
+
+
+# -- MCAD AppWrapper ---------------------------------------------------------------------------
+
+
+def appwrapper_objects(
+    app: AppDef, app_id: str, opts: McadOpts, *, scheduler: str, session: str
+) -> list[Obj]:
+    """One AppWrapper wrapping, in order: a PodGroup per role (with a coscheduler), a Pod
+    `<app_id>-<role>-<k>` per replica (TorchX's `<app_id>-<k>` collides across roles) and the
+    headless Service."""
+    _check_app(app, app_id)
+    api = APPWRAPPER_APIS.get(opts.appwrapper_version)
+    if api is None:
+        raise InvalidArgument(
+            "cfg.appwrapper_version",
+            f"expected {' or '.join(APPWRAPPER_APIS)}, got {opts.appwrapper_version!r}",
+        )
+    v1beta2 = opts.appwrapper_version == "v1beta2"
+    if v1beta2 and opts.priority is not None:
+        raise InvalidArgument(
+            "cfg.priority", "AppWrapper v1beta2 has no priority: use priority_class_name"
+        )
+    labels = _labels(scheduler, session, app_id)
+    items: list[tuple[Obj, int]] = []  # (object, pods in it)
+    if opts.coscheduler_name:
+        for i, role in enumerate(app.roles):
+            group = {
+                "apiVersion": PODGROUP_API,
+                "kind": "PodGroup",
+                "metadata": {"name": f"{app_id}-pg{i}", "labels": dict(labels)},
+                "spec": {"minMember": num_replicas(role)},
+            }
+            items.append((group, 0))
+    for i, role in enumerate(app.roles):
+        for k in range(num_replicas(role)):
+            pod = pod_spec(
+                app, i, k, app_id, opts, scheduler=scheduler, session=session, shape="mcad"
+            )
+            pod["metadata"] = {"name": f"{app_id}-{role_dns(app, i)}-{k}", **pod["metadata"]}
+            if opts.coscheduler_name:
+                pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = f"{app_id}-pg{i}"
+            items.append(({"apiVersion": "v1", "kind": "Pod", **pod}, 1))
+    service = _service(app, app_id, labels)
+    service["metadata"].pop("annotations")  # the AppWrapper is the root
+    items.append((service, 0))
+    meta = _root_meta(app, app_id, labels)
+    retries = min(r.max_retries for r in app.roles)
+    spec: Obj
+    if v1beta2:
+        meta["annotations"][RETRY_LIMIT_ANNOTATION] = str(retries)
+        spec = {
+            "components": [
+                {"podSets": [{"replicas": 1, "path": "template"}] if n else [], "template": obj}
+                for obj, n in items
+            ]
+        }
+    else:
+        spec = {
+            "resources": {
+                "GenericItems": [{"replicas": 1, "generictemplate": obj} for obj, _ in items]
+            }
+        }
+        if opts.priority is not None:
+            spec["priority"] = opts.priority
+        if retries > 0:  # as TorchX: requeue the whole wrapper, with exponential back-off
+            spec["schedulingSpec"] = {
+                "minAvailable": sum(n for _, n in items),
+                "requeuing": {
+                    "timeInSeconds": 300,
+                    "maxTimeInSeconds": 0,
+                    "growthType": "exponential",
+                    "maxNumRequeuings": retries,
+                },
+            }
+    return [{"apiVersion": api, "kind": "AppWrapper", "metadata": meta, "spec": spec}]
+
+
+# -- YAML --------------------------------------------------------------------------------------
+
+
+def render_yaml(objects: Sequence[Obj], header: str = "") -> str:
+    """The objects as one YAML stream, `---` between them, in creation order; header, if any,
+    as a comment line first."""
+    docs = [
+        yaml.safe_dump(obj, sort_keys=False, default_flow_style=False, width=2**16)
+        for obj in objects
+    ]
+    head = f"# {header}\n" if header else ""
+    return head + "---\n".join(docs)
