@@ -248,9 +248,14 @@ def _replica_labels(base: Mapping[str, str], role: Role, k: int | None) -> dict[
     return out
 
 
+def _shape(app: AppDef) -> str:
+    """The app's shape, `[["role", replicas], ...]`: on the root, and on every Job (the status
+    of plain and indexed Jobs is read from the Jobs, not their Service)."""
+    return json.dumps([[r.name, num_replicas(r)] for r in app.roles])
+
+
 def _root_meta(app: AppDef, name: str, labels: Mapping[str, str]) -> Obj:
-    shape = json.dumps([[r.name, num_replicas(r)] for r in app.roles])
-    return {"name": name, "labels": dict(labels), "annotations": {ROLES_ANNOTATION: shape}}
+    return {"name": name, "labels": dict(labels), "annotations": {ROLES_ANNOTATION: _shape(app)}}
 
 
 # -- pods --------------------------------------------------------------------------------------
@@ -528,6 +533,7 @@ def plain_objects(
             meta = {
                 "name": f"{app_id}-{role_dns(app, i)}-{k}",
                 "labels": _replica_labels(labels, role, k),
+                "annotations": {ROLES_ANNOTATION: _shape(app)},
             }
             spec = {
                 "backoffLimit": role.max_retries,
@@ -555,6 +561,7 @@ def indexed_objects(
         meta = {
             "name": f"{app_id}-{role_dns(app, i)}",
             "labels": _replica_labels(labels, role, None),
+            "annotations": {ROLES_ANNOTATION: _shape(app)},
         }
         spec = {
             "completionMode": "Indexed",

@@ -183,6 +183,11 @@ class Informer:
                 what = f"the watch of {self.kind} at {self.path} keeps ending at once"
                 await retries.pause_or_raise(KubeError(0, "WatchEnded", what))
 
+    async def refresh(self) -> None:
+        """One LIST that replaces the store, for a caller that is not watching (a later
+        events() reports the changes since, as after any relist)."""
+        self.store, self.resource_version = await self._list()
+
     async def _list(self) -> tuple[dict[str, dict[str, Any]], str]:
         """The whole collection by name, and the resourceVersion it was read at."""
         self.lists += 1

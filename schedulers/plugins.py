@@ -29,6 +29,8 @@ BUILTIN: dict[str, str] = {
     "slurm": "txd.schedulers.slurm",
     "lsf": "txd.schedulers.lsf",
     "local_docker": "txd.schedulers.local_docker",
+    "kubernetes": "txd.schedulers.kubernetes",
+    "kubernetes_mcad": "txd.schedulers.kubernetes_mcad",
 }
 
 Factory = Callable[..., Scheduler[Any, Any]]
