@@ -178,8 +178,7 @@ def _job_replica(role: str, k: int, job: Obj | None, pods: Sequence[Obj]) -> Rep
         failed = sum((p.get("status") or {}).get("phase") == "Failed" for p in pods)
         if failed <= int((job.get("spec") or {}).get("backoffLimit", 6)):
             rep.state = AppState.PENDING  # the Job makes another attempt
-    elif rep.state == AppState.SUCCEEDED:
-        rep.state = AppState.RUNNING  # until the Job records its completion
+    # A succeeded pod: its Job (completions 1) is complete, before the Job's status says so.
     return rep
 
 
