@@ -301,8 +301,11 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         pods = key[1] == PODS
         try:
             async for item in informer.events():
-                if item is SYNCED:
+                if item is SYNCED:  # a (re)list: what it found is reported too
                     self._synced[key].set()
+                    for obj in informer.store.values():
+                        if app_id := app_id_of(obj):
+                            feed.queue.put_nowait(app_id)
                     continue
                 assert isinstance(item, Event)
                 if app_id := app_id_of(item.obj):
