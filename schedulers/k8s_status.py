@@ -240,10 +240,8 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
             for k in range(n):
                 found = by_key.get((role, k))
                 rep = pod_replica(role, k, _newest(found)) if found else None
-                if rep is None:  # no pod (yet, or any more): the controller's verdict
-                    rep = ReplicaStatus(id=k, role=role, state=AppState.PENDING)
-                    if phase_state in TERMINAL_STATES:
-                        rep.state = phase_state
+                if rep is None:  # no pod (yet, or any more): the controller's word
+                    rep = ReplicaStatus(id=k, role=role, state=phase_state)
                 replicas.append(rep)
         folded = fold([r.state for r in replicas])
         if folded not in TERMINAL_STATES:
