@@ -144,10 +144,19 @@ def pod_replica(role: str, k: int, pod: Obj) -> ReplicaStatus:
         rep.state = AppState.PENDING
         waiting = state.get("waiting") or {}
         if waiting.get("reason") in _STUCK:
-            rep.structured_error_msg = f"{waiting['reason']}: {waiting.get('message', '')}".strip()
+            said = waiting.get("message", "")
+            image = c.get("image") or _image(pod)
+            if "Image" in waiting["reason"] and image and image not in said:
+                said = f"image {image}: {said}"
+            rep.structured_error_msg = f"{waiting['reason']}: {said}".strip()
     else:
         rep.state = AppState.UNKNOWN
     return rep
+
+
+def _image(pod: Obj) -> str:
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return str((containers[0] or {}).get("image", ""))
 
 
 def _host(pod: Obj) -> str:

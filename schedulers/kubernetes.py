@@ -566,6 +566,8 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     # -- control ----------------------------------------------------------------------------
 
     async def cancel(self, job: Job) -> None:
+        if not job.native.get("name"):
+            return  # not made by this scheduler: nothing to stop
         ns, name = str(job.native["namespace"]), str(job.native["name"])
         shape = job.native.get("shape", "plain")
         if shape == "volcano":
@@ -610,6 +612,8 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self._deleted[job.app_id] = None
         while len(self._deleted) > RECENT_DELETED:
             self._deleted.popitem(last=False)
+        if not job.native.get("name"):
+            return
         api, plural = job.native.get("root") or ("v1", "services")
         await self._delete_root(
             str(job.native["namespace"]), Collection(str(api), str(plural)), job.native["name"]
@@ -635,13 +639,16 @@ def _started(pod: Mapping[str, Any]) -> bool:
 
 
 async def _timed_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes, int]]:
-    """The log API's `<RFC 3339 time> <line>` lines (timestamps=true) as (line, ns) pieces."""
+    """The log API's `<RFC 3339 time> <line>` lines (timestamps=true) as (line, ns) pieces,
+    and (b"", 0) after each chunk read: caught up with what has arrived (logfiles.batched
+    sends what it holds then, so a followed log flows line by line)."""
     rest = b""
     async for chunk in chunks:
         rest += chunk
         *lines, rest = rest.split(b"\n")
         for line in lines:
             yield _timed(line + b"\n")
+        yield b"", 0
     if rest:
         yield _timed(rest)
 

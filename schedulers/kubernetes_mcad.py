@@ -36,6 +36,8 @@ class McadScheduler(KubernetesScheduler):
 
     async def cancel(self, job: Job) -> None:
         """The AppWrapper is marked cancelled (it stays, as the record) and its pods go."""
+        if not job.native.get("name"):
+            return
         ns, name = str(job.native["namespace"]), str(job.native["name"])
         found = await self._call(
             "PATCH",
@@ -49,6 +51,8 @@ class McadScheduler(KubernetesScheduler):
 
     async def delete(self, job: Job) -> None:
         await super().delete(job)
+        if not job.native.get("name"):
+            return
         # MCAD v1beta1 deletes what it wrapped itself, without owner references: so does txd.
         await self._delete_labelled(
             str(job.native["namespace"]), str(job.native["name"]), [PODS, SERVICES]
