@@ -6,6 +6,9 @@
   pods are that engine's containers), stopped by scripts/k8s-down (by pid). Its apiserver
   runs without a watch cache; `compact_etcd()` makes every older resourceVersion 410 Gone,
   `restart_apiserver()` stops and starts the apiserver under running clients.
+- `make_k8s_daemon(cluster, namespace)`: a txd (not started) whose kubernetes and
+  kubernetes_mcad schedulers use the cluster's kubeconfig and run in `namespace` by default.
+- `K8S_CFG`: the run options every end-to-end job passes (host network, local images).
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txd_testing import REPO, short_tmpdir
+from txd_testing import REPO, Daemon, short_tmpdir
 
 SCRIPTS = REPO / "scripts"
 BUILD_TIMEOUT = 1800.0
@@ -39,6 +42,10 @@ STOP_TIMEOUT = 30.0
 APISERVER_GRACE = 5.0
 READY_TIMEOUT = 60.0
 CRDS = Path(__file__).resolve().parent / "crds"  # Volcano's Job, both AppWrappers
+SCHEDULERS = ("kubernetes", "kubernetes_mcad")
+# Pods share the node's network (no traffic to private-range addresses) and run the engine's
+# own test images (there is no registry to pull from).
+K8S_CFG: dict[str, str | bool] = {"host_network": True, "image_pull_policy": "IfNotPresent"}
 
 
 class ClusterUnavailable(Exception):
@@ -205,3 +212,20 @@ def _wait(done: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def make_k8s_daemon(
+    cluster: Cluster, namespace: str, kubeconfig: Path | None = None, args: Sequence[str] = ()
+) -> Daemon:
+    """A txd (not started) whose kubernetes schedulers use `kubeconfig` (the cluster's by
+    default) and run jobs in `namespace` unless a run names another."""
+    settings: list[str] = []
+    for name in SCHEDULERS:
+        settings += [
+            "--set",
+            f"{name}.kubeconfig={kubeconfig or cluster.kubeconfig}",
+            "--set",
+            f"{name}.namespace={namespace}",
+        ]
+    # No KUBECONFIG of the caller's leaks in: the settings are the only way to the cluster.
+    return Daemon(short_tmpdir("txdk-"), env={"KUBECONFIG": ""}, args=[*settings, *args])
