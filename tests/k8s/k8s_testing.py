@@ -139,19 +139,28 @@ class Cluster:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
-    def compact_etcd(self) -> int:
+    def compact_etcd(self, advance: int = 0) -> int:
         """Compacts etcd to its current revision (through its v3 HTTP gateway): every older
-        resourceVersion is gone, so a watch from one answers 410. Returns the revision."""
+        resourceVersion is gone, so a watch from one answers 410. Returns the revision.
+        `advance`: first writes a key outside the apiserver's prefix this many times, so that
+        even the newest version a client has seen is gone (a watch from version v starts at
+        v + 1: 2 makes that compacted too)."""
+        key = base64.b64encode(b"/txd-test/advance").decode()
+        for i in range(advance):
+            self._etcd("kv/put", {"key": key, "value": base64.b64encode(str(i).encode()).decode()})
         # Any range answers with the store's current revision in its header.
         header = self._etcd("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]
         revision = int(header["revision"])
         self._etcd("kv/compaction", {"revision": str(revision), "physical": True})
         return revision
 
-    def restart_apiserver(self, grace: float = APISERVER_GRACE) -> None:
+    def restart_apiserver(
+        self, grace: float = APISERVER_GRACE, while_down: Callable[[], object] | None = None
+    ) -> None:
         """Stops the apiserver (SIGTERM by pid; SIGKILL if it still runs `grace` seconds later,
-        as it would while draining the cluster's watches) and starts it again with the same
-        command line, log and pid files; returns once /readyz answers ok."""
+        as it would while draining the cluster's watches), calls `while_down` if given, and
+        starts it again with the same command line, log and pid files; returns once /readyz
+        answers ok."""
         pid_file = self.run_dir / "kube-apiserver.pid"
         pid = int(pid_file.read_text())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
@@ -159,6 +168,8 @@ class Cluster:
         if not _wait(lambda: not _running(pid), grace):
             os.kill(pid, signal.SIGKILL)
             assert _wait(lambda: not _running(pid), STOP_TIMEOUT), f"apiserver {pid} did not exit"
+        if while_down is not None:
+            while_down()
         # As scripts/k8s-up starts it: its own session, stdin closed, appending to its log.
         log = self.run_dir / "log" / "kube-apiserver.log"
         started = subprocess.run(
