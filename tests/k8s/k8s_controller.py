@@ -3,7 +3,8 @@ and MCAD's controllers are not installed (only their CRDs), so a test makes the 
 make from a Volcano Job's tasks or an AppWrapper's items, owned by that object, and moves the
 object through its phases by patching its status subresource, as they would.
 
-`StatusStream` follows one app's status as txd pushes it, so a test waits for the state each
+`PlayedController` does that for every object of a kind, as a task (the contract suite's
+jobs). `StatusStream` follows one app's status as txd pushes it, so a test waits for the state each
 phase maps to (ordered by events, never by sleeping).
 """
 
@@ -13,9 +14,11 @@ import asyncio
 import contextlib
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from txd.schedulers.k8s_api import Kube
+from txd.schedulers.k8s_api import Kube, KubeError
+from txd.schedulers.k8s_watch import Event, Informer
 from txd.v1 import AppState, AppStatus
 
 VOLCANO_JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
@@ -158,3 +161,105 @@ class StatusStream:
                     await self._new.wait()
         except TimeoutError:
             raise AssertionError(f"not {what} within {STATUS_TIMEOUT} s: {self.states()}") from None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a played controller reads and moves one kind of object."""
+
+    collection: str  # VOLCANO_JOBS or an APPWRAPPERS entry
+    phase_path: tuple[str, ...]  # where the phase is in status
+    running: str
+    succeeded: str
+    failed: str
+    aborted: str  # the phase after which the controller deletes the pods ("" for none)
+
+    def phase(self, obj: dict[str, Any]) -> str:
+        value: Any = obj.get("status") or {}
+        for key in self.phase_path:
+            value = (value or {}).get(key)
+        return str(value or "")
+
+    def status(self, phase: str) -> dict[str, Any]:
+        out: dict[str, Any] = {self.phase_path[-1]: phase}
+        for key in reversed(self.phase_path[:-1]):
+            out = {key: out}
+        return out
+
+
+VOLCANO = Kind(VOLCANO_JOBS, ("state", "phase"), "Running", "Completed", "Failed", "Aborted")
+APPWRAPPER = Kind(APPWRAPPERS["v1beta2"], ("phase",), "Running", "Succeeded", "Failed", "")
+
+
+class PlayedController:
+    """Volcano's or MCAD's controller for every object of one kind in a namespace with label
+    `selector`, played: a new object gets its pods (Controller.volcano_pods or
+    appwrapper_items) and phase running; once every pod has succeeded it is succeeded, once
+    one has failed it is failed; in the aborted phase its pods are deleted. Run `run()` as a
+    task; it reconciles an object on each change of it or its pods (two informers)."""
+
+    def __init__(self, kube: Kube, ns: str, kind: Kind, selector: str) -> None:
+        self.kube, self.ns, self.kind, self.selector = kube, ns, kind, selector
+
+    async def run(self) -> None:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        objects = Informer(self.kube, self.kind.collection.format(ns=self.ns), self.selector, "x")
+        pods = Informer(self.kube, f"/api/v1/namespaces/{self.ns}/pods", self.selector, "pods")
+        feeds = [asyncio.create_task(self._feed(i, queue)) for i in (objects, pods)]
+        try:
+            while True:
+                name = await queue.get()
+                obj = objects.store.get(name)
+                if obj is not None:
+                    mine = [
+                        p
+                        for p in pods.store.values()
+                        if p["metadata"]["labels"].get("txd.dev/app-id") == name
+                    ]
+                    await self._reconcile(obj, mine)
+        finally:
+            for task in feeds:
+                task.cancel()
+            await asyncio.gather(*feeds, return_exceptions=True)
+
+    @staticmethod
+    async def _feed(informer: Informer, queue: asyncio.Queue[str]) -> None:
+        """The app ids of the informer's changes; while the apiserver is down (a test taking
+        the backend down), it tries again, as a controller would."""
+        for _ in range(1000):
+            try:
+                async for item in informer.events():
+                    if isinstance(item, Event):
+                        labels = item.obj["metadata"].get("labels") or {}
+                        queue.put_nowait(labels.get("txd.dev/app-id", ""))
+            except KubeError:
+                await asyncio.sleep(1)
+
+    async def _reconcile(self, obj: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        c = Controller(self.kube, self.ns, self.kind.collection, obj["metadata"]["name"])
+        phase = self.kind.phase(obj)
+        if not phase:
+            if self.kind is VOLCANO:
+                await c.volcano_pods()
+            else:
+                await c.appwrapper_items()
+            await c.set_status(self.kind.status(self.kind.running))
+        elif phase == self.kind.running and pods:
+            phases = [(p.get("status") or {}).get("phase") for p in pods]
+            if "Failed" in phases:
+                await c.set_status(self.kind.status(self.kind.failed))
+            elif phases.count("Succeeded") == _pods_wanted(obj):
+                await c.set_status(self.kind.status(self.kind.succeeded))
+        elif phase == self.kind.aborted and pods:
+            await c.delete_pods()
+
+
+def _pods_wanted(obj: dict[str, Any]) -> int:
+    """How many pods a Volcano Job's tasks or an AppWrapper's items make."""
+    spec = obj["spec"]
+    if "tasks" in spec:
+        return sum(int(t.get("replicas", 1)) for t in spec["tasks"])
+    items = [c["template"] for c in spec.get("components", [])] or [
+        g["generictemplate"] for g in spec["resources"]["GenericItems"]
+    ]
+    return sum(o["kind"] == "Pod" for o in items)

@@ -5,7 +5,8 @@
 - `Cluster`: a single-node cluster started by scripts/k8s-up on a Docker engine (its kubelet's
   pods are that engine's containers), stopped by scripts/k8s-down (by pid). Its apiserver
   runs without a watch cache; `compact_etcd()` makes every older resourceVersion 410 Gone,
-  `restart_apiserver()` stops and starts the apiserver under running clients.
+  `restart_apiserver()` stops and starts the apiserver under running clients
+  (`stop_apiserver()` and `start_apiserver()` apart: the backend down for a while).
 - `make_k8s_daemon(cluster, namespace)`: a txd (not started) whose kubernetes and
   kubernetes_mcad schedulers use the cluster's kubeconfig and run in `namespace` by default.
 - `K8S_CFG`: the run options every end-to-end job passes (host network, local images).
@@ -157,19 +158,27 @@ class Cluster:
     def restart_apiserver(
         self, grace: float = APISERVER_GRACE, while_down: Callable[[], object] | None = None
     ) -> None:
+        """Stops the apiserver (stop_apiserver), calls `while_down` if given, and starts it
+        again (start_apiserver)."""
+        argv = self.stop_apiserver(grace)
+        if while_down is not None:
+            while_down()
+        self.start_apiserver(argv)
+
+    def stop_apiserver(self, grace: float = APISERVER_GRACE) -> list[bytes]:
         """Stops the apiserver (SIGTERM by pid; SIGKILL if it still runs `grace` seconds later,
-        as it would while draining the cluster's watches), calls `while_down` if given, and
-        starts it again with the same command line, log and pid files; returns once /readyz
-        answers ok."""
-        pid_file = self.run_dir / "kube-apiserver.pid"
-        pid = int(pid_file.read_text())
+        as it would while draining the cluster's watches); returns its command line."""
+        pid = int((self.run_dir / "kube-apiserver.pid").read_text())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         os.kill(pid, signal.SIGTERM)
         if not _wait(lambda: not _running(pid), grace):
             os.kill(pid, signal.SIGKILL)
             assert _wait(lambda: not _running(pid), STOP_TIMEOUT), f"apiserver {pid} did not exit"
-        if while_down is not None:
-            while_down()
+        return argv
+
+    def start_apiserver(self, argv: list[bytes]) -> None:
+        """Starts the apiserver stopped by stop_apiserver with the same command line, log and
+        pid files; returns once /readyz answers ok."""
         # As scripts/k8s-up starts it: its own session, stdin closed, appending to its log.
         log = self.run_dir / "log" / "kube-apiserver.log"
         started = subprocess.run(
@@ -180,7 +189,7 @@ class Cluster:
             timeout=30,
         )
         new_pid = int(started.stdout)
-        pid_file.write_text(f"{new_pid}\n")
+        (self.run_dir / "kube-apiserver.pid").write_text(f"{new_pid}\n")
         assert _wait(lambda: self._ready(new_pid), READY_TIMEOUT), (
             f"the restarted apiserver was not ready within {READY_TIMEOUT} s; see {log}"
         )
