@@ -100,7 +100,10 @@ class Kube:
         names (colon-separated), else ~/.kube/config; when none of these is set and exists, the
         in-cluster service account. `context` "" is the file's current context."""
         cfg = Configuration()
-        path = kubeconfig or os.environ.get("KUBECONFIG", "")
+        path = os.pathsep.join(
+            os.path.expanduser(p)
+            for p in (kubeconfig or os.environ.get("KUBECONFIG", "")).split(os.pathsep)
+        )
         if not path:
             default = Path.home() / ".kube" / "config"
             path = str(default) if default.exists() else ""

@@ -178,8 +178,7 @@ def _job_replica(role: str, k: int, job: Obj | None, pods: Sequence[Obj]) -> Rep
         failed = sum((p.get("status") or {}).get("phase") == "Failed" for p in pods)
         if failed <= int((job.get("spec") or {}).get("backoffLimit", 6)):
             rep.state = AppState.PENDING  # the Job makes another attempt
-    elif rep.state == AppState.SUCCEEDED:
-        rep.state = AppState.RUNNING  # until the Job records its completion
+    # A succeeded pod: its Job (completions 1) is complete, before the Job's status says so.
     return rep
 
 
@@ -241,18 +240,17 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
             for k in range(n):
                 found = by_key.get((role, k))
                 rep = pod_replica(role, k, _newest(found)) if found else None
-                if rep is None:
-                    rep = ReplicaStatus(id=k, role=role, state=AppState.PENDING)
-                if phase_state in TERMINAL_STATES and rep.state not in TERMINAL_STATES:
-                    rep.state = phase_state
+                if rep is None:  # no pod (yet, or any more): the controller's word
+                    rep = ReplicaStatus(id=k, role=role, state=phase_state)
                 replicas.append(rep)
         folded = fold([r.state for r in replicas])
-        if phase_state in TERMINAL_STATES:
-            out.state = phase_state
-        elif folded in TERMINAL_STATES:  # the controller has not ended the app (yet)
-            out.state = AppState.RUNNING
-        else:
+        if folded not in TERMINAL_STATES:
+            # Pods still run (a cancel's pods stopping, say): terminal once they have ended.
             out.state = folded
+        elif phase_state in TERMINAL_STATES:
+            out.state = phase_state
+        else:  # every pod ended; the controller has not ended the app (a restart may come)
+            out.state = AppState.RUNNING
         if phase:
             out.msg = f"{kind} phase {phase}"
     out.roles.extend(group_replicas(replicas))

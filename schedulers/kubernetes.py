@@ -22,14 +22,16 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import os
 import re
 import time
 import typing
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from txd.schedulers import docker_workspace
 from txd.schedulers import k8s_objects as objects
 from txd.schedulers.api import (
     SUBSCRIBED,
@@ -66,6 +68,9 @@ from txd.v1 import AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
+if TYPE_CHECKING:
+    from txd.schedulers.docker_engine import Engine
+
 log = logging.getLogger(__name__)
 
 NAME = "kubernetes"
@@ -73,6 +78,7 @@ REMOVED = "its objects were deleted outside txd; the last recorded state is kept
 RECENT_DELETED = 1024  # app ids deleted through txd (see local_docker)
 SYNC_TIMEOUT = 30.0  # how long describe_many waits for a new watch's first list
 UNSEEN_GRACE = 60.0  # a submitted app the watch has not shown yet is SUBMITTED this long
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _TS = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ")
 
 
@@ -107,6 +113,11 @@ class KubeSettings(Settings):
     )
     context: str = opt("", "the kubeconfig context (default: its current context)")
     namespace: str = opt("", "the namespace of runs that name none (default: the context's)")
+    docker_host: str = opt(
+        "",
+        "the Docker engine that builds workspace images (default: $DOCKER_HOST, else "
+        "unix:///var/run/docker.sock)",
+    )
 
 
 @dataclass
@@ -148,6 +159,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         mounts=True,
         retries=True,
         push_status=True,
+        workspace=True,
     )
     Opts: ClassVar[type] = objects.KubernetesOpts
     Settings = KubeSettings
@@ -163,6 +175,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self._pods_changed = asyncio.Condition()
         self._unseen: dict[str, float] = {}  # app id -> when submitted, until a watch shows it
         self._deleted: OrderedDict[str, None] = OrderedDict()
+        self._engine: Engine | None = None  # builds workspace images, made on first use
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -230,6 +243,24 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         if await self._server_version() >= (1, 21):
             return "indexed", objects.indexed_objects(app, name, opts, **kw)
         return "plain", objects.plain_objects(app, name, opts, **kw)
+
+    async def prepare_workspace(
+        self, app: AppDef, opts: Any, ctx: SubmitContext, *, dryrun: bool
+    ) -> tuple[AppDef, str]:
+        """Role 0 runs an image built FROM its own with the workspace in it, on the Docker
+        engine of the `docker_host` setting, and pushed to `image_repo` so the cluster's
+        nodes can pull it (without image_repo it stays on that engine: enough for a node
+        that shares it)."""
+        if self._engine is None:
+            from txd.schedulers.docker_engine import Engine  # aiodocker: txd[docker]
+
+            s = typing.cast(KubeSettings, self.settings)
+            url = s.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+            self._engine = Engine(url)
+        self._engine.calls["workspace.build"] += 1
+        return await docker_workspace.prepare_app(
+            self._engine.client(), app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
+        )
 
     async def schedule(self, dryrun: DryRunInfo[KubeRequest]) -> Submitted:
         req = dryrun.request
@@ -301,8 +332,11 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         pods = key[1] == PODS
         try:
             async for item in informer.events():
-                if item is SYNCED:
+                if item is SYNCED:  # a (re)list: what it found is reported too
                     self._synced[key].set()
+                    for obj in informer.store.values():
+                        if app_id := app_id_of(obj):
+                            feed.queue.put_nowait(app_id)
                     continue
                 assert isinstance(item, Event)
                 if app_id := app_id_of(item.obj):
@@ -584,9 +618,13 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def aclose(self) -> None:
         if self._kube is not None:
             await self._kube.aclose()
+        if self._engine is not None:
+            await self._engine.aclose()
 
     def backend_calls(self) -> dict[str, int]:
-        return dict(self._kube.calls) if self._kube is not None else {}
+        calls = Counter(self._kube.calls if self._kube is not None else {})
+        calls.update(self._engine.calls if self._engine is not None else {})
+        return dict(calls)
 
 
 def _started(pod: Mapping[str, Any]) -> bool:
