@@ -130,9 +130,9 @@ async def test_cancel_sets_aborted_and_is_cancelled(
         await k8s_client.cancel(handle)
         # txd asked for Aborted through the status subresource, as TorchX does.
         assert (await vc.get())["status"]["state"]["phase"] == "Aborted"
-        final = await statuses.until(AppState.CANCELLED)
-        # As Volcano: the pods go.
+        # As Volcano: the pods go; the app is over once they have.
         await vc.delete_pods()
+        final = await statuses.until(AppState.CANCELLED)
     assert final.msg == "cancelled by request", final
     assert (await k8s_client.wait(handle, timeout=30)).state == AppState.CANCELLED
     assert (await k8s_client.status(handle)).state == AppState.CANCELLED
