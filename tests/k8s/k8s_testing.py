@@ -5,7 +5,11 @@
 - `Cluster`: a single-node cluster started by scripts/k8s-up on a Docker engine (its kubelet's
   pods are that engine's containers), stopped by scripts/k8s-down (by pid). Its apiserver
   runs without a watch cache; `compact_etcd()` makes every older resourceVersion 410 Gone,
-  `restart_apiserver()` stops and starts the apiserver under running clients.
+  `restart_apiserver()` stops and starts the apiserver under running clients
+  (`stop_apiserver()` and `start_apiserver()` apart: the backend down for a while).
+- `make_k8s_daemon(cluster, namespace)`: a txd (not started) whose kubernetes and
+  kubernetes_mcad schedulers use the cluster's kubeconfig and run in `namespace` by default.
+- `K8S_CFG`: the run options every end-to-end job passes (host network, local images).
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txd_testing import REPO, short_tmpdir
+from txd_testing import REPO, Daemon, short_tmpdir
 
 SCRIPTS = REPO / "scripts"
 BUILD_TIMEOUT = 1800.0
@@ -39,6 +43,10 @@ STOP_TIMEOUT = 30.0
 APISERVER_GRACE = 5.0
 READY_TIMEOUT = 60.0
 CRDS = Path(__file__).resolve().parent / "crds"  # Volcano's Job, both AppWrappers
+SCHEDULERS = ("kubernetes", "kubernetes_mcad")
+# Pods share the node's network (no traffic to private-range addresses) and run the engine's
+# own test images (there is no registry to pull from).
+K8S_CFG: dict[str, str | bool] = {"host_network": True, "image_pull_policy": "IfNotPresent"}
 
 
 class ClusterUnavailable(Exception):
@@ -132,26 +140,45 @@ class Cluster:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
-    def compact_etcd(self) -> int:
+    def compact_etcd(self, advance: int = 0) -> int:
         """Compacts etcd to its current revision (through its v3 HTTP gateway): every older
-        resourceVersion is gone, so a watch from one answers 410. Returns the revision."""
+        resourceVersion is gone, so a watch from one answers 410. Returns the revision.
+        `advance`: first writes a key outside the apiserver's prefix this many times, so that
+        even the newest version a client has seen is gone (a watch from version v starts at
+        v + 1: 2 makes that compacted too)."""
+        key = base64.b64encode(b"/txd-test/advance").decode()
+        for i in range(advance):
+            self._etcd("kv/put", {"key": key, "value": base64.b64encode(str(i).encode()).decode()})
         # Any range answers with the store's current revision in its header.
         header = self._etcd("kv/range", {"key": base64.b64encode(b"/").decode()})["header"]
         revision = int(header["revision"])
         self._etcd("kv/compaction", {"revision": str(revision), "physical": True})
         return revision
 
-    def restart_apiserver(self, grace: float = APISERVER_GRACE) -> None:
+    def restart_apiserver(
+        self, grace: float = APISERVER_GRACE, while_down: Callable[[], object] | None = None
+    ) -> None:
+        """Stops the apiserver (stop_apiserver), calls `while_down` if given, and starts it
+        again (start_apiserver)."""
+        argv = self.stop_apiserver(grace)
+        if while_down is not None:
+            while_down()
+        self.start_apiserver(argv)
+
+    def stop_apiserver(self, grace: float = APISERVER_GRACE) -> list[bytes]:
         """Stops the apiserver (SIGTERM by pid; SIGKILL if it still runs `grace` seconds later,
-        as it would while draining the cluster's watches) and starts it again with the same
-        command line, log and pid files; returns once /readyz answers ok."""
-        pid_file = self.run_dir / "kube-apiserver.pid"
-        pid = int(pid_file.read_text())
+        as it would while draining the cluster's watches); returns its command line."""
+        pid = int((self.run_dir / "kube-apiserver.pid").read_text())
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
         os.kill(pid, signal.SIGTERM)
         if not _wait(lambda: not _running(pid), grace):
             os.kill(pid, signal.SIGKILL)
             assert _wait(lambda: not _running(pid), STOP_TIMEOUT), f"apiserver {pid} did not exit"
+        return argv
+
+    def start_apiserver(self, argv: list[bytes]) -> None:
+        """Starts the apiserver stopped by stop_apiserver with the same command line, log and
+        pid files; returns once /readyz answers ok."""
         # As scripts/k8s-up starts it: its own session, stdin closed, appending to its log.
         log = self.run_dir / "log" / "kube-apiserver.log"
         started = subprocess.run(
@@ -162,7 +189,7 @@ class Cluster:
             timeout=30,
         )
         new_pid = int(started.stdout)
-        pid_file.write_text(f"{new_pid}\n")
+        (self.run_dir / "kube-apiserver.pid").write_text(f"{new_pid}\n")
         assert _wait(lambda: self._ready(new_pid), READY_TIMEOUT), (
             f"the restarted apiserver was not ready within {READY_TIMEOUT} s; see {log}"
         )
@@ -205,3 +232,20 @@ def _wait(done: Callable[[], bool], timeout: float) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def make_k8s_daemon(
+    cluster: Cluster, namespace: str, kubeconfig: Path | None = None, args: Sequence[str] = ()
+) -> Daemon:
+    """A txd (not started) whose kubernetes schedulers use `kubeconfig` (the cluster's by
+    default) and run jobs in `namespace` unless a run names another."""
+    settings: list[str] = []
+    for name in SCHEDULERS:
+        settings += [
+            "--set",
+            f"{name}.kubeconfig={kubeconfig or cluster.kubeconfig}",
+            "--set",
+            f"{name}.namespace={namespace}",
+        ]
+    # No KUBECONFIG of the caller's leaks in: the settings are the only way to the cluster.
+    return Daemon(short_tmpdir("txdk-"), env={"KUBECONFIG": ""}, args=[*settings, *args])

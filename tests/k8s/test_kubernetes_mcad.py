@@ -1,0 +1,179 @@
+"""kubernetes_mcad through a real txd on the real test cluster. Only the AppWrapper CRDs are
+installed, not MCAD: the test plays MCAD (k8s_controller): it creates the wrapped Pods and
+Service, owned by the AppWrapper, which the kubelet really runs, and moves the AppWrapper through
+its phases (v1beta2 status.phase, v1beta1 status.state) as MCAD would. txd's status must follow
+each phase, `Completed` included (TorchX crashes on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from docker_testing import BUSYBOX
+from k8s_controller import APPWRAPPERS, Controller, StatusStream
+from k8s_testing import K8S_CFG, Cluster
+from txd.schedulers.k8s_api import Kube
+from txd.v1 import AppDef, AppState, BindMount, Mount, Role
+from txd_testing import read_logs_by_replica
+
+SCHED = "kubernetes_mcad"
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def crds(k8s_cluster: Cluster) -> list[str]:
+    return k8s_cluster.install_crds()
+
+
+@pytest.fixture
+async def kube(k8s_cluster: Cluster, crds: list[str]) -> AsyncIterator[Kube]:
+    k = await Kube.connect(str(k8s_cluster.kubeconfig))
+    try:
+        yield k
+    finally:
+        await k.aclose()
+
+
+def gated(name: str, gate: Path, replicas: int, tail: str = "") -> Role:
+    """Writes its replica id, waits for <gate>/go, then runs `tail` (exit 0 if empty)."""
+    script = (
+        f'echo "m ${{replica_id}}"; while [ ! -e /gate/go ]; do sleep 0.05; done; {tail or "true"}'
+    )
+    role = Role(
+        name=name, image=BUSYBOX, entrypoint="sh", args=["-c", script], num_replicas=replicas
+    )
+    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
+    return role
+
+
+def controller(kube: Kube, handle: str, version: str) -> Controller:
+    ns, name = handle.rsplit("/", 1)[1].split(":")
+    return Controller(kube, ns, APPWRAPPERS[version], name)
+
+
+# (the status field, phases before running, the running phase, the success phase)
+FLOWS = {
+    "v1beta2": ("phase", ["Suspended", "Resuming"], "Running", "Succeeded"),
+    "v1beta1": ("state", ["Pending"], "Running", "Completed"),
+}
+
+
+@pytest.mark.parametrize("version", sorted(FLOWS))
+async def test_phases_to_success(k8s_client: Any, kube: Kube, tmp_path: Path, version: str) -> None:
+    field, before, running, success = FLOWS[version]
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    app = AppDef(name="aw", roles=[gated("trainer", gate, 2), gated("ps", gate, 1)])
+    cfg = {**K8S_CFG, "appwrapper_version": version}
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=cfg)
+    aw = controller(kube, handle, version)
+    async with StatusStream(k8s_client, handle) as statuses:
+        first = await statuses.until(AppState.PENDING)
+        assert [(r.role, len(r.replicas)) for r in first.roles] == [("trainer", 2), ("ps", 1)]
+        for phase in before:
+            await aw.set_status({field: phase})
+            await statuses.until(AppState.PENDING, f"phase {phase}")
+        made = await aw.appwrapper_items()
+        assert [(m["kind"], m["metadata"]["name"]) for m in made] == [
+            ("Pod", f"{aw.name}-trainer-0"),
+            ("Pod", f"{aw.name}-trainer-1"),
+            ("Pod", f"{aw.name}-ps-0"),
+            ("Service", aw.name),
+        ]
+        await aw.set_status({field: running})
+        await statuses.replicas(AppState.RUNNING)
+        await statuses.until(AppState.RUNNING, f"phase {running}")
+        (gate / "go").touch()
+        done = await statuses.replicas(AppState.SUCCEEDED)
+        assert done.state == AppState.RUNNING, done  # until MCAD says it is over
+        await aw.set_status({field: success})
+        final = await statuses.until(AppState.SUCCEEDED)
+    assert f"phase {success}" in final.msg, final
+    assert (await k8s_client.wait(handle, timeout=30)).state == AppState.SUCCEEDED
+    assert await read_logs_by_replica(k8s_client, handle) == {
+        "trainer/0": b"m 0\n",
+        "trainer/1": b"m 1\n",
+        "ps/0": b"m 0\n",
+    }
+
+
+@pytest.mark.parametrize("version", sorted(FLOWS))
+async def test_failed(k8s_client: Any, kube: Kube, tmp_path: Path, version: str) -> None:
+    field = FLOWS[version][0]
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    app = AppDef(name="awfail", roles=[gated("main", gate, 2, tail='exit "${replica_id}7"')])
+    cfg = {**K8S_CFG, "appwrapper_version": version}
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=cfg)
+    aw = controller(kube, handle, version)
+    async with StatusStream(k8s_client, handle) as statuses:
+        await aw.appwrapper_items()
+        await aw.set_status({field: "Running"})
+        await statuses.replicas(AppState.RUNNING)
+        (gate / "go").touch()
+        await statuses.replicas(AppState.FAILED)
+        await aw.set_status({field: "Failed"})
+        final = await statuses.until(AppState.FAILED)
+    assert [r.exit_code for r in final.roles[0].replicas] == [7, 17], final
+    assert "main/1 exited with 17" in final.msg, final
+
+
+async def test_cancel_deletes_the_pods_and_is_cancelled(
+    k8s_client: Any, k8s_cluster: Cluster, kube: Kube, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    app = AppDef(name="awcancel", roles=[gated("main", gate, 2)])
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
+    aw = controller(kube, handle, "v1beta2")
+    async with StatusStream(k8s_client, handle) as statuses:
+        await aw.appwrapper_items()
+        await aw.set_status({"phase": "Running"})
+        await statuses.replicas(AppState.RUNNING)
+        await k8s_client.cancel(handle)
+        final = await statuses.until(AppState.CANCELLED)
+    assert final.msg == "cancelled by request", final
+    wrapper = await aw.get()
+    assert wrapper["metadata"]["annotations"]["txd.dev/cancelled"] == "true"
+    # txd deleted the pods itself (MCAD has no cancel); the wrapper stays as the record.
+    pods = k8s_cluster.kubectl(
+        "get", "pods", "-n", aw.ns, "-l", f"txd.dev/app-id={aw.name}", "-o", "name"
+    ).stdout.split()
+    if pods:
+        k8s_cluster.kubectl(
+            "wait", "--for=delete", "--timeout=90s", "-n", aw.ns, *pods, timeout=120
+        )
+    assert (await k8s_client.status(handle)).state == AppState.CANCELLED
+
+
+async def test_delete_removes_the_wrapper_and_what_it_wrapped(
+    k8s_client: Any, k8s_cluster: Cluster, kube: Kube, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    app = AppDef(name="awdelete", roles=[gated("main", gate, 1)])
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
+    aw = controller(kube, handle, "v1beta2")
+    async with StatusStream(k8s_client, handle) as statuses:
+        await aw.appwrapper_items()
+        await statuses.replicas(AppState.RUNNING)
+    await k8s_client.delete(handle)
+    kinds = "appwrappers.workload.codeflare.dev,services,pods"
+    left = k8s_cluster.kubectl(
+        "get", kinds, "-n", aw.ns, "-l", f"txd.dev/app-id={aw.name}", "-o", "name"
+    ).stdout.split()
+    if left:
+        k8s_cluster.kubectl(
+            "wait", "--for=delete", "--timeout=90s", "-n", aw.ns, *left, check=False, timeout=120
+        )
+    assert (
+        k8s_cluster.kubectl(
+            "get", kinds, "-n", aw.ns, "-l", f"txd.dev/app-id={aw.name}", "-o", "name"
+        ).stdout.split()
+        == []
+    )
+    (gate / "go").touch()
