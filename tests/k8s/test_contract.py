@@ -35,6 +35,7 @@ class KubeHarness(Harness):
     poll_pause = 0.2
     # The container runtime stamps each line (RFC 3339, nanoseconds) as it reads it.
     clock_resolution = 0.01
+    utf8_logs = True  # the kubelet reads them through Docker's json-file log driver
     cfg = {"host_network": CfgValue(bool=True), "image_pull_policy": CfgValue(str="IfNotPresent")}
 
     def __init__(
