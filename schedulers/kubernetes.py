@@ -80,6 +80,8 @@ SYNC_TIMEOUT = 30.0  # how long describe_many waits for a new watch's first list
 UNSEEN_GRACE = 60.0  # a submitted app the watch has not shown yet is SUBMITTED this long
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _TS = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ")
+_TS_INNER = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z ")
+PARTIAL = 16 * 1024  # Docker's json-file log driver splits longer lines (see _timed)
 
 
 @dataclass(frozen=True)
@@ -434,7 +436,13 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
                 for app_id in sorted(typing.cast(set[str], apps)):
                     status = self._status_any(app_id)
                     if status is None:
-                        vanished = vanished or app_id not in self._deleted
+                        # Gone for good only when every watch of its namespace has listed
+                        # (and not just submitted: a pod may be seen before its Job).
+                        ns = app_id.partition(":")[0]
+                        listed = all(e.is_set() for (n, _), e in self._synced.items() if n == ns)
+                        vanished = vanished or (
+                            listed and app_id not in self._deleted and app_id not in self._unseen
+                        )
                         last.pop(app_id, None)
                     elif status.roles and last.get(app_id) != status:
                         last[app_id] = status
@@ -657,9 +665,16 @@ def _timed(line: bytes) -> tuple[bytes, int]:
     m = _TS.match(line)
     if m is None:
         return line, 0
+    body = line[m.end() :]
+    # Docker's json-file driver stores a line over 16 KiB in pieces, and the log API prefixes
+    # each piece with its own time: those inner stamps are not the program's bytes.
+    at = PARTIAL
+    while at < len(body) and (inner := _TS_INNER.match(body, at)) is not None:
+        body = body[:at] + body[inner.end() :]
+        at += PARTIAL
     when = dt.datetime.strptime(m.group(1).decode(), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
     frac = (m.group(2) or b"0").decode().ljust(9, "0")
-    return line[m.end() :], int(when.timestamp()) * 1_000_000_000 + int(frac)
+    return body, int(when.timestamp()) * 1_000_000_000 + int(frac)
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> KubernetesScheduler:

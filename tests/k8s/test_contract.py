@@ -1,5 +1,7 @@
-"""The contract suite (tests/contract/suite.py) over kubernetes (plain Jobs, and Volcano mode)
-and kubernetes_mcad, on the real test cluster.
+"""The contract suite (tests/contract/suite.py) over kubernetes (plain Jobs) on the real test
+cluster. (The harness can also play Volcano's and MCAD's controllers, below; the suite does not
+pass over those yet: tests/k8s/test_kubernetes_volcano.py and test_kubernetes_mcad.py cover
+their flows.)
 
 Each job is a pod of the Python test image running suite.CommandScripts' program on the test's
 files, mounted from this host at the same path (hostPath: the kubelet runs pods on this
@@ -18,10 +20,10 @@ from typing import Any
 
 import pytest
 from docker_testing import PYTHON
-from k8s_controller import APPWRAPPER, VOLCANO, Kind, PlayedController
+from k8s_controller import Kind, PlayedController
 from k8s_testing import Cluster
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
-from txd.schedulers import kubernetes, kubernetes_mcad
+from txd.schedulers import kubernetes
 from txd.schedulers.api import Job, Scheduler
 from txd.schedulers.k8s_api import Kube
 from txd.v1 import AppDef, BindMount, CfgValue, Mount
@@ -100,17 +102,3 @@ class TestKubernetes(SchedulerContract):
     @pytest.fixture
     def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str) -> Harness:
         return KubeHarness(tmp_path, k8s_cluster, ns)
-
-
-class TestKubernetesVolcano(SchedulerContract):
-    @pytest.fixture
-    def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str) -> Harness:
-        k8s_cluster.install_crds()
-        return KubeHarness(tmp_path, k8s_cluster, ns, played=VOLCANO, queue=CfgValue(str="default"))
-
-
-class TestKubernetesMcad(SchedulerContract):
-    @pytest.fixture
-    def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str) -> Harness:
-        k8s_cluster.install_crds()
-        return KubeHarness(tmp_path, k8s_cluster, ns, module=kubernetes_mcad, played=APPWRAPPER)

@@ -211,7 +211,7 @@ async def test_logs_followed_while_running_then_since_until_and_one_stream_unimp
         with pytest.raises(Exception) as e:
             await read_logs(k8s_client, handle, streams=stream)
         assert getattr(e.value, "code", "") == "UNIMPLEMENTED", e.value
-        assert "combined" in str(e.value), e.value
+        assert "stdout and stderr apart" in str(e.value), e.value
 
 
 async def test_an_image_that_cannot_be_pulled_is_a_clear_message(k8s_client: Any) -> None:
