@@ -58,6 +58,7 @@ from txd.schedulers.errors import (
 from txd.schedulers.k8s_api import Kube, KubeError
 from txd.schedulers.k8s_status import (
     CANCELLED_ANNOTATION,
+    INDEX_ANNOTATION,
     app_id_of,
     app_status,
 )
@@ -349,6 +350,10 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         except KubeError as e:
             self._synced[key].clear()
             feed.queue.put_nowait(e)
+        except Exception as e:  # an answer it cannot read: changes() ends, the daemon resyncs
+            log.warning("%s: the watch of %s in %s failed: %r", self.name, key[1].plural, key[0], e)
+            self._synced[key].clear()
+            feed.queue.put_nowait(KubeError(0, type(e).__name__, str(e)))
 
     def _status(self, app_id: str, namespace: str, owners: Collection) -> AppStatus | None:
         """The app's status from the informers' stores."""
@@ -508,7 +513,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             meta = p["metadata"]
             labels = meta.get("labels") or {}
             index = labels.get(objects.REPLICA_LABEL) or (meta.get("annotations") or {}).get(
-                "batch.kubernetes.io/job-completion-index"
+                INDEX_ANNOTATION
             )
             if labels.get(objects.ROLE_LABEL) in (role, objects.dns_name(role)) and index == str(k):
                 mine.append(p)
