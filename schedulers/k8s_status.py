@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from txd.schedulers.k8s_objects import (
     APP_ID_LABEL,
@@ -29,6 +29,7 @@ from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1.app_pb2 import AppStatus, ReplicaStatus
 
 Obj = Mapping[str, Any]
+ObjT = TypeVar("ObjT", bound=Mapping[str, Any])
 
 CANCELLED_ANNOTATION = "txd.dev/cancelled"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -96,7 +97,7 @@ def _shape(owners: Sequence[Obj]) -> list[tuple[str, int]]:
     return []
 
 
-def _key(pod: Obj, roles: Mapping[str, str]) -> tuple[str, int] | None:
+def pod_key(pod: Obj, roles: Mapping[str, str]) -> tuple[str, int] | None:
     """(role, replica id) of a pod from its labels (the completion index for Indexed Jobs)."""
     meta = _meta(pod)
     labels = meta.get("labels") or {}
@@ -110,7 +111,7 @@ def _key(pod: Obj, roles: Mapping[str, str]) -> tuple[str, int] | None:
         return None
 
 
-def _newest(pods: Sequence[Obj]) -> Obj:
+def newest(pods: Sequence[ObjT]) -> ObjT:
     """The latest attempt: a retried replica's Job makes a new pod per attempt."""
     return max(pods, key=lambda p: (_meta(p).get("creationTimestamp", ""), _meta(p).get("name")))
 
@@ -165,7 +166,7 @@ def _host(pod: Obj) -> str:
 
 def _job_replica(role: str, k: int, job: Obj | None, pods: Sequence[Obj]) -> ReplicaStatus:
     """One replica of a plain app: its Job's verdict, else its newest pod's state."""
-    rep = pod_replica(role, k, _newest(pods)) if pods else ReplicaStatus(id=k, role=role)
+    rep = pod_replica(role, k, newest(pods)) if pods else ReplicaStatus(id=k, role=role)
     if job is None:  # not created yet (the informer sees a submission's Jobs one by one)
         rep.state = AppState.SUBMITTED
         return rep
@@ -210,7 +211,7 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
         roles[role] = roles[dns_name(role)] = role
     by_key: dict[tuple[str, int], list[Obj]] = {}
     for pod in pods:
-        if (key := _key(pod, roles)) is not None:
+        if (key := pod_key(pod, roles)) is not None:
             by_key.setdefault(key, []).append(pod)
     kind, api = owners[0].get("kind", ""), str(owners[0].get("apiVersion", ""))
     out = AppStatus(app_id=app_id)
@@ -248,7 +249,7 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
         for role, n in shape:
             for k in range(n):
                 found = by_key.get((role, k))
-                rep = pod_replica(role, k, _newest(found)) if found else None
+                rep = pod_replica(role, k, newest(found)) if found else None
                 if rep is None:  # no pod (yet, or any more): the controller's word
                     rep = ReplicaStatus(id=k, role=role, state=phase_state)
                 replicas.append(rep)

@@ -58,9 +58,10 @@ from txd.schedulers.errors import (
 from txd.schedulers.k8s_api import Kube, KubeError
 from txd.schedulers.k8s_status import (
     CANCELLED_ANNOTATION,
-    INDEX_ANNOTATION,
     app_id_of,
     app_status,
+    newest,
+    pod_key,
 )
 from txd.schedulers.k8s_watch import SYNCED, Event, Informer
 from txd.schedulers.logfiles import selected
@@ -197,13 +198,16 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def _call(
         self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
     ) -> dict[str, Any]:
-        """One API call; unreachable or failing -> BackendUnavailable, 404 -> {} if missing_ok."""
+        """One API call; unreachable or failing -> BackendUnavailable, 404 -> {} if missing_ok,
+        a POST's 409 (the name is taken) -> AlreadyExists."""
         kube = await self.kube()
         try:
             return await kube.request(method, path, **kwargs)
         except KubeError as e:
             if missing_ok and e.status == 404:
                 return {}
+            if e.status == 409 and method == "POST":
+                raise AlreadyExists(f"{self.name}: {e}") from e
             if e.status in (400, 403, 404, 409, 422):
                 raise InvalidArgument("app", f"the Kubernetes API refused it: {e}") from e
             raise BackendUnavailable(f"{self.name}: {e}") from e
@@ -269,16 +273,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         req = dryrun.request
         root, rest = req.objects[0], req.objects[1:]
         root_coll = collection_of(root)
-        try:
-            made = await (await self.kube()).request(
-                "POST", root_coll.path(req.namespace), body=root
-            )
-        except KubeError as e:
-            if e.status == 409:
-                raise AlreadyExists(f"{req.app_id} exists already on the cluster") from e
-            if e.status in (400, 403, 404, 422):
-                raise InvalidArgument("app", f"the Kubernetes API refused it: {e}") from e
-            raise BackendUnavailable(f"{self.name}: {e}") from e
+        made = await self._call("POST", root_coll.path(req.namespace), body=root)
         self._unseen[req.app_id] = time.monotonic()
         try:
             uid = str(made["metadata"]["uid"])
@@ -508,18 +503,9 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         ns, name = str(job.native["namespace"]), str(job.native["name"])
         query = {"labelSelector": f"{objects.APP_ID_LABEL}={name}"}
         pods = (await self._call("GET", PODS.path(ns), query=query)).get("items") or []
-        mine = []
-        for p in pods:
-            meta = p["metadata"]
-            labels = meta.get("labels") or {}
-            index = labels.get(objects.REPLICA_LABEL) or (meta.get("annotations") or {}).get(
-                INDEX_ANNOTATION
-            )
-            if labels.get(objects.ROLE_LABEL) in (role, objects.dns_name(role)) and index == str(k):
-                mine.append(p)
-        if not mine:
-            return None
-        return max(mine, key=lambda p: p["metadata"].get("creationTimestamp", ""))
+        roles = {role: role, objects.dns_name(role): role}
+        mine = [p for p in pods if pod_key(p, roles) == (role, k)]
+        return newest(mine) if mine else None
 
     async def _log_pieces(
         self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
