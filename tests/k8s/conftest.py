@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from k8s_testing import Cluster, ClusterUnavailable, make_k8s_daemon, prepare
+from txd.schedulers.k8s_api import Kube
 from txd_testing import Daemon, log_alarms, remove_tree
 
 # What preparing the cluster raised (see pytest_collection_finish), for k8s_cluster to report.
@@ -111,3 +112,19 @@ def _k8s_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
 async def k8s_client(k8s_daemon: Daemon) -> AsyncIterator[Any]:
     async with k8s_daemon.client() as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def crds(k8s_cluster: Cluster) -> list[str]:
+    """Volcano's and MCAD's CRDs on the cluster (their controllers are the tests')."""
+    return k8s_cluster.install_crds()
+
+
+@pytest.fixture
+async def kube(k8s_cluster: Cluster, crds: list[str]) -> AsyncIterator[Kube]:
+    """An admin connection to the cluster, for a test playing a controller."""
+    k = await Kube.connect(str(k8s_cluster.kubeconfig))
+    try:
+        yield k
+    finally:
+        await k.aclose()

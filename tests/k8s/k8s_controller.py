@@ -15,11 +15,13 @@ import contextlib
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from docker_testing import BUSYBOX
 from txd.schedulers.k8s_api import Kube, KubeError
 from txd.schedulers.k8s_watch import Event, Informer
-from txd.v1 import AppState, AppStatus
+from txd.v1 import AppState, AppStatus, BindMount, Mount, Role
 
 VOLCANO_JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
 APPWRAPPERS = {
@@ -263,3 +265,18 @@ def _pods_wanted(obj: dict[str, Any]) -> int:
         g["generictemplate"] for g in spec["resources"]["GenericItems"]
     ]
     return sum(o["kind"] == "Pod" for o in items)
+
+
+def gated(tag: str, name: str, gate: Path, replicas: int, tail: str = "") -> Role:
+    """A role whose replicas write `<tag> <replica id>`, wait for <gate>/go (a host directory
+    mounted at /gate), then run `tail` (exit 0 if empty): the test moves the controller's
+    phases while they wait."""
+    script = (
+        f'echo "{tag} ${{replica_id}}"; while [ ! -e /gate/go ]; do sleep 0.05; done; '
+        f"{tail or 'true'}"
+    )
+    role = Role(
+        name=name, image=BUSYBOX, entrypoint="sh", args=["-c", script], num_replicas=replicas
+    )
+    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
+    return role

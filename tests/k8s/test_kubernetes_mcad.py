@@ -7,47 +7,19 @@ each phase, `Completed` included (TorchX crashes on it).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_testing import BUSYBOX
-from k8s_controller import APPWRAPPERS, Controller, StatusStream
+from k8s_controller import APPWRAPPERS, Controller, StatusStream, gated
 from k8s_testing import K8S_CFG, Cluster
 from txd.schedulers.k8s_api import Kube
-from txd.v1 import AppDef, AppState, BindMount, Mount, Role
+from txd.v1 import AppDef, AppState
 from txd_testing import read_logs_by_replica
 
 SCHED = "kubernetes_mcad"
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def crds(k8s_cluster: Cluster) -> list[str]:
-    return k8s_cluster.install_crds()
-
-
-@pytest.fixture
-async def kube(k8s_cluster: Cluster, crds: list[str]) -> AsyncIterator[Kube]:
-    k = await Kube.connect(str(k8s_cluster.kubeconfig))
-    try:
-        yield k
-    finally:
-        await k.aclose()
-
-
-def gated(name: str, gate: Path, replicas: int, tail: str = "") -> Role:
-    """Writes its replica id, waits for <gate>/go, then runs `tail` (exit 0 if empty)."""
-    script = (
-        f'echo "m ${{replica_id}}"; while [ ! -e /gate/go ]; do sleep 0.05; done; {tail or "true"}'
-    )
-    role = Role(
-        name=name, image=BUSYBOX, entrypoint="sh", args=["-c", script], num_replicas=replicas
-    )
-    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
-    return role
 
 
 def controller(kube: Kube, handle: str, version: str) -> Controller:
@@ -67,7 +39,7 @@ async def test_phases_to_success(k8s_client: Any, kube: Kube, tmp_path: Path, ve
     field, before, running, success = FLOWS[version]
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="aw", roles=[gated("trainer", gate, 2), gated("ps", gate, 1)])
+    app = AppDef(name="aw", roles=[gated("m", "trainer", gate, 2), gated("m", "ps", gate, 1)])
     cfg = {**K8S_CFG, "appwrapper_version": version}
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=cfg)
     aw = controller(kube, handle, version)
@@ -106,7 +78,7 @@ async def test_failed(k8s_client: Any, kube: Kube, tmp_path: Path, version: str)
     field = FLOWS[version][0]
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="awfail", roles=[gated("main", gate, 2, tail='exit "${replica_id}7"')])
+    app = AppDef(name="awfail", roles=[gated("m", "main", gate, 2, tail='exit "${replica_id}7"')])
     cfg = {**K8S_CFG, "appwrapper_version": version}
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=cfg)
     aw = controller(kube, handle, version)
@@ -127,7 +99,7 @@ async def test_cancel_deletes_the_pods_and_is_cancelled(
 ) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="awcancel", roles=[gated("main", gate, 2)])
+    app = AppDef(name="awcancel", roles=[gated("m", "main", gate, 2)])
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
     aw = controller(kube, handle, "v1beta2")
     async with StatusStream(k8s_client, handle) as statuses:
@@ -155,7 +127,7 @@ async def test_delete_removes_the_wrapper_and_what_it_wrapped(
 ) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="awdelete", roles=[gated("main", gate, 1)])
+    app = AppDef(name="awdelete", roles=[gated("m", "main", gate, 1)])
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
     aw = controller(kube, handle, "v1beta2")
     async with StatusStream(k8s_client, handle) as statuses:

@@ -6,48 +6,20 @@ Job's status.state.phase as Volcano would. txd's status must follow each phase.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_testing import BUSYBOX
-from k8s_controller import VOLCANO_JOBS, Controller, StatusStream
-from k8s_testing import K8S_CFG, Cluster
+from k8s_controller import VOLCANO_JOBS, Controller, StatusStream, gated
+from k8s_testing import K8S_CFG
 from txd.schedulers.k8s_api import Kube
-from txd.v1 import AppDef, AppState, BindMount, Mount, Role
+from txd.v1 import AppDef, AppState
 from txd_testing import read_logs_by_replica
 
 SCHED = "kubernetes"
 CFG = {**K8S_CFG, "queue": "default"}
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture(scope="module")
-def crds(k8s_cluster: Cluster) -> list[str]:
-    return k8s_cluster.install_crds()
-
-
-@pytest.fixture
-async def kube(k8s_cluster: Cluster, crds: list[str]) -> AsyncIterator[Kube]:
-    k = await Kube.connect(str(k8s_cluster.kubeconfig))
-    try:
-        yield k
-    finally:
-        await k.aclose()
-
-
-def gated(name: str, gate: Path, replicas: int, tail: str = "") -> Role:
-    """Writes its replica id, waits for <gate>/go, then runs `tail` (exit 0 if empty)."""
-    script = (
-        f'echo "v ${{replica_id}}"; while [ ! -e /gate/go ]; do sleep 0.05; done; {tail or "true"}'
-    )
-    role = Role(
-        name=name, image=BUSYBOX, entrypoint="sh", args=["-c", script], num_replicas=replicas
-    )
-    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
-    return role
 
 
 def controller(kube: Kube, handle: str) -> Controller:
@@ -58,7 +30,8 @@ def controller(kube: Kube, handle: str) -> Controller:
 async def test_pending_running_completed(k8s_client: Any, kube: Kube, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="vc", roles=[gated("trainer", gate, replicas=2), gated("ps", gate, 1)])
+    roles = [gated("v", "trainer", gate, replicas=2), gated("v", "ps", gate, 1)]
+    app = AppDef(name="vc", roles=roles)
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=CFG)
     vc = controller(kube, handle)
     job = await vc.get()
@@ -94,7 +67,7 @@ async def test_pending_running_completed(k8s_client: Any, kube: Kube, tmp_path: 
 async def test_failed(k8s_client: Any, kube: Kube, tmp_path: Path) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="vcfail", roles=[gated("main", gate, 2, tail='exit "${replica_id}"')])
+    app = AppDef(name="vcfail", roles=[gated("v", "main", gate, 2, tail='exit "${replica_id}"')])
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=CFG)
     vc = controller(kube, handle)
     async with StatusStream(k8s_client, handle) as statuses:
@@ -120,7 +93,7 @@ async def test_cancel_sets_aborted_and_is_cancelled(
 ) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
-    app = AppDef(name="vccancel", roles=[gated("main", gate, 2)])
+    app = AppDef(name="vccancel", roles=[gated("v", "main", gate, 2)])
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=CFG)
     vc = controller(kube, handle)
     async with StatusStream(k8s_client, handle) as statuses:
