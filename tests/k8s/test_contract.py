@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from docker_testing import PYTHON
-from k8s_controller import Kind, PlayedController
+from k8s_controller import APPWRAPPER, VOLCANO, Kind, PlayedController
 from k8s_testing import Cluster
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
-from txd.schedulers import kubernetes
+from txd.schedulers import kubernetes, kubernetes_mcad
 from txd.schedulers.api import Job, Scheduler
 from txd.schedulers.k8s_api import Kube
 from txd.v1 import AppDef, BindMount, CfgValue, Mount
@@ -102,3 +102,15 @@ class TestKubernetes(SchedulerContract):
     @pytest.fixture
     def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str) -> Harness:
         return KubeHarness(tmp_path, k8s_cluster, ns)
+
+
+class TestKubernetesVolcano(SchedulerContract):
+    @pytest.fixture
+    def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str, crds: list[str]) -> Harness:
+        return KubeHarness(tmp_path, k8s_cluster, ns, played=VOLCANO, queue=CfgValue(str="default"))
+
+
+class TestKubernetesMcad(SchedulerContract):
+    @pytest.fixture
+    def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str, crds: list[str]) -> Harness:
+        return KubeHarness(tmp_path, k8s_cluster, ns, module=kubernetes_mcad, played=APPWRAPPER)

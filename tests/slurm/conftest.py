@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,12 +25,6 @@ from txd_testing import REPO, Daemon, remove_tree, short_tmpdir
 
 POLL_INTERVAL = 0.2
 MIN_JOB_AGE = 2  # seconds; slurmctld purges such jobs within about 10 s
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -59,15 +52,11 @@ def slurm_cluster() -> Iterator[Cluster]:
     if shutil.which("slurmctld") is None:
         pytest.fail("Slurm is not installed: scripts/install-backends installs it")
     root = short_tmpdir("txds-")
-    env = {
-        **os.environ,
-        "SLURM_DIR": str(root),
-        "CTLD_PORT": str(_free_port()),
-        "SLURMD_PORT0": str(_free_port() + 100),
-        "MIN_JOB_AGE": str(MIN_JOB_AGE),
-    }
+    env = {**os.environ, "SLURM_DIR": str(root), "MIN_JOB_AGE": str(MIN_JOB_AGE)}
     try:
-        subprocess.run([REPO / "scripts" / "slurm-up"], env=env, check=True, capture_output=True)
+        up = subprocess.run([REPO / "scripts/slurm-up"], env=env, capture_output=True, text=True)
+        if up.returncode != 0:
+            pytest.fail(f"scripts/slurm-up failed:\n{up.stderr}", pytrace=False)
         yield Cluster(root, root / "slurm.conf")
     finally:
         subprocess.run([REPO / "scripts" / "slurm-down"], env=env, check=False)
