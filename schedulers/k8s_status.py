@@ -6,8 +6,9 @@ app, its Volcano Job, or its AppWrapper) and its pods. The app's shape comes fro
 `txd.dev/roles` annotation every controller object carries, so replicas with no pod yet are
 reported too. Replica states come from pods (phase, exit code, waiting reasons such as
 ImagePullBackOff); the app's state is folded from them by the one rule
-(txd.schedulers.status.fold), except that a Volcano Job or AppWrapper is terminal only once its
-controller says so (a failed pod may be restarted by a policy).
+(txd.schedulers.status.fold). A Volcano Job's or AppWrapper's controller has the last word on a
+failed pod (a policy may restart it): its phase decides that replica's state
+(_controlled_replica), so the app fails only once the controller says so.
 """
 
 from __future__ import annotations
@@ -192,6 +193,24 @@ def _job_replica(role: str, k: int, job: Obj | None, pods: Sequence[Obj]) -> Rep
     return rep
 
 
+def _controlled_replica(
+    role: str, k: int, pods: Sequence[Obj] | None, phase_state: AppState
+) -> ReplicaStatus:
+    """One replica of a Volcano Job or AppWrapper, whose controller has the last word: with
+    no pod (yet, or any more) the replica is in the state of the object's phase; a failed pod
+    is PENDING while that phase lives (a policy may restart it, or the controller fail the
+    app) and CANCELLED once the app is cancelled (the cancel stopped it)."""
+    if not pods:
+        return ReplicaStatus(id=k, role=role, state=phase_state)
+    rep = pod_replica(role, k, newest(pods))
+    if rep.state == AppState.FAILED:
+        if phase_state not in TERMINAL_STATES:
+            rep.state = AppState.PENDING
+        elif phase_state == AppState.CANCELLED:
+            rep.state = AppState.CANCELLED
+    return rep
+
+
 def _restarts(job: Obj) -> int:
     status = job.get("status") or {}
     failed = int(status.get("failed") or 0)
@@ -249,18 +268,8 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
         for role, n in shape:
             for k in range(n):
                 found = by_key.get((role, k))
-                rep = pod_replica(role, k, newest(found)) if found else None
-                if rep is None:  # no pod (yet, or any more): the controller's word
-                    rep = ReplicaStatus(id=k, role=role, state=phase_state)
-                replicas.append(rep)
-        folded = fold([r.state for r in replicas])
-        if folded not in TERMINAL_STATES:
-            # Pods still run (a cancel's pods stopping, say): terminal once they have ended.
-            out.state = folded
-        elif phase_state in TERMINAL_STATES:
-            out.state = phase_state
-        else:  # every pod ended; the controller has not ended the app (a restart may come)
-            out.state = AppState.RUNNING
+                replicas.append(_controlled_replica(role, k, found, phase_state))
+        out.state = fold([r.state for r in replicas])
         if phase:
             out.msg = f"{kind} phase {phase}"
     out.roles.extend(group_replicas(replicas))

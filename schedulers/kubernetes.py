@@ -66,7 +66,7 @@ from txd.schedulers.k8s_status import (
 from txd.schedulers.k8s_watch import SYNCED, Event, Informer
 from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
-from txd.v1 import AppState, Stream
+from txd.v1 import TERMINAL_STATES, AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
@@ -329,19 +329,21 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         informer = self._informers[key]
         pods = key[1] == PODS
         try:
-            async for item in informer.events():
-                if item is SYNCED:  # a (re)list: what it found is reported too
-                    self._synced[key].set()
-                    for obj in informer.store.values():
-                        if app_id := app_id_of(obj):
-                            feed.queue.put_nowait(app_id)
-                    continue
-                assert isinstance(item, Event)
-                if app_id := app_id_of(item.obj):
-                    feed.queue.put_nowait(app_id)
-                if pods:
-                    async with self._pods_changed:
-                        self._pods_changed.notify_all()
+            # aclosing: a cancelled pump closes its watch's connection at once, not at GC.
+            async with contextlib.aclosing(informer.events()) as events:
+                async for item in events:
+                    if item is SYNCED:  # a (re)list: what it found is reported too
+                        self._synced[key].set()
+                        for obj in informer.store.values():
+                            if app_id := app_id_of(obj):
+                                feed.queue.put_nowait(app_id)
+                        continue
+                    assert isinstance(item, Event)
+                    if app_id := app_id_of(item.obj):
+                        feed.queue.put_nowait(app_id)
+                    if pods:
+                        async with self._pods_changed:
+                            self._pods_changed.notify_all()
         except KubeError as e:
             self._synced[key].clear()
             feed.queue.put_nowait(e)
@@ -571,6 +573,9 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         shape = job.native.get("shape", "plain")
         if shape == "volcano":
             # As TorchX: the Job's phase set to Aborted; Volcano's controller stops the pods.
+            # Not once every pod has ended: the app is reported over, and it stays so.
+            if await self._ended(job):
+                return
             await self._call(
                 "PATCH",
                 VOLCANO_JOBS.path(ns, name) + "/status",
@@ -598,6 +603,12 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
                 content_type="application/merge-patch+json",
                 missing_ok=True,
             )
+
+    async def _ended(self, job: Job) -> bool:
+        """Whether the app is reported terminal (a controller's app whose pods all succeeded
+        is, before the controller's phase says so)."""
+        status = (await self.describe_many([job])).get(job.app_id)
+        return isinstance(status, AppStatus) and status.state in TERMINAL_STATES
 
     async def _delete_root(self, ns: str, coll: Collection, name: str) -> None:
         await self._call(

@@ -36,13 +36,19 @@ class McadScheduler(KubernetesScheduler):
 
     async def cancel(self, job: Job) -> None:
         """The AppWrapper is marked cancelled (it stays, as the record) and its pods go."""
-        if not job.native.get("name"):
+        if not job.native.get("name") or await self._ended(job):
             return
         ns, name = str(job.native["namespace"]), str(job.native["name"])
+        owners = self._owners(job)
+        patch: dict[str, Any] = {"metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}}}
+        if owners.api.endswith("/v1beta2"):
+            # The AppWrapper controller removes a suspended wrapper's pods and makes no more
+            # (v1beta1's MCAD has no such switch: a wrapper it dispatches later runs).
+            patch["spec"] = {"suspend": True}
         found = await self._call(
             "PATCH",
-            self._owners(job).path(ns, name),
-            body={"metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}}},
+            owners.path(ns, name),
+            body=patch,
             content_type="application/merge-patch+json",
             missing_ok=True,
         )

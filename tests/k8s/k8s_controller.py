@@ -60,7 +60,11 @@ class Controller:
             obj["metadata"]["ownerReferences"] = [owner]
             plural = {"Pod": "pods", "Service": "services"}[obj["kind"]]
             path = f"/api/v1/namespaces/{self.ns}/{plural}"
-            out.append(await self.kube.request("POST", path, body=obj))
+            try:
+                out.append(await self.kube.request("POST", path, body=obj))
+            except KubeError as e:  # made by an earlier try that the apiserver cut short
+                if e.status != 409:
+                    raise
         return out
 
     async def volcano_pods(self) -> list[dict[str, Any]]:
@@ -84,13 +88,15 @@ class Controller:
             inner = [g["generictemplate"] for g in spec["resources"]["GenericItems"]]
         return await self.create([o for o in inner if o["kind"] != "PodGroup"])
 
-    async def set_status(self, status: dict[str, Any]) -> dict[str, Any]:
-        """Merges `status` into the object's status through the status subresource."""
+    async def set_status(self, status: dict[str, Any], version: str = "") -> dict[str, Any]:
+        """Merges `status` into the object's status through the status subresource; with a
+        resourceVersion, only if the object is still that version (else 409 Conflict), as a
+        controller writes what it decided from what it saw."""
+        body: dict[str, Any] = {"status": status}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
         return await self.kube.request(
-            "PATCH",
-            f"{self.path}/status",
-            body={"status": status},
-            content_type="application/merge-patch+json",
+            "PATCH", f"{self.path}/status", body=body, content_type="application/merge-patch+json"
         )
 
     async def delete_pods(self) -> None:
@@ -190,6 +196,7 @@ class Kind:
 
 
 VOLCANO = Kind(VOLCANO_JOBS, ("state", "phase"), "Running", "Completed", "Failed", "Aborted")
+SUSPENDED = "Suspended"  # a v1beta2 AppWrapper's phase once suspended: no pods
 APPWRAPPER = Kind(APPWRAPPERS["v1beta2"], ("phase",), "Running", "Succeeded", "Failed", "")
 
 
@@ -197,28 +204,37 @@ class PlayedController:
     """Volcano's or MCAD's controller for every object of one kind in a namespace with label
     `selector`, played: a new object gets its pods (Controller.volcano_pods or
     appwrapper_items) and phase running; once every pod has succeeded it is succeeded, once
-    one has failed it is failed; in the aborted phase its pods are deleted. Run `run()` as a
+    one has failed it is failed; in the aborted phase its pods are deleted; a suspended
+    AppWrapper (spec.suspend) loses its pods and gets none. Run `run()` as a
     task; it reconciles an object on each change of it or its pods (two informers)."""
 
     def __init__(self, kube: Kube, ns: str, kind: Kind, selector: str) -> None:
         self.kube, self.ns, self.kind, self.selector = kube, ns, kind, selector
+        # What this controller did to each object, as a controller remembers it: the
+        # informer's copy may not show it yet when the next event comes.
+        self._phase: dict[str, str] = {}
 
     async def run(self) -> None:
         queue: asyncio.Queue[str] = asyncio.Queue()
         objects = Informer(self.kube, self.kind.collection.format(ns=self.ns), self.selector, "x")
         pods = Informer(self.kube, f"/api/v1/namespaces/{self.ns}/pods", self.selector, "pods")
         feeds = [asyncio.create_task(self._feed(i, queue)) for i in (objects, pods)]
+        loop = asyncio.get_running_loop()
         try:
             while True:
                 name = await queue.get()
                 obj = objects.store.get(name)
-                if obj is not None:
-                    mine = [
-                        p
-                        for p in pods.store.values()
-                        if p["metadata"]["labels"].get("txd.dev/app-id") == name
-                    ]
+                if obj is None:
+                    continue
+                mine = [
+                    p
+                    for p in pods.store.values()
+                    if p["metadata"]["labels"].get("txd.dev/app-id") == name
+                ]
+                try:
                     await self._reconcile(obj, mine)
+                except KubeError:  # a newer version of it (409), or the apiserver is down
+                    loop.call_later(0.2, queue.put_nowait, name)
         finally:
             for task in feeds:
                 task.cancel()
@@ -230,30 +246,43 @@ class PlayedController:
         the backend down), it tries again, as a controller would."""
         for _ in range(1000):
             try:
-                async for item in informer.events():
-                    if isinstance(item, Event):
-                        labels = item.obj["metadata"].get("labels") or {}
-                        queue.put_nowait(labels.get("txd.dev/app-id", ""))
+                async with contextlib.aclosing(informer.events()) as events:
+                    async for item in events:
+                        if isinstance(item, Event):
+                            labels = item.obj["metadata"].get("labels") or {}
+                            queue.put_nowait(labels.get("txd.dev/app-id", ""))
             except KubeError:
                 await asyncio.sleep(1)
 
     async def _reconcile(self, obj: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        c = Controller(self.kube, self.ns, self.kind.collection, obj["metadata"]["name"])
+        name = obj["metadata"]["name"]
+        c = Controller(self.kube, self.ns, self.kind.collection, name)
         phase = self.kind.phase(obj)
-        if not phase:
+        if phase in ("", self.kind.running):
+            phase = self._phase.get(name, phase)  # what this controller last set
+        if (obj.get("spec") or {}).get("suspend"):  # an AppWrapper (v1beta2) suspended
+            if pods:
+                await c.delete_pods()
+            if phase != SUSPENDED:
+                await self._set(c, obj, SUSPENDED)
+        elif not phase:
             if self.kind is VOLCANO:
                 await c.volcano_pods()
             else:
                 await c.appwrapper_items()
-            await c.set_status(self.kind.status(self.kind.running))
+            await self._set(c, obj, self.kind.running)
         elif phase == self.kind.running and pods:
             phases = [(p.get("status") or {}).get("phase") for p in pods]
             if "Failed" in phases:
-                await c.set_status(self.kind.status(self.kind.failed))
+                await self._set(c, obj, self.kind.failed)
             elif phases.count("Succeeded") == _pods_wanted(obj):
-                await c.set_status(self.kind.status(self.kind.succeeded))
+                await self._set(c, obj, self.kind.succeeded)
         elif phase == self.kind.aborted and pods:
             await c.delete_pods()
+
+    async def _set(self, c: Controller, obj: dict[str, Any], phase: str) -> None:
+        await c.set_status(self.kind.status(phase), obj["metadata"]["resourceVersion"])
+        self._phase[c.name] = phase
 
 
 def _pods_wanted(obj: dict[str, Any]) -> int:

@@ -253,7 +253,7 @@ def test_volcano_phases_without_pods(phase: str, state: str) -> None:
     assert status is not None and AppState.Name(status.state) == state
 
 
-def test_volcano_is_terminal_only_when_its_phase_is_and_its_pods_ended() -> None:
+def test_volcano_fails_only_when_its_phase_says_so() -> None:
     pods = [
         pod("trainer", 0, "Succeeded", code=0),
         pod("trainer", 1, "Succeeded", code=0),
@@ -263,13 +263,32 @@ def test_volcano_is_terminal_only_when_its_phase_is_and_its_pods_ended() -> None
         "batch.volcano.sh/v1alpha1", "Job", {"state": {"phase": "Running"}, "retryCount": 1}
     )
     status = app_status(APP, [running], pods)
-    assert status is not None and status.state == AppState.RUNNING  # a policy may restart it
-    assert status.num_restarts == 1
+    assert status is not None and status.num_restarts == 1
+    # A policy may restart the failed pod: it waits for the controller's word.
+    assert status.state == AppState.PENDING
+    assert replicas(status)[2] == ("ps", 0, "PENDING", 1)
+    failed = controller("batch.volcano.sh/v1alpha1", "Job", {"state": {"phase": "Failed"}})
+    status = app_status(APP, [failed], pods)
+    assert status is not None and status.state == AppState.FAILED
+    assert replicas(status)[2] == ("ps", 0, "FAILED", 1)
+
+
+def test_volcano_succeeds_once_every_pod_has() -> None:
+    pods = [pod("trainer", 0, "Succeeded", code=0), pod("trainer", 1, "Succeeded", code=0)]
+    pods.append(pod("ps", 0, "Succeeded", code=0))
+    running = controller("batch.volcano.sh/v1alpha1", "Job", {"state": {"phase": "Running"}})
+    status = app_status(APP, [running], pods)
+    assert status is not None and status.state == AppState.SUCCEEDED
+    assert status.msg == "Job phase Running"
+
+
+def test_an_aborted_volcano_job_is_cancelled_once_its_pods_ended() -> None:
     aborted = controller("batch.volcano.sh/v1alpha1", "Job", {"state": {"phase": "Aborted"}})
     stopping = app_status(APP, [aborted], [pod("trainer", 0, "Running")])
     assert stopping is not None and stopping.state == AppState.RUNNING
     done = app_status(APP, [aborted], [pod("trainer", 0, "Failed", code=143)])
     assert done is not None and done.state == AppState.CANCELLED
+    assert replicas(done)[0] == ("trainer", 0, "CANCELLED", 143)
 
 
 APPWRAPPER = [
