@@ -11,11 +11,13 @@ It forwards every request to moto and counts them by operation (Batch's REST pat
   `container.logStreamName` real Batch shows while a job runs (moto sets it only after the
   container has exited), named as moto names the stream it writes at the end
   (`<job definition name>/default/<job id>`);
+- `describes`: the job ids each describe_jobs asked for, in order (`arrived` notified);
 - `down()` / `up()`: refuse connections (the port is closed), then listen again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from typing import Any
@@ -32,6 +34,10 @@ class AwsProxy:
         self.throttled: Counter[str] = Counter()
         self._throttle: Counter[str] = Counter()
         self.running_streams = False
+        # The job ids of every describe_jobs request, in arrival order; `arrived` is notified
+        # after each.
+        self.describes: list[list[str]] = []
+        self.arrived = asyncio.Condition()
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -91,6 +97,10 @@ class AwsProxy:
             )
         assert self._session is not None
         data = await request.read()
+        if op == "describejobs":
+            self.describes.append(list(json.loads(data or b"{}").get("jobs") or []))
+            async with self.arrived:
+                self.arrived.notify_all()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         async with self._session.request(
             request.method, self.target + request.path_qs, data=data, headers=headers

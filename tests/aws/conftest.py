@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from aws_proxy import AwsProxy
-from moto_testing import REGION, Moto, Queue, aws_env, make_queue
+from moto_testing import Moto, Queue, make_batch_daemon, make_queue
 from txd_testing import Daemon, log_alarms, remove_tree, short_tmpdir
 
 
@@ -42,20 +42,6 @@ def moto_reset(moto: Moto) -> Moto:
 @pytest.fixture
 async def batch_queue(moto: Moto) -> Queue:
     return await make_queue(moto)
-
-
-def make_batch_daemon(endpoint: str, poll: float = 0.2) -> Daemon:
-    """A txd (not started) whose aws_batch scheduler talks to `endpoint` (moto, or a proxy in
-    front of it) with moto's credentials, polling every `poll` seconds."""
-    args = [
-        "--set",
-        f"aws_batch.endpoint_url={endpoint}",
-        "--set",
-        f"aws_batch.region={REGION}",
-        "--poll-interval",
-        f"aws_batch={poll}",
-    ]
-    return Daemon(short_tmpdir("txdd-aws-"), env=aws_env(), args=args)
 
 
 @pytest.fixture(scope="session")

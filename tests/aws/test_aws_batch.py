@@ -14,10 +14,11 @@ import json
 from typing import Any
 
 import pytest
+from aws_proxy import AwsProxy
 from docker_testing import BUSYBOX
-from moto_testing import Moto, Queue
+from moto_testing import LOG_GROUP, Moto, Queue, client, put_lines
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role
-from txd_testing import read_logs
+from txd_testing import Daemon, read_logs, recorded_native
 
 pytestmark = pytest.mark.timeout(120)
 SCHED = "aws_batch"
@@ -128,3 +129,70 @@ async def test_dryrun_prints_the_job_definition_and_the_submit_request(
     assert jobdef["timeout"] == {"attemptDurationSeconds": 120}
     assert submit["jobQueue"] == batch_queue.name
     assert submit["jobDefinition"] == jobdef["jobDefinitionName"] == submit["jobName"]
+
+
+async def test_throttled_describes_back_off_and_the_job_ends_in_its_true_state_once(
+    proxied_daemon: Daemon, proxy: AwsProxy, batch_queue: Queue
+) -> None:
+    """Batch answers 429 TooManyRequestsException to the next 12 describe_jobs: more than one
+    call's retries (aws_api.TRIES), so some polls get no answer at all. The job is never
+    UNKNOWN, and its end is seen once."""
+    async with proxied_daemon.client() as c:
+        handle = await c.run(sh_app("sleep 2; exit 3", "throttled"), SCHED, cfg(batch_queue))
+        proxy.throttle("describejobs", 12)
+        seen: list[AppStatus] = []
+        async with asyncio.timeout(90):
+            async for status in c.watch(handle):
+                seen.append(status)
+        states = [s.state for s in seen]
+        assert AppState.UNKNOWN not in states, seen
+        assert states[-1] == AppState.FAILED, seen
+        assert states.count(AppState.FAILED) == 1
+        assert proxy.throttled["describejobs"] == 12
+        # Every request counts, the refused ones too.
+        assert await calls(c, "describe_jobs") == proxy.calls["describejobs"]
+
+
+async def test_live_tail_shows_lines_written_while_the_job_runs(
+    proxied_daemon: Daemon, proxy: AwsProxy, batch_queue: Queue, moto: Moto
+) -> None:
+    """The test writes log events into the job's stream while it runs (moto writes a
+    container's output only after it exits); a follow shows each batch as it is written, and
+    ends, with every line once, after the job is cancelled."""
+    proxy.running_streams = True
+    async with proxied_daemon.client() as c:
+        handle = await c.run(sh_app("sleep 60", "tail"), SCHED, cfg(batch_queue))
+        running = await wait_running(c, handle)
+        async with client(moto, "batch") as batch:
+            job = await batch.describe_jobs(jobs=[recorded_job_id(proxied_daemon, handle)])
+        jobdef = job["jobs"][0]["jobDefinition"].rsplit("/", 1)[-1].split(":")[0]
+        stream = f"{jobdef}/default/{job['jobs'][0]['jobId']}"
+        chunks: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def follow() -> None:
+            async for chunk in c.logs(handle, follow=True):
+                chunks.put_nowait(chunk.data)
+            chunks.put_nowait(None)
+
+        async def read(n: int) -> bytes:
+            out = b""
+            while out.count(b"\n") < n:
+                data = await chunks.get()
+                assert data is not None, f"the follow ended after {out!r}"
+                out += data
+            return out
+
+        task = asyncio.create_task(follow())
+        await put_lines(moto, LOG_GROUP, stream, ["one", "two"])
+        assert await asyncio.wait_for(read(2), 30) == b"one\ntwo\n"
+        await put_lines(moto, LOG_GROUP, stream, ["three"])
+        assert await asyncio.wait_for(read(1), 30) == b"three\n"
+        assert running.state == AppState.RUNNING
+        await c.cancel(handle)
+        await asyncio.wait_for(task, 60)
+        assert chunks.get_nowait() is None  # nothing more came: every line once
+        assert (await c.status(handle)).state == AppState.CANCELLED
+
+
+def recorded_job_id(d: Daemon, handle: str) -> str:
+    return str(recorded_native(d.state_dir, handle)["job_id"])
