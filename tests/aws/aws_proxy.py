@@ -34,6 +34,7 @@ class AwsProxy:
         self.throttled: Counter[str] = Counter()
         self._throttle: Counter[str] = Counter()
         self.running_streams = False
+        self.is_down = False
         # The job ids of every describe_jobs request, in arrival order; `arrived` is notified
         # after each.
         self.describes: list[list[str]] = []
@@ -61,6 +62,7 @@ class AwsProxy:
 
     async def up(self) -> None:
         assert self._runner is not None
+        self.is_down = False
         self._site = web.TCPSite(self._runner, "127.0.0.1", self.port)
         await self._site.start()
         if not self.port:
@@ -69,12 +71,15 @@ class AwsProxy:
             self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
     async def down(self) -> None:
+        """Refuses new connections, and drops each request on a connection already open."""
+        self.is_down = True
         if self._site is not None:
             await self._site.stop()
             self._site = None
 
     async def close(self) -> None:
-        await self.down()
+        if self._site is not None:
+            await self._site.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:
@@ -86,6 +91,10 @@ class AwsProxy:
         return target or request.path.rstrip("/").rsplit("/", 1)[-1]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if self.is_down:
+            assert request.transport is not None
+            request.transport.abort()  # the client sees its connection reset
+            return web.Response(status=503)
         op = self.operation(request)
         self.calls[op] += 1
         if self._throttle[op] > 0:

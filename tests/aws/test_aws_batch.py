@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from aws_proxy import AwsProxy
 from docker_testing import BUSYBOX
-from moto_testing import LOG_GROUP, Moto, Queue, client, put_lines
+from moto_testing import LOG_GROUP, Moto, Queue, client, make_batch_daemon, put_lines
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role
-from txd_testing import Daemon, read_logs, recorded_native
+from txd_testing import Daemon, read_logs, recorded_native, remove_tree
 
 pytestmark = pytest.mark.timeout(120)
 SCHED = "aws_batch"
@@ -196,3 +196,88 @@ async def test_live_tail_shows_lines_written_while_the_job_runs(
 
 def recorded_job_id(d: Daemon, handle: str) -> str:
     return str(recorded_native(d.state_dir, handle)["job_id"])
+
+
+async def test_a_multi_node_job_runs_every_node(batch_client: Any, batch_queue: Queue) -> None:
+    """Two roles, three nodes: moto runs a container per node (and logs them all into one
+    stream, and describes no node on its own: each replica shows the job's state)."""
+    app = AppDef(
+        name="mnp",
+        roles=[sh_role("trainer", "echo trainer $TORCHX_ROLE_IDX", 2), sh_role("ps", "echo ps")],
+    )
+    handle = await batch_client.run(app, SCHED, cfg(batch_queue))
+    final = await batch_client.wait(handle, timeout=60)
+    assert final.state == AppState.SUCCEEDED, final
+    assert [(r.role, [x.id for x in r.replicas]) for r in final.roles] == [
+        ("trainer", [0, 1]),
+        ("ps", [0]),
+    ]
+    logs = await read_logs(batch_client, handle, role="ps")
+    assert sorted(logs.splitlines()) == [b"ps", b"trainer 0", b"trainer 0"]
+
+
+async def test_a_restarted_daemon_follows_its_running_job_to_the_end(
+    moto: Moto, batch_queue: Queue
+) -> None:
+    d = make_batch_daemon(moto.url).start()
+    try:
+        async with d.client() as c:
+            handle = await c.run(sh_app("sleep 3; echo done", "restart"), SCHED, cfg(batch_queue))
+            await wait_running(c, handle)
+        d.stop()
+        d.restart()
+        async with d.client() as c:
+            final = await c.wait(handle, timeout=60)
+            assert final.state == AppState.SUCCEEDED, final
+            assert await read_logs(c, handle) == b"done\n"
+    finally:
+        d.close()
+        remove_tree(d.root)
+
+
+async def test_aws_down_keeps_the_last_state_marked_stale_then_the_end(
+    proxied_daemon: Daemon, proxy: AwsProxy, batch_queue: Queue
+) -> None:
+    async with proxied_daemon.client() as c:
+        handle = await c.run(sh_app("sleep 4", "down"), SCHED, cfg(batch_queue))
+        await wait_running(c, handle)
+        await proxy.down()
+        async with asyncio.timeout(30):
+            async for status in c.watch(handle):
+                if status.stale_msg:
+                    break
+        assert status.state == AppState.RUNNING
+        assert f"cannot reach {proxy.url}" in status.stale_msg, status
+        await proxy.up()
+        final = await c.wait(handle, timeout=60)
+        assert final.state == AppState.SUCCEEDED, final
+        assert not final.stale_msg
+
+
+async def test_delete_deregisters_the_job_definition(
+    batch_client: Any, batch_queue: Queue, moto: Moto, batch_daemon: Daemon
+) -> None:
+    handle = await batch_client.run(sh_app("sleep 60", "delete"), SCHED, cfg(batch_queue))
+    native = recorded_native(batch_daemon.state_dir, handle)
+    await wait_running(batch_client, handle)
+    await batch_client.delete(handle)
+    async with client(moto, "batch") as batch:
+        defs = await batch.describe_job_definitions(jobDefinitions=[native["job_definition"]])
+        job = (await batch.describe_jobs(jobs=[native["job_id"]]))["jobs"][0]
+    assert [d["status"] for d in defs["jobDefinitions"]] == ["INACTIVE"]
+    assert job["statusReason"] == "cancelled through txd"
+
+
+async def test_bad_input_is_a_one_line_error_naming_the_field(
+    batch_client: Any, batch_queue: Queue
+) -> None:
+    from txd.client import InvalidArgumentError
+
+    no_memory = AppDef(name="x", roles=[Role(name="r", image=BUSYBOX, entrypoint="true")])
+    with pytest.raises(InvalidArgumentError, match=r"resource\.mem_mb: AWS Batch needs"):
+        await batch_client.run(no_memory, SCHED, cfg(batch_queue))
+    with pytest.raises(InvalidArgumentError, match=r"cfg\.queue: submit_job: .*does not exist"):
+        await batch_client.run(sh_app("true"), SCHED, {"queue": "no-such-queue"})
+    six = AppDef(name="x", roles=[sh_role(f"r{i}", "true") for i in range(6)])
+    with pytest.raises(InvalidArgumentError, match="at most 5 roles"):
+        await batch_client.run(six, SCHED, cfg(batch_queue))
