@@ -182,8 +182,9 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
     async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
         ids = [str(j.native["job_id"]) for j in jobs if j.native.get("job_id")]
         found = await self._describe(ids) if ids else {}
-        if ids and all(isinstance(v, BackendUnavailable) for v in found.values()) and found:
-            raise next(iter(found.values()))
+        failed = [v for v in found.values() if isinstance(v, BackendUnavailable)]
+        if ids and len(failed) == len(ids):  # no batch could be asked
+            raise failed[0]
         ended_mnp = [
             (jid, int((job.get("nodeProperties") or {}).get("numNodes", 0)))
             for jid, job in found.items()
@@ -247,6 +248,9 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
                 if not token:
                     break
         found = await self._describe(list(dict.fromkeys(ids)))
+        for value in found.values():
+            if isinstance(value, BackendUnavailable):
+                raise value
         return [
             status.app_status(job)
             for job in found.values()

@@ -5,11 +5,12 @@ with one node range per role, main node 0, as TorchX makes it. Facts carried ove
 vCPU (at least 1), memory (required) and GPUs as resourceRequirements, /dev/shm as big as the
 memory, bind mounts as host volumes, volume mounts as EFS file systems, named devices as device
 mounts (`vpc.amazonaws.com/efa`: /dev/infiniband/uverbsN; `aws.amazon.com/neurondevice`:
-/dev/neuronN), the instance type from the resource's `node.kubernetes.io/instance-type`, the
-role's index and name in TORCHX_ROLE_IDX and TORCHX_ROLE_NAME, `${replica_id}` as
-$AWS_BATCH_JOB_NODE_INDEX (the job's node index, expanded only by a shell) and `${rank0_env}`
-as AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (set on child nodes), tags from the app's
-metadata.
+/dev/neuronN), the instance type of a multi-node job's nodes from the resource's
+`node.kubernetes.io/instance-type`, the role's index and name in TORCHX_ROLE_IDX and
+TORCHX_ROLE_NAME, `${app_id}` as the job's name, `${replica_id}` as $AWS_BATCH_JOB_NODE_INDEX
+(the job's node index, expanded only by a shell; "0" in a container job) and `${rank0_env}` as
+AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (Batch sets it on child nodes), tags from the
+app's metadata.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def _device(src: str, dst: str, perms: str) -> dict[str, Any]:
     }
 
 
-def _container(role: Role, index: int, opts: BatchOpts, path: str) -> dict[str, Any]:
+def _container(
+    role: Role, index: int, opts: BatchOpts, path: str, *, multinode: bool
+) -> dict[str, Any]:
     if not role.image:
         raise InvalidArgument(f"{path}.image", "AWS Batch runs images: set the role's image")
     for key in role.env:
@@ -186,7 +189,8 @@ def _container(role: Role, index: int, opts: BatchOpts, path: str) -> dict[str, 
         "mountPoints": points,
         "volumes": volumes,
     }
-    if itype := role.resource.capabilities.get(INSTANCE_TYPE):
+    itype = role.resource.capabilities.get(INSTANCE_TYPE)
+    if itype and multinode:  # Batch takes it for multi-node jobs only
         container["instanceType"] = itype
     if opts.job_role_arn:
         container["jobRoleArn"] = opts.job_role_arn
@@ -236,11 +240,12 @@ def build(app: AppDef, opts: BatchOpts, *, session: str, user: str) -> BatchRequ
     for i, role in enumerate(app.roles):
         macros = Macros(
             img_root="",
-            app_id=app_id,
+            app_id=name,  # TorchX's: the job's name
             replica_id=f"${NODE_INDEX_ENV}" if multinode else "0",
             rank0_env=RANK0_ENV,
         )
-        containers.append(_container(macros.apply(role), i, opts, f"app.roles[{i}]"))
+        path = f"app.roles[{i}]"
+        containers.append(_container(macros.apply(role), i, opts, path, multinode=multinode))
         role_nodes.append((role.name, first, num_replicas(role)))
         first += num_replicas(role)
 
