@@ -46,7 +46,7 @@ async def batch_queue(moto: Moto) -> Queue:
 
 @pytest.fixture(scope="session")
 def batch_daemon(moto: Moto) -> Iterator[Daemon]:
-    d = make_batch_daemon(moto.url).start()
+    d = make_batch_daemon(moto.url, docker_host=moto.docker_host).start()
     try:
         yield d
     finally:

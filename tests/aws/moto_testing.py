@@ -231,10 +231,13 @@ async def put_lines(
             )
 
 
-def make_batch_daemon(endpoint: str, poll: float = 0.2) -> Daemon:
+def make_batch_daemon(endpoint: str, poll: float = 0.2, docker_host: str = "") -> Daemon:
     """A txd (not started) whose aws_batch scheduler talks to `endpoint` (moto, or a proxy in
-    front of it) with moto's credentials, polling every `poll` seconds."""
+    front of it) with moto's credentials, polling every `poll` seconds, and builds workspace
+    images on `docker_host`."""
     args = [
+        "--set",
+        f"aws_batch.docker_host={docker_host}",
         "--set",
         f"aws_batch.endpoint_url={endpoint}",
         "--set",

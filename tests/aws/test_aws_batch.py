@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -281,3 +282,29 @@ async def test_bad_input_is_a_one_line_error_naming_the_field(
     six = AppDef(name="x", roles=[sh_role(f"r{i}", "true") for i in range(6)])
     with pytest.raises(InvalidArgumentError, match="at most 5 roles"):
         await batch_client.run(six, SCHED, cfg(batch_queue))
+
+
+async def test_a_workspace_becomes_role_0s_image(
+    batch_client: Any, batch_queue: Queue, tmp_path: Path
+) -> None:
+    """The workspace is built into an image on the daemon's docker_host (here the engine moto
+    runs jobs on; with image_repo it would be pushed for Batch's hosts to pull)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "main.sh").write_text(f"echo from workspace {ws.name}\n")
+    app = sh_app("sh main.sh", "ws")
+    info = await batch_client.dryrun(app, SCHED, cfg(batch_queue), workspace=str(ws))
+    assert "txd-workspace:" in info.workspace
+    handle = await batch_client.run(app, SCHED, cfg(batch_queue), workspace=str(ws))
+    final = await batch_client.wait(handle, timeout=60)
+    assert final.state == AppState.SUCCEEDED, final
+    assert await read_logs(batch_client, handle) == b"from workspace ws\n"
+
+
+async def test_one_stream_alone_is_unimplemented(batch_client: Any, batch_queue: Queue) -> None:
+    from txd.client import UnimplementedError
+
+    handle = await batch_client.run(sh_app("echo x", "streams"), SCHED, cfg(batch_queue))
+    await batch_client.wait(handle, timeout=60)
+    with pytest.raises(UnimplementedError, match="stdout"):
+        await read_logs(batch_client, handle, streams="stdout")
