@@ -83,3 +83,19 @@ def proxied_daemon(proxy: AwsProxy, request: pytest.FixtureRequest) -> Iterator[
         remove_tree(d.root)
     rep = getattr(request.node, "rep_call", None)
     assert rep is None or rep.failed or not log_alarms(log), "the daemon logged errors:\n" + log
+
+
+@pytest.fixture(autouse=True)
+def _batch_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test during which the session's batch_daemon logged a traceback or an internal
+    error."""
+    if not {"batch_daemon", "batch_client"} & set(request.fixturenames):
+        yield
+        return
+    d = request.getfixturevalue("batch_daemon")
+    start = len(d.log())
+    yield
+    new = d.log()[start:]
+    rep = getattr(request.node, "rep_call", None)
+    failed = rep is None or rep.failed
+    assert failed or not log_alarms(new), "the batch daemon logged errors:\n" + new

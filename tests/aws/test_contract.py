@@ -38,6 +38,7 @@ class BatchHarness(Harness):
         self.root, self.moto = root, moto
         self.cfg = {"queue": CfgValue(str=queue.name)}
         self.scripts = CommandScripts(root, python="python3")
+        self.unreachable: list[Aws] = []
 
     async def scheduler(self, tasks: TaskGroupLike) -> Scheduler[Any, Any]:
         settings = {"endpoint_url": self.moto.url, "region": REGION, "poll_interval": 0.2}
@@ -67,12 +68,17 @@ class BatchHarness(Harness):
             real = sched.aws
             nowhere = AwsSettings(region=REGION, endpoint_url="http://127.0.0.1:9")
             sched.aws = Aws(nowhere, sched.name)
+            self.unreachable.append(sched.aws)
             try:
                 yield
             finally:
                 sched.aws = real
 
         return down()
+
+    async def close(self) -> None:
+        for aws in self.unreachable:
+            await aws.aclose()
 
 
 class TestAwsBatch(SchedulerContract):
