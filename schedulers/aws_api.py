@@ -149,7 +149,7 @@ class Aws:
         self._stack = contextlib.AsyncExitStack()
         self._lock = asyncio.Lock()
         self._config = AioConfig(
-            retries={"max_attempts": 1, "mode": "standard"},  # one attempt: see `call`
+            retries={"total_max_attempts": 1, "mode": "standard"},  # no retry: see `call`
             connect_timeout=CONNECT_TIMEOUT,
             read_timeout=READ_TIMEOUT,
         )

@@ -8,6 +8,7 @@
 - `client(moto, service)`: an aioboto3 client on moto, for the tests' own calls.
 - `make_queue(moto)`: an UNMANAGED compute environment and a job queue on it.
 - `put_lines(moto, group, stream, lines)`: writes log events, as AWS's log agent would.
+- `make_batch_daemon(endpoint)`: a txd whose aws_batch talks to moto (or a proxy before it).
 
 moto 5.2.5's gaps (tests/aws document where each one is worked around): all nodes of a
 multi-node job log into one stream, AWS_BATCH_JOB_NODE_INDEX is not set, logs reach CloudWatch
@@ -34,7 +35,7 @@ from typing import Any
 
 import aioboto3
 from aiobotocore.config import AioConfig
-from txd_testing import REPO, unique
+from txd_testing import REPO, Daemon, short_tmpdir, unique
 
 REGION = "us-east-1"
 START_TIMEOUT = 30.0
@@ -228,3 +229,20 @@ async def put_lines(
                     for i, line in enumerate(lines[start : start + PUT_BATCH], start)
                 ],
             )
+
+
+def make_batch_daemon(endpoint: str, poll: float = 0.2, docker_host: str = "") -> Daemon:
+    """A txd (not started) whose aws_batch scheduler talks to `endpoint` (moto, or a proxy in
+    front of it) with moto's credentials, polling every `poll` seconds, and builds workspace
+    images on `docker_host`."""
+    args = [
+        "--set",
+        f"aws_batch.docker_host={docker_host}",
+        "--set",
+        f"aws_batch.endpoint_url={endpoint}",
+        "--set",
+        f"aws_batch.region={REGION}",
+        "--poll-interval",
+        f"aws_batch={poll}",
+    ]
+    return Daemon(short_tmpdir("txdd-aws-"), env=aws_env(), args=args)
