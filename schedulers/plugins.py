@@ -31,6 +31,8 @@ BUILTIN: dict[str, str] = {
     "local_docker": "txd.schedulers.local_docker",
     "kubernetes": "txd.schedulers.kubernetes",
     "kubernetes_mcad": "txd.schedulers.kubernetes_mcad",
+    "aws_batch": "txd.schedulers.aws_batch",
+    "aws_sagemaker": "txd.schedulers.aws_sagemaker",
 }
 
 Factory = Callable[..., Scheduler[Any, Any]]

@@ -88,7 +88,8 @@ def test_txd_config_env_names_the_file(root: Path) -> None:
             "[schedulers.nosuch]\n",
             [],
             "txd: settings for unknown scheduler 'nosuch'"
-            " (known: kubernetes, kubernetes_mcad, local_cwd, local_docker, lsf, slurm)",
+            " (known: aws_batch, aws_sagemaker, kubernetes, kubernetes_mcad, local_cwd,"
+            " local_docker, lsf, slurm)",
         ),
         ("", ["--set", "local_cwd.poll_interval=x"], "poll_interval: expected float, got 'x'"),
     ],
