@@ -9,6 +9,9 @@
 - `batch_daemon` (session) and `batch_client`: a txd whose aws_batch talks to moto.
 - `proxy` (aws_proxy.AwsProxy, in front of moto) and `proxied_daemon`: a txd of the test's own
   talking to moto through it (throttling, log streams of running jobs, AWS down).
+- `sm_moto` (module) and `standin` (module): a `moto_server` of the module's own without a
+  Docker engine (SageMaker's needs none), and the stand-in proxy in front of it
+  (sagemaker_standin.StandIn) that aws_sagemaker is pointed at.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 from aws_proxy import AwsProxy
 from moto_testing import Moto, Queue, make_batch_daemon, make_queue
+from sagemaker_standin import StandIn
 from txd_testing import Daemon, log_alarms, remove_tree, short_tmpdir
 
 
@@ -31,6 +35,26 @@ def moto(docker_engine: Any) -> Iterator[Moto]:
     finally:
         server.stop()
         remove_tree(root)
+
+
+@pytest.fixture(scope="module")
+def sm_moto() -> Iterator[Moto]:
+    root = short_tmpdir("txd-smmoto-")
+    server = Moto.start_new("unix:///nonexistent/docker.sock", root / "moto.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+        remove_tree(root)
+
+
+@pytest.fixture(scope="module")
+def standin(sm_moto: Moto) -> Iterator[StandIn]:
+    proxy = StandIn(sm_moto.url).start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 @pytest.fixture

@@ -17,6 +17,11 @@ DescribeTrainingJob, StopTrainingJob, Search; the error shape of the JSON protoc
 - DescribeTrainingJob and Search answers carry the job's life (status, secondary status,
   transitions, failure reason) over moto's.
 
+A test can play what a job does while it trains: `on_create`, when set, is awaited (on the
+proxy's own event loop) with the job's name and its CreateTrainingJob request once moto made
+the job, before the answer goes back (tests/aws/test_sagemaker_contract.py writes the job's
+log events there).
+
 It counts requests by operation (`calls`) and the most DescribeTrainingJob requests in flight
 at once (`max_in_flight`); `describe_delay` holds each describe that long, so that concurrent
 describes overlap and the concurrency limit is what bounds them.
@@ -29,6 +34,7 @@ import json
 import threading
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +73,7 @@ class StandIn:
         self.max_in_flight = 0
         self.describe_delay = 0.0
         self.jobs: dict[str, Life] = {}
+        self.on_create: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None
         self._lock = threading.Condition()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
@@ -161,6 +168,8 @@ class StandIn:
                     life.auto_exit = int(env["STANDIN_EXIT"])
                 with self._lock:
                     self.jobs[str(params["TrainingJobName"])] = life
+                if self.on_create is not None:
+                    await self.on_create(str(params["TrainingJobName"]), params)
             return response
         return await self._forward(request, body, op)
 

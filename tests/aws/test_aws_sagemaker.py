@@ -7,7 +7,7 @@ StopTrainingJob, an HTTP 500) comes from the stand-in proxy in front of it
 InProgress until the test (or their STANDIN_EXIT) ends them, and StopTrainingJob stops them.
 SageMaker writes logs to `/aws/sagemaker/TrainingJobs`, stream `<job>/algo-<i>-<epoch s>`;
 moto runs nothing, so the test writes those events itself. moto's own SageMaker does not need
-a Docker engine: this module starts a moto_server of its own, without one.
+a Docker engine: the module's moto_server (conftest's `sm_moto`) has none.
 """
 
 from __future__ import annotations
@@ -32,26 +32,6 @@ IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"
 CFG = {"role": ROLE_ARN, "output_path": "s3://bucket/out"}
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 WAIT = 30.0
-
-
-@pytest.fixture(scope="module")
-def sm_moto() -> Iterator[Moto]:
-    root = short_tmpdir("txd-smmoto-")
-    server = Moto.start_new("unix:///nonexistent/docker.sock", root / "moto.log")
-    try:
-        yield server
-    finally:
-        server.stop()
-        remove_tree(root)
-
-
-@pytest.fixture(scope="module")
-def standin(sm_moto: Moto) -> Iterator[StandIn]:
-    proxy = StandIn(sm_moto.url).start()
-    try:
-        yield proxy
-    finally:
-        proxy.stop()
 
 
 def _daemon(standin: StandIn, **settings: Any) -> Daemon:
