@@ -80,8 +80,18 @@ def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
     return fd
 
 
+# gRPC core cancels a new call once more than 1,000 (soft) or 3,000 (hard) calls wait for the
+# server to take them, and the asyncio server takes them one at a time: a burst of a few
+# thousand Watch streams (100 clients opening their watches at once) would lose the excess as
+# CANCELLED. The socket is the user's own (0600), so there is no stranger to shed load for.
+SERVER_OPTIONS = [
+    ("grpc.server.max_pending_requests", 1_000_000),
+    ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
+]
+
+
 async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     runner_pb2_grpc.add_RunnerServicer_to_server(RunnerServicer(core), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

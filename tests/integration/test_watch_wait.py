@@ -306,3 +306,45 @@ async def test_unknown_and_malformed_handles(client: Any, verb: str) -> None:
         await call("local_cwd://no-app-id")
     with pytest.raises(NotFoundError, match="no job 'no such id'"):  # a short id: not known
         await call("no such id")
+
+
+async def test_a_burst_of_4000_watch_streams_all_get_their_first_status(
+    client: Any, gates: Gates
+) -> None:
+    """gRPC core cancels new calls beyond 3,000 waiting for the server to take them (1,000
+    after a while); the daemon raises those limits, so a burst of watchers (100 clients
+    opening their watches at once) loses none. 4,000 streams over 10 connections of their
+    own, opened at once: every one gets the job's status, none is CANCELLED."""
+    import grpc
+    from txd.v1 import runner_pb2 as pb
+    from txd.v1.runner_pb2_grpc import RunnerStub
+
+    gate = gates.new("end")
+    handle = await client.run(sh_app(gate.wait))
+    channels = [
+        grpc.aio.insecure_channel(
+            f"unix:{client.socket_path}", options=[("grpc.use_local_subchannel_pool", 1)]
+        )
+        for _ in range(10)
+    ]
+    request = pb.WatchRequest(app_handle=handle)
+
+    async def first(channel: Any) -> int:
+        stream = RunnerStub(channel).Watch(request)
+        try:
+            return int((await anext(aiter(stream))).status.state)
+        finally:
+            stream.cancel()
+
+    try:
+        async with asyncio.timeout(120):
+            states = await asyncio.gather(
+                *(first(channels[k % 10]) for k in range(4000)), return_exceptions=True
+            )
+    finally:
+        for channel in channels:
+            await channel.close()
+        gate.open()
+    errors = [s for s in states if isinstance(s, BaseException)]
+    assert not errors, f"{len(errors)} of 4000 streams failed, the first: {errors[0]!r}"
+    assert set(states) == {AppState.RUNNING}
