@@ -133,6 +133,21 @@ def is_throttling(e: BaseException) -> bool:
     return code in THROTTLING_CODES or http == 429
 
 
+# Calls that are safe to repeat when AWS failed them (HTTP 5xx) without saying whether they
+# took effect: reads, and a job definition registered twice is one spare revision. A second
+# submit_job or create_training_job could start the job twice: those fail instead.
+_REPEATABLE = ("describe_", "get_", "list_", "search", "register_job_definition")
+
+
+def is_transient(e: BaseException, op: str) -> bool:
+    """Throttling, or a repeatable call that AWS failed (HTTP 5xx): worth another try."""
+    if is_throttling(e):
+        return True
+    return (
+        isinstance(e, boto.ClientError) and error_code(e)[1] >= 500 and op.startswith(_REPEATABLE)
+    )
+
+
 class Aws:
     """The AWS connection of one scheduler (`name`, for messages): one aioboto3 Session, one
     client per service opened on first use and closed by aclose, and `calls` by operation."""
@@ -196,7 +211,8 @@ class Aws:
             return c
 
     async def call(self, client: Any, op: str, *, field: str = "app", **kw: Any) -> Any:
-        """`client.<op>(**kw)`'s response, counted, retried while throttled. Raises
+        """`client.<op>(**kw)`'s response, counted, retried while throttled (and after an
+        AWS failure, for a call safe to repeat: is_transient). Raises
         BackendUnavailable (unreachable, throttled past the retries, credentials refused,
         AWS failing), InvalidArgument (`field`: what the request was built from) for a request
         AWS refused as invalid, NotFound for a missing resource, FailedPrecondition otherwise."""
@@ -206,7 +222,7 @@ class Aws:
             try:
                 return await method(**kw)
             except boto.ClientError as e:
-                if is_throttling(e) and attempt + 1 < self.tries:
+                if is_transient(e, op) and attempt + 1 < self.tries:
                     await asyncio.sleep(self.backoff(attempt))
                     continue
                 raise self._mapped(op, e, field) from e

@@ -33,6 +33,7 @@ class AwsProxy:
         self.calls: Counter[str] = Counter()
         self.throttled: Counter[str] = Counter()
         self._throttle: Counter[str] = Counter()
+        self._fail: Counter[str] = Counter()
         self.running_streams = False
         self.is_down = False
         # The job ids of every describe_jobs request, in arrival order; `arrived` is notified
@@ -50,6 +51,10 @@ class AwsProxy:
 
     def throttle(self, op: str, n: int) -> None:
         self._throttle[op] += n
+
+    def fail(self, op: str, n: int) -> None:
+        """Answer the next n requests of `op` with HTTP 500 (AWS's InternalServerError)."""
+        self._fail[op] += n
 
     async def start(self) -> AwsProxy:
         self._session = ClientSession(auto_decompress=False)
@@ -103,6 +108,12 @@ class AwsProxy:
             body = {"__type": "TooManyRequestsException", "message": "Too Many Requests."}
             return web.json_response(
                 body, status=429, headers={"x-amzn-ErrorType": "TooManyRequestsException"}
+            )
+        if self._fail[op] > 0:
+            self._fail[op] -= 1
+            body = {"__type": "ServerException", "message": "Internal Server Error"}
+            return web.json_response(
+                body, status=500, headers={"x-amzn-ErrorType": "ServerException"}
             )
         assert self._session is not None
         data = await request.read()

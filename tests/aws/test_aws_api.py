@@ -1,6 +1,7 @@
-"""aws_api.Aws.call's throttling policy, against moto through a proxy that answers 429
-TooManyRequestsException: retried with full-jitter exponential backoff (waits drawn up to
-base * 2^try, at most cap), each request counted, then BackendUnavailable naming the cause."""
+"""aws_api.Aws.call's retry policy, against moto through a proxy that answers 429
+TooManyRequestsException or 500: throttling retried with full-jitter exponential backoff (waits
+drawn up to base * 2^try, at most cap), each request counted, then BackendUnavailable naming
+the cause; an AWS failure (5xx) retried the same way only for a call safe to repeat."""
 
 from __future__ import annotations
 
@@ -47,3 +48,18 @@ async def test_throttling_is_retried_with_bounded_jittered_backoff(
     with pytest.raises(BackendUnavailable, match=r"AWS is throttling txd.*after 5 tries"):
         await aws.call(batch, "describe_jobs", jobs=["x"])
     assert proxy.calls["describejobs"] == 2 * aws.tries
+
+
+async def test_an_aws_failure_is_retried_only_where_a_repeat_is_safe(
+    aws: Aws, proxy: AwsProxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aws_api.random, "uniform", lambda low, high: 0.0)
+    batch = await aws.client("batch")
+    proxy.fail("describejobs", 2)
+    assert (await aws.call(batch, "describe_jobs", jobs=["x"]))["jobs"] == []
+    assert proxy.calls["describejobs"] == 3
+    # A second submit could start the job twice: the failure is the caller's to see.
+    proxy.fail("submitjob", 1)
+    with pytest.raises(BackendUnavailable, match=r"AWS failed \(ServerException\)"):
+        await aws.call(batch, "submit_job", jobName="j", jobQueue="q", jobDefinition="d")
+    assert proxy.calls["submitjob"] == 1
