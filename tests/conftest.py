@@ -174,3 +174,15 @@ def docker_engine(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield engine
     finally:
         engine.close()
+
+
+@pytest.fixture(scope="session")
+def docker_registry(docker_engine: Any) -> Iterator[Any]:
+    """A real registry on 127.0.0.1 (Debian's docker-registry), for image_repo pushes."""
+    from docker_testing import Registry
+
+    registry = Registry.start_new()
+    try:
+        yield registry
+    finally:
+        registry.close()

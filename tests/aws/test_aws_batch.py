@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +301,30 @@ async def test_a_workspace_becomes_role_0s_image(
     final = await batch_client.wait(handle, timeout=60)
     assert final.state == AppState.SUCCEEDED, final
     assert await read_logs(batch_client, handle) == b"from workspace ws\n"
+
+
+async def test_a_workspace_with_image_repo_is_pushed_there(
+    batch_client: Any, batch_queue: Queue, docker_registry: Any, tmp_path: Path
+) -> None:
+    """With image_repo, the workspace's image is pushed before the job is submitted (Batch's
+    hosts pull it from there): the registry holds it, and the job runs it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "main.sh").write_text("echo pushed\n")
+    repo = f"{docker_registry.address}/txd-test/batch-{uuid.uuid4().hex[:8]}"
+    app = sh_app("sh main.sh", "ws")
+    handle = await batch_client.run(
+        app, SCHED, {**cfg(batch_queue), "image_repo": repo}, workspace=str(ws)
+    )
+    image = (await batch_client.describe(handle)).app.roles[0].image
+    assert image.startswith(f"{repo}:"), image
+    url = f"http://{docker_registry.address}/v2/{repo.partition('/')[2]}/tags/list"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read())
+    tags = json.loads(body)["tags"]
+    assert tags == [image.rpartition(":")[2]]
+    final = await batch_client.wait(handle, timeout=60)
+    assert final.state == AppState.SUCCEEDED, final
+    assert await read_logs(batch_client, handle) == b"pushed\n"
 
 
 async def test_one_stream_alone_is_unimplemented(batch_client: Any, batch_queue: Queue) -> None:

@@ -16,17 +16,8 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from docker_testing import Engine, EngineClient, Registry, make_docker_daemon
+from docker_testing import Engine, EngineClient, make_docker_daemon
 from txd_testing import Daemon, log_alarms, remove_tree
-
-
-@pytest.fixture(scope="session")
-def docker_registry(docker_engine: Engine) -> Iterator[Registry]:
-    registry = Registry.start_new()
-    try:
-        yield registry
-    finally:
-        registry.close()
 
 
 @pytest.fixture(scope="session")
