@@ -5,6 +5,7 @@ its status feed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import difflib
 import logging
 from pathlib import Path
@@ -79,7 +80,7 @@ class Schedulers:
             if name in self._load_errors:
                 raise FailedPrecondition(f"scheduler {name} is unusable: {self._load_errors[name]}")
             try:
-                factory = self._entries[name].load()
+                factory = await self._load(name)
                 sched = factory(
                     self.session,
                     settings=self._settings.get(name, {}),
@@ -98,6 +99,24 @@ class Schedulers:
             self._instances[name] = sched
             self._feeds[name] = feed_for(name, sched, self._cache, self._tasks)
             return sched
+
+    async def _load(self, name: str) -> Any:
+        """The entry point's factory, imported in a thread: a backend's client library takes
+        about a second to import (kubernetes_asyncio, aioboto3), which on the event loop would
+        hold up every other call and every status push."""
+        return await asyncio.to_thread(self._entries[name].load)
+
+    def preload(self) -> None:
+        """Imports every scheduler's module ahead of its first use, in a background task (the
+        daemon starts it once serving), so that the first Schedulers or Run does not wait for
+        it. A module that fails to import says so at its first use, as it would have."""
+
+        async def load_all() -> None:
+            for name in self._entries:
+                with contextlib.suppress(Exception):
+                    await self._load(name)
+
+        self._tasks.create_task(load_all(), name="scheduler preload")
 
     def feed(self, name: str) -> Feed:
         """The status feed of a scheduler already built (every followed job's is)."""
