@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-import os
 import time
 import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -44,29 +43,20 @@ from txd.schedulers.api import (
 )
 from txd.schedulers.aws_api import Aws, AwsSettings
 from txd.schedulers.errors import BackendUnavailable, NotFound, Unsupported
-from txd.schedulers.options import opt
 from txd.v1 import AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
-
-if typing.TYPE_CHECKING:
-    from txd.schedulers.docker_engine import Engine
 
 NAME = request.NAME
 DESCRIBE_BATCH = 100  # ids per describe_jobs: Batch's maximum
 DESCRIBES_AT_ONCE = 4  # describe_jobs calls in flight for one poll
 # A job submitted this recently that describe_jobs does not return yet is not "unknown" yet.
 VISIBLE_WITHIN = 60.0
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 
 
 @dataclass
 class BatchSettings(AwsSettings):
-    docker_host: str = opt(
-        "",
-        "the Docker engine that builds workspace images (default: $DOCKER_HOST, else "
-        f"{DEFAULT_DOCKER_HOST})",
-    )
+    docker_host: str = docker_workspace.docker_host_setting()
 
 
 def _chunks(items: Sequence[str], size: int = DESCRIBE_BATCH) -> list[list[str]]:
@@ -95,7 +85,9 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
     def __init__(self, session_name: str, settings: Mapping[str, Any] | None = None) -> None:
         super().__init__(session_name, settings)
         self.aws = Aws(typing.cast(BatchSettings, self.settings), NAME)
-        self._engine: Engine | None = None  # builds workspace images, made on first use
+        self._images = docker_workspace.Builder(
+            typing.cast(BatchSettings, self.settings).docker_host
+        )
 
     # -- submission -------------------------------------------------------------------------
 
@@ -111,15 +103,8 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
         """Role 0 runs an image built FROM its own with the workspace in it, on the Docker
         engine of the `docker_host` setting, pushed to `image_repo` for Batch's hosts to pull
         (without image_repo it stays on that engine)."""
-        from txd.schedulers.docker_engine import Engine
-
-        if self._engine is None:
-            s = typing.cast(BatchSettings, self.settings)
-            host = s.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-            self._engine = Engine(host)
-        self._engine.calls["workspace.build"] += 1
-        return await docker_workspace.prepare_app(
-            self._engine.client(), app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
+        return await self._images.prepare_app(
+            app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
         )
 
     async def schedule(self, dryrun: DryRunInfo[request.BatchRequest]) -> Submitted:
@@ -303,13 +288,11 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
 
     async def aclose(self) -> None:
         await self.aws.aclose()
-        if self._engine is not None:
-            await self._engine.aclose()
+        await self._images.aclose()
 
     def backend_calls(self) -> dict[str, int]:
         calls = dict(self.aws.calls)
-        if self._engine is not None:
-            calls.update(self._engine.calls)
+        calls.update(self._images.calls)
         return calls
 
 

@@ -20,11 +20,10 @@ settings (AwsSettings), credentials its environment's.
 from __future__ import annotations
 
 import logging
-import os
 import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from txd.schedulers import docker_workspace
 from txd.schedulers.api import (
@@ -63,14 +62,10 @@ from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
-if TYPE_CHECKING:
-    from txd.schedulers.docker_engine import Engine
-
 log = logging.getLogger(__name__)
 
 NAME = "aws_sagemaker"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 SEARCH_PAGE = 100  # Search's MaxResults limit
 SEARCH_PAGES = 1000  # a bound on list's pages (100,000 jobs)
 
@@ -81,11 +76,7 @@ class SageMakerSettings(AwsSettings):
         20, "DescribeTrainingJob calls per poll at most; other live jobs wait for a later poll"
     )
     describe_concurrency: int = opt(4, "DescribeTrainingJob calls in flight at once at most")
-    docker_host: str = opt(
-        "",
-        "the Docker engine that builds workspace images (default: $DOCKER_HOST, else "
-        "unix:///var/run/docker.sock)",
-    )
+    docker_host: str = docker_workspace.docker_host_setting()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,7 +109,7 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         self.aws = Aws(s, self.name)
         self._rotation = Rotation(s.describe_budget)
         self._last: dict[str, AppStatus] = {}  # app id -> the status last described
-        self._engine: Engine | None = None  # builds workspace images, made on first use
+        self._images = docker_workspace.Builder(s.docker_host)
 
     @property
     def _settings(self) -> SageMakerSettings:
@@ -145,14 +136,8 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
                 "cfg.image_repo",
                 "required with a workspace: SageMaker pulls the image from a registry (ECR)",
             )
-        if self._engine is None:
-            from txd.schedulers.docker_engine import Engine  # aiodocker: txd[docker]
-
-            url = self._settings.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-            self._engine = Engine(url)
-        self._engine.calls["workspace.build"] += 1
-        return await docker_workspace.prepare_app(
-            self._engine.client(), app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
+        return await self._images.prepare_app(
+            app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
         )
 
     async def schedule(self, dryrun: DryRunInfo[TrainingJob]) -> Submitted:
@@ -285,14 +270,12 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
 
     def backend_calls(self) -> dict[str, int]:
         calls = dict(self.aws.calls)
-        if self._engine is not None:
-            calls.update(self._engine.calls)
+        calls.update(self._images.calls)
         return calls
 
     async def aclose(self) -> None:
         await self.aws.aclose()
-        if self._engine is not None:
-            await self._engine.aclose()
+        await self._images.aclose()
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> SageMakerScheduler:

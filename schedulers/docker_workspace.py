@@ -22,17 +22,19 @@ import asyncio
 import contextlib
 import json
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from txd.schedulers import workspace as ws
 from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
+from txd.schedulers.options import opt
 from txd.v1.app_pb2 import AppDef
 
 if TYPE_CHECKING:
     import aiodocker
+    from txd.schedulers.docker_engine import Engine
 
 LABEL = "txd.workspace"
 LOCAL_REPO = "txd-workspace"
@@ -281,6 +283,52 @@ async def prepare_app(
     out.CopyFrom(app)
     out.roles[0].image = built.image
     return out, built.said
+
+
+DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+def docker_host_setting() -> Any:
+    """The `docker_host` daemon setting of a scheduler whose jobs run elsewhere (a cluster)
+    and whose workspace images are built on this engine: see Builder."""
+    return opt(
+        "",
+        "the Docker engine that builds workspace images (default: $DOCKER_HOST, else "
+        f"{DEFAULT_DOCKER_HOST})",
+    )
+
+
+class Builder:
+    """prepare_app on the Docker engine of a `docker_host` setting (else $DOCKER_HOST, else
+    the default socket), connected on first use: a scheduler of a remote backend builds
+    workspace images here and pushes them to image_repo for the backend to pull. `calls`
+    counts the builds asked for and the engine's calls."""
+
+    def __init__(self, docker_host: str) -> None:
+        self._host = docker_host
+        self._engine: Engine | None = None
+
+    async def prepare_app(
+        self, app: AppDef, workspace: str, *, image_repo: str | None, dryrun: bool
+    ) -> tuple[AppDef, str]:
+        if self._engine is None:
+            from txd.schedulers.docker_engine import Engine  # aiodocker: txd[docker]
+
+            self._engine = Engine(
+                self._host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+            )
+        self._engine.calls["workspace.build"] += 1
+        return await prepare_app(
+            self._engine.client(), app, workspace, image_repo=image_repo, dryrun=dryrun
+        )
+
+    @property
+    def calls(self) -> Counter[str]:
+        return self._engine.calls if self._engine is not None else Counter()
+
+    async def aclose(self) -> None:
+        if self._engine is not None:
+            await self._engine.aclose()
 
 
 async def remove_if_unused(docker: aiodocker.Docker, image: str) -> bool:

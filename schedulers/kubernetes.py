@@ -22,14 +22,13 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import os
 import re
 import time
 import typing
 from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from txd.schedulers import docker_workspace
 from txd.schedulers import k8s_objects as objects
@@ -70,9 +69,6 @@ from txd.v1 import TERMINAL_STATES, AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
-if TYPE_CHECKING:
-    from txd.schedulers.docker_engine import Engine
-
 log = logging.getLogger(__name__)
 
 NAME = "kubernetes"
@@ -80,7 +76,6 @@ REMOVED = "its objects were deleted outside txd; the last recorded state is kept
 RECENT_DELETED = 1024  # app ids deleted through txd (see local_docker)
 SYNC_TIMEOUT = 30.0  # how long describe_many waits for a new watch's first list
 UNSEEN_GRACE = 60.0  # a submitted app the watch has not shown yet is SUBMITTED this long
-DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 _TS = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ")
 _TS_INNER = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z ")
 PARTIAL = 16 * 1024  # Docker's json-file log driver splits longer lines (see _timed)
@@ -117,11 +112,7 @@ class KubeSettings(Settings):
     )
     context: str = opt("", "the kubeconfig context (default: its current context)")
     namespace: str = opt("", "the namespace of runs that name none (default: the context's)")
-    docker_host: str = opt(
-        "",
-        "the Docker engine that builds workspace images (default: $DOCKER_HOST, else "
-        "unix:///var/run/docker.sock)",
-    )
+    docker_host: str = docker_workspace.docker_host_setting()
 
 
 @dataclass
@@ -179,7 +170,9 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self._pods_changed = asyncio.Condition()
         self._unseen: dict[str, float] = {}  # app id -> when submitted, until a watch shows it
         self._deleted: OrderedDict[str, None] = OrderedDict()
-        self._engine: Engine | None = None  # builds workspace images, made on first use
+        self._images = docker_workspace.Builder(
+            typing.cast(KubeSettings, self.settings).docker_host
+        )
 
     # -- the connection ---------------------------------------------------------------------
 
@@ -258,15 +251,8 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         engine of the `docker_host` setting, and pushed to `image_repo` so the cluster's
         nodes can pull it (without image_repo it stays on that engine: enough for a node
         that shares it)."""
-        if self._engine is None:
-            from txd.schedulers.docker_engine import Engine  # aiodocker: txd[docker]
-
-            s = typing.cast(KubeSettings, self.settings)
-            url = s.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
-            self._engine = Engine(url)
-        self._engine.calls["workspace.build"] += 1
-        return await docker_workspace.prepare_app(
-            self._engine.client(), app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
+        return await self._images.prepare_app(
+            app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
         )
 
     async def schedule(self, dryrun: DryRunInfo[KubeRequest]) -> Submitted:
@@ -632,12 +618,11 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def aclose(self) -> None:
         if self._kube is not None:
             await self._kube.aclose()
-        if self._engine is not None:
-            await self._engine.aclose()
+        await self._images.aclose()
 
     def backend_calls(self) -> dict[str, int]:
         calls = Counter(self._kube.calls if self._kube is not None else {})
-        calls.update(self._engine.calls if self._engine is not None else {})
+        calls.update(self._images.calls)
         return dict(calls)
 
 
