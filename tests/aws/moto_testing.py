@@ -246,3 +246,31 @@ def make_batch_daemon(endpoint: str, poll: float = 0.2, docker_host: str = "") -
         f"aws_batch={poll}",
     ]
     return Daemon(short_tmpdir("txdd-aws-"), env=aws_env(), args=args)
+
+
+class AwsBackendDown:
+    """The contract harnesses' backend_down for an AWS scheduler (mixed in before Harness):
+    while it lasts, the scheduler's `aws` sends to a closed port on 127.0.0.1. A harness
+    sets `self.unreachable = []` in its __init__; close() closes what was made."""
+
+    unreachable: list[Any]
+
+    def backend_down(self, sched: Any) -> contextlib.AbstractContextManager[None]:
+        from txd.schedulers.aws_api import Aws, AwsSettings
+
+        @contextlib.contextmanager
+        def down() -> Any:
+            real = sched.aws
+            nowhere = AwsSettings(region=REGION, endpoint_url="http://127.0.0.1:9")
+            sched.aws = Aws(nowhere, sched.name)
+            self.unreachable.append(sched.aws)
+            try:
+                yield
+            finally:
+                sched.aws = real
+
+        return down()
+
+    async def close(self) -> None:
+        for aws in self.unreachable:
+            await aws.aclose()

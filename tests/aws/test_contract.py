@@ -11,24 +11,22 @@ listens.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from docker_testing import PYTHON
-from moto_testing import REGION, Moto, Queue, aws_env
+from moto_testing import REGION, AwsBackendDown, Moto, Queue, aws_env
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.aws_api import Aws, AwsSettings
-from txd.schedulers.aws_batch import AwsBatchScheduler, create_scheduler
+from txd.schedulers.aws_api import Aws
+from txd.schedulers.aws_batch import create_scheduler
 from txd.v1 import AppDef, BindMount, CfgValue, Mount, Resource
 
 pytestmark = pytest.mark.timeout(300)
 
 
-class BatchHarness(Harness):
+class BatchHarness(AwsBackendDown, Harness):
     # moto moves a job through its states in about 2 s and notices its container's exit
     # within 0.5 s.
     timeout = 60.0
@@ -59,26 +57,6 @@ class BatchHarness(Harness):
 
     async def release(self, sched: Scheduler[Any, Any], app: AppDef, job: Job) -> None:
         self.scripts.release(app)
-
-    def backend_down(self, sched: Scheduler[Any, Any]) -> contextlib.AbstractContextManager[None]:
-        assert isinstance(sched, AwsBatchScheduler)
-
-        @contextlib.contextmanager
-        def down() -> Iterator[None]:
-            real = sched.aws
-            nowhere = AwsSettings(region=REGION, endpoint_url="http://127.0.0.1:9")
-            sched.aws = Aws(nowhere, sched.name)
-            self.unreachable.append(sched.aws)
-            try:
-                yield
-            finally:
-                sched.aws = real
-
-        return down()
-
-    async def close(self) -> None:
-        for aws in self.unreachable:
-            await aws.aclose()
 
 
 class TestAwsBatch(SchedulerContract):

@@ -35,12 +35,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from moto_testing import REGION, Moto, aws_env, client
+from moto_testing import REGION, AwsBackendDown, Moto, aws_env, client
 from sagemaker_standin import StandIn
 from suite import Harness, Output, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.aws_api import Aws, AwsSettings
-from txd.schedulers.aws_sagemaker import LOG_GROUP, SageMakerScheduler, create_scheduler
+from txd.schedulers.aws_api import Aws
+from txd.schedulers.aws_sagemaker import LOG_GROUP, create_scheduler
 from txd.v1 import AppDef, CfgValue, Resource, Role
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,7 +74,7 @@ async def write(moto: Moto, stream: str, output: Output) -> None:
         )
 
 
-class SageMakerHarness(Harness):
+class SageMakerHarness(AwsBackendDown, Harness):
     # A poll describes each live job once; the stand-in ends a job at its second describe.
     timeout = 60.0
     poll_pause = 0.1
@@ -133,26 +133,6 @@ class SageMakerHarness(Harness):
         for stream in self.streams[job.app_id]:
             await write(self.moto, stream, script.then)
         self.standin.finish(job.app_id, script.exit_code)
-
-    def backend_down(self, sched: Scheduler[Any, Any]) -> contextlib.AbstractContextManager[None]:
-        assert isinstance(sched, SageMakerScheduler)
-
-        @contextlib.contextmanager
-        def down() -> Iterator[None]:
-            real = sched.aws
-            nowhere = AwsSettings(region=REGION, endpoint_url="http://127.0.0.1:9")
-            sched.aws = Aws(nowhere, sched.name)
-            self.unreachable.append(sched.aws)
-            try:
-                yield
-            finally:
-                sched.aws = real
-
-        return down()
-
-    async def close(self) -> None:
-        for aws in self.unreachable:
-            await aws.aclose()
 
 
 class TestAwsSageMaker(SchedulerContract):
