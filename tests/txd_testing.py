@@ -488,16 +488,18 @@ __all__: Sequence[str] = [
 PLUGIN = Path(__file__).resolve().parent / "plugins" / "txd_fakepoll.py"
 
 
-def install_plugin(site: Path) -> None:
-    """A minimal installed distribution of the fakepoll test scheduler: the module, and a
-    dist-info with its entry point."""
-    site.mkdir(parents=True)
-    shutil.copy(PLUGIN, site / "txd_fakepoll.py")
-    info = site / "txd_fakepoll-0.1.dist-info"
+def install_plugin(site: Path, name: str = "fakepoll", *needs: str) -> None:
+    """A minimal installed distribution of the test scheduler tests/plugins/txd_<name>.py:
+    the module (and the plugin modules it imports, `needs`), and a dist-info with its entry
+    point `<name> = txd_<name>:create_scheduler`."""
+    site.mkdir(parents=True, exist_ok=True)
+    for module in (name, *needs):
+        shutil.copy(PLUGIN.with_name(f"txd_{module}.py"), site / f"txd_{module}.py")
+    info = site / f"txd_{name}-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakepoll\nVersion: 0.1\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: txd-{name}\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
-        "[txd.schedulers]\nfakepoll = txd_fakepoll:create_scheduler\n"
+        f"[txd.schedulers]\n{name} = txd_{name}:create_scheduler\n"
     )
 
 

@@ -10,38 +10,23 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from txd.client import UnavailableError
 from txd.v1 import AppDef, AppState, AppStatus, Role
-from txd_testing import Daemon, remove_tree, short_tmpdir
+from txd_testing import Daemon, install_plugin, remove_tree, short_tmpdir
 
-PLUGIN = Path(__file__).resolve().parent.parent / "plugins" / "txd_fakepush.py"
 TIMEOUT = 30.0
 # What a daemon log must never show, whatever the backend did.
 ALARMS = ("Traceback", "Task exception was never retrieved", "internal error", "never awaited")
 
 
-def install(site: Path) -> None:
-    """The fakepush plugin as an installed distribution: the module and its entry point."""
-    site.mkdir(parents=True)
-    shutil.copy(PLUGIN, site / PLUGIN.name)
-    info = site / "txd_fakepush-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakepush\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[txd.schedulers]\nfakepush = txd_fakepush:create_scheduler\n"
-    )
-
-
 @pytest.fixture
 def push_daemon() -> Iterator[Daemon]:
     root = short_tmpdir()
-    install(root / "site")
+    install_plugin(root / "site", "fakepush")
     d = Daemon(root, env={"PYTHONPATH": str(root / "site")}).start()
     try:
         yield d

@@ -18,9 +18,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from txd.client import InvalidArgumentError
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.v1 import AppDef, AppState, AppStatus, ReplicaStatus, Role, RoleStatus
-from txd_testing import REPO, Daemon, remove_tree, sh_app, short_tmpdir
+from txd_testing import Daemon, install_plugin, remove_tree, sh_app, short_tmpdir
 
-PLUGINS = REPO / "tests" / "plugins"
 BIG = 20_000
 BASE = 1600000000.0  # 2020-09-13: older than any job the tests submit
 TERMINAL = (AppState.SUCCEEDED, AppState.FAILED, AppState.CANCELLED)
@@ -352,24 +351,10 @@ def test_txctl_list_json_is_the_same_text_as_before(small_daemon: Daemon) -> Non
 # -- a backend's own list -----------------------------------------------------------------------
 
 
-def _install_fakelist(site: Path) -> None:
-    """tests/plugins/txd_fakelist.py (and txd_fakepoll.py, which it extends) as a minimal
-    installed distribution with its `txd.schedulers` entry point."""
-    site.mkdir(parents=True)
-    for name in ("txd_fakelist.py", "txd_fakepoll.py"):
-        shutil.copy(PLUGINS / name, site / name)
-    info = site / "txd_fakelist-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-fakelist\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[txd.schedulers]\nfakelist = txd_fakelist:create_scheduler\n"
-    )
-
-
 @pytest.fixture
 def fakelist_daemon() -> Iterator[Daemon]:
     root = short_tmpdir()
-    _install_fakelist(root / "site")
+    install_plugin(root / "site", "fakelist", "fakepoll")
     path = [str(root / "site"), *filter(None, [os.environ.get("PYTHONPATH")])]
     d = Daemon(root, env={"PYTHONPATH": os.pathsep.join(path)}).start()
     try:

@@ -6,30 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from txd.v1 import AppState
-from txd_testing import REPO, Daemon, log_alarms, remove_tree, sh_app, short_tmpdir
-
-PLUGINS = REPO / "tests" / "plugins"
+from txd_testing import Daemon, install_plugin, log_alarms, remove_tree, sh_app, short_tmpdir
 
 
 @pytest.fixture
 def slow_daemon() -> Iterator[tuple[Daemon, Path]]:
     root = short_tmpdir()
     site = root / "site"
-    site.mkdir()
-    for name in ("txd_slowimport.py", "txd_fakepoll.py"):
-        shutil.copy(PLUGINS / name, site / name)
-    info = site / "txd_slowimport-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: txd-slowimport\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[txd.schedulers]\nslowimport = txd_slowimport:create_scheduler\n"
-    )
+    install_plugin(site, "slowimport", "fakepoll")
     gate = root / "gate"
     path = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {"PYTHONPATH": os.pathsep.join(path), "TXD_SLOWIMPORT_GATE": str(gate)}
