@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txd.schedulers.api import (
+    Described,
     DryRunInfo,
     Job,
     Macros,
@@ -503,14 +504,14 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
             projects[row.project].append(row)
         return projects
 
-    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, Described]:
         """One bjobs for every app on host, matched to apps by project name.
 
         An app fails fast, as in TorchX: once a replica has failed, its other jobs are bkilled
         here. `fold` keeps the app live until they have ended, so an app reported terminal has
         nothing left running (and until then cancel and delete still reach it)."""
         projects = await self._bjobs(host)
-        out: dict[str, AppStatus | None] = {}
+        out: dict[str, Described] = {}
         for job in jobs:
             rows = projects.get(job.app_id, [])
             cancelled = job.app_id in self._cancelled
