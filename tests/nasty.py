@@ -36,6 +36,7 @@ NASTY: Mapping[str, str] = {
     "leading_dash": "-rf",
     "double_dash": "--",
     "ctrl": "\x01 \x7f \x1b[31m",
+    "placeholder": "\x01txd-job-id\x01",  # control-byte placeholders (slurm's was) are forgeable
     "percent": "%j %u %%",  # Slurm's and LSF's file name patterns
     "colon": "a : b",  # srun's heterogeneous-job separator
     "equals": "=a=b=",

@@ -1,0 +1,125 @@
+"""Untrusted strings (tests/nasty.py's table) in what the schedulers build, offline: Slurm's
+sbatch script run by a real bash with a stand-in srun that runs the command it is given (no
+cluster), the Kubernetes pod specs, and the AWS Batch and SageMaker requests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nasty import NASTY, NASTY_DIR, NASTY_DIR_NEWLINE, PWNED, nasty_args, nasty_env
+from txd.schedulers.api import SubmitContext
+from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.options import to_cfg_value
+from txd.schedulers.slurm import SlurmScheduler
+from txd.v1 import AppDef, Role
+
+# Prints what the process was given, as ASCII JSON.
+REPORT = (
+    "import json, os, sys\n"
+    "print(json.dumps({'argv': sys.argv[1:],"
+    " 'env': {k: v for k, v in os.environ.items() if k.startswith('NASTY_')}}))\n"
+)
+
+
+def nasty_app(image: str = "", replicas: int = 1) -> AppDef:
+    role = Role(
+        name="r",
+        image=image,
+        entrypoint=sys.executable,
+        args=["-c", REPORT, *nasty_args()],
+        env=nasty_env(),
+        num_replicas=replicas,
+    )
+    return AppDef(name="nasty", roles=[role])
+
+
+def cfg(**values: Any) -> dict[str, Any]:
+    return {k: to_cfg_value(v) for k, v in values.items()}
+
+
+# -- slurm: the sbatch script through bash --------------------------------------------------
+
+# Stand-in for srun: drops its own --options, then runs each heterogeneous component's command
+# (split at srun's ":" arguments) as srun would on a node, so the command's argv and env are
+# what bash and env(1) made of the script's words.
+SRUN = """#!{python}
+import subprocess, sys
+groups, cur = [], []
+for a in sys.argv[1:] + [":"]:
+    if a == ":":
+        groups.append(cur)
+        cur = []
+    elif cur or not a.startswith("--"):
+        cur.append(a)
+sys.exit(max(subprocess.run(g).returncode for g in groups))
+"""
+
+
+def _run_sbatch_script(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(SRUN.format(python=sys.executable))
+    srun.chmod(srun.stat().st_mode | stat.S_IXUSR)
+    return subprocess.run(
+        ["/bin/bash", "-s"],
+        input=script,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "4242"},
+        timeout=60,
+    )
+
+
+async def test_slurm_script_runs_every_value_exactly(tmp_path: Path) -> None:
+    workdir = tmp_path / NASTY_DIR
+    workdir.mkdir()
+    opts = cfg(comment=NASTY["subst"] + NASTY["single_quote"], mail_user="u@x.org")
+    info = await SlurmScheduler("test").submit_dryrun(
+        nasty_app(replicas=2), opts, SubmitContext(cwd=str(workdir), env={})
+    )
+    script = info.request.script
+    directives = [line for line in script.splitlines() if line.startswith("#SBATCH ")]
+    assert f"--chdir={workdir}" in [shlex.split(d)[1] for d in directives]
+    proc = _run_sbatch_script(script, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    *reports, mark = proc.stdout.splitlines()
+    assert mark == "txd: exit code 0", proc.stdout
+    assert len(reports) == 2  # both components ran
+    for line in reports:
+        got = json.loads(line)
+        assert got["argv"] == nasty_args()
+        assert got["env"] == nasty_env()
+    assert not os.path.exists(PWNED)
+
+
+@pytest.mark.parametrize(
+    ("opts", "cwd", "field"),
+    [
+        ({"comment": NASTY["newline"]}, "/tmp", "cfg.comment"),
+        ({"mail_user": "a\rb"}, "/tmp", "cfg.mail_user"),
+        ({"partition": "gpu\ntouch /tmp/txd-nasty-pwned #"}, "/tmp", "cfg.partition"),
+        ({"job_dir": "/tmp/" + NASTY_DIR_NEWLINE}, "/tmp", "cfg.job_dir"),
+        ({}, "/tmp/" + NASTY_DIR_NEWLINE, "cwd"),
+    ],
+)
+async def test_slurm_refuses_a_line_break_in_a_directive(
+    opts: dict[str, str], cwd: str, field: str
+) -> None:
+    """An #SBATCH line ends at a newline: what follows would be a line of the script itself."""
+    with pytest.raises(InvalidArgument) as err:
+        await SlurmScheduler("test").submit_dryrun(
+            nasty_app(), cfg(**opts), SubmitContext(cwd=cwd, env={})
+        )
+    assert err.value.field == field
+    assert "line break" in str(err.value)
