@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from k8s_apps import SHAPES, build
 from nasty import NASTY, NASTY_DIR, NASTY_DIR_NEWLINE, PWNED, nasty_args, nasty_env
 from txd.schedulers.api import SubmitContext
 from txd.schedulers.errors import InvalidArgument
@@ -123,3 +124,60 @@ async def test_slurm_refuses_a_line_break_in_a_directive(
         )
     assert err.value.field == field
     assert "line break" in str(err.value)
+
+
+# -- kubernetes: the pod specs ------------------------------------------------------------------
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """What Kubernetes makes of a command word or env value (its expansion package, as
+    documented for EnvVar.value and Container.args): `$$` is `$`, `$(NAME)` is NAME's value
+    when the container defines it (else left as it is), any other `$` stays."""
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c != "$" or i + 1 == len(text):
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":
+            out.append("$")
+            i += 2
+        elif nxt == "(" and ")" in text[i + 2 :]:
+            end = text.index(")", i + 2)
+            name = text[i + 2 : end]
+            out.append(env.get(name, f"$({name})"))
+            i = end + 1
+        else:
+            out.append("$" + nxt if nxt != "(" else "$(")
+            i += 2
+    return "".join(out)
+
+
+def _containers(obj: Any) -> list[dict[str, Any]]:
+    if isinstance(obj, dict):
+        if "containers" in obj:
+            return list(obj["containers"])
+        return [c for value in obj.values() for c in _containers(value)]
+    if isinstance(obj, list):
+        return [c for value in obj for c in _containers(value)]
+    return []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_kubernetes_containers_get_every_value_exactly(shape: str) -> None:
+    app = nasty_app(image="ghcr.io/x/y:1", replicas=2)
+    app.roles[0].args.append("rank ${replica_id}")
+    containers = _containers(build(shape, app))
+    assert len(containers) in (1, 2), containers  # one per replica, or one Indexed Job
+    for container in containers:
+        # Each env value a plain string (no shell), every name defined: the worst case for
+        # $(NAME) expansion. The index Kubernetes gives an Indexed Job's pod: 1.
+        defined = {e["name"]: e.get("value", "1") for e in container["env"]}
+        env = {e["name"]: kubelet_expand(e["value"], defined) for e in container["env"]
+               if "value" in e and e["name"].startswith("NASTY_")}  # fmt: skip
+        assert env == nasty_env()
+        command = [kubelet_expand(word, defined) for word in container["command"]]
+        assert command[:-1] == [sys.executable, "-c", REPORT, *nasty_args()]
+        assert command[-1] in ("rank 0", "rank 1")
