@@ -187,7 +187,7 @@ def _start(socket_path: Path, state_dir: Path) -> subprocess.CompletedProcess[st
     )
 
 
-@pytest.mark.parametrize("mode", [0o755, 0o1777, 0o711, 0o750])
+@pytest.mark.parametrize("mode", [0o755, 0o1777, 0o711, 0o750], ids=oct)
 def test_refused_where_others_can_enter(mode: int) -> None:
     """A --socket whose folder others can enter (and no folder above it of the user's keeps
     them out: /tmp is root's, 1777) is refused before anything is served."""
