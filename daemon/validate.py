@@ -48,9 +48,17 @@ def normalize_app(app: AppDef) -> AppDef:
     return out
 
 
+def _no_nul(field: str, text: str) -> None:
+    """No string reaches an exec, a script or a file name with a NUL in it: each would cut it."""
+    if "\0" in text:
+        raise InvalidArgument(field, "contains a NUL character")
+
+
 def _normalize_role(field: str, role: Role) -> None:
     if not role.entrypoint.strip():
         raise InvalidArgument(f"{field}.entrypoint", "must not be empty")
+    _no_nul(f"{field}.entrypoint", role.entrypoint)
+    _no_nul(f"{field}.image", role.image)
     if not role.HasField("num_replicas"):
         role.num_replicas = 1
     elif role.num_replicas <= 0:
@@ -63,13 +71,11 @@ def _normalize_role(field: str, role: Role) -> None:
     if role.max_retries < 0:
         raise InvalidArgument(f"{field}.max_retries", f"must be >= 0, got {role.max_retries}")
     for j, arg in enumerate(role.args):
-        if "\0" in arg:
-            raise InvalidArgument(f"{field}.args[{j}]", "contains a NUL character")
+        _no_nul(f"{field}.args[{j}]", arg)
     for key, value in role.env.items():
         if not key or "=" in key or "\0" in key:
             raise InvalidArgument(f"{field}.env", f"invalid variable name {key!r}")
-        if "\0" in value:
-            raise InvalidArgument(f"{field}.env[{key}]", "contains a NUL character")
+        _no_nul(f"{field}.env[{key}]", value)
     for name, port in role.port_map.items():
         if not 1 <= port <= 65535:
             raise InvalidArgument(f"{field}.port_map[{name}]", f"port {port} not in 1..65535")
@@ -102,6 +108,8 @@ def _check_mount(field: str, mount) -> None:  # type: ignore[no-untyped-def]
         raise InvalidArgument(field, "a mount must be one of bind, volume or device")
     m = getattr(mount, kind)
     src = m.src if kind == "volume" else m.src_path
+    _no_nul(f"{field}.{kind}.{'src' if kind == 'volume' else 'src_path'}", src)
+    _no_nul(f"{field}.{kind}.dst_path", m.dst_path)
     if not src:
         raise InvalidArgument(f"{field}.{kind}", "source must not be empty")
     if kind == "device":

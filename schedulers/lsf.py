@@ -614,7 +614,9 @@ def _check(app: AppDef, opts: LsfOpts) -> None:
     for name in ("jobdir", "container_workdir"):
         path = getattr(opts, name)
         if path is not None and (not path.startswith("/") or "\n" in path):
-            raise InvalidArgument(f"cfg.{name}", f"must be an absolute path, got {path!r}")
+            raise InvalidArgument(
+                f"cfg.{name}", f"must be an absolute path with no line break, got {path!r}"
+            )
     if opts.lsf_queue is not None and (not opts.lsf_queue or re.search(r"\s", opts.lsf_queue)):
         raise InvalidArgument("cfg.lsf_queue", f"{opts.lsf_queue!r} is not a queue name")
     seen: dict[str, str] = {}

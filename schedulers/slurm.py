@@ -75,7 +75,8 @@ WORKSPACES_DIR = "txd-workspaces"
 _TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")  # sbatch --parsable: "<id>" or "<id>;<cluster>"
 # Stands for the job id while the script is built; becomes "$SLURM_JOB_ID" in the script.
-_JOB_ID_MARK = "\x01txd-job-id\x01"
+# NUL-delimited, as no value can be (validate.py refuses NUL): a user's string never forges it.
+_JOB_ID_MARK = "\0txd-job-id\0"
 # What scancel says of a job that has ended, or that Slurm has forgotten: cancel is a no-op.
 _SCANCEL_DONE = (b"already completing or completed", b"Invalid job id specified")
 
@@ -199,6 +200,21 @@ def _quote(token: str) -> str:
         return shlex.quote(token)
     quoted = "'" + token.replace("'", "'\"'\"'") + "'"
     return quoted.replace(_JOB_ID_MARK, "'\"$SLURM_JOB_ID\"'")
+
+
+_DIRECTIVE_OPTS = ("partition", "account", "qos", "constraint", "comment", "mail_user", "mail_type")
+
+
+def _check_directives(opts: SlurmOpts, workdir: str, workdir_field: str) -> None:
+    """An #SBATCH line ends at a line break, quoted or not: the rest of a value would be a line
+    of the script, run by bash (`-c comment=$'x\\ncurl ... | sh #'`, or a directory named so)."""
+    values = {workdir_field: workdir}
+    values.update({f"cfg.{name}": getattr(opts, name) or "" for name in _DIRECTIVE_OPTS})
+    for where, value in values.items():
+        if "\n" in value or "\r" in value:
+            raise InvalidArgument(
+                where, f"{value!r} has a line break, which an #SBATCH line cannot hold"
+            )
 
 
 def _component_opts(role: Role, opts: SlurmOpts, version: tuple[int, int]) -> list[str]:
@@ -492,6 +508,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             )
         target = opts.ssh_target()
         workdir = opts.job_dir or ("" if target else ctx.cwd)
+        _check_directives(opts, workdir, "cfg.job_dir" if opts.job_dir else "cwd")
         version = (0, 0)
         if any(r.resource.gpu > 0 for r in app.roles):
             version = await self._version(self.hosts.get(target))
