@@ -398,6 +398,7 @@ class Core:
     # -- logs -------------------------------------------------------------------------------
 
     async def logs(self, req: LogsRequest) -> AsyncIterator[LogsResponse]:
+        logs.check(req)
         rec = self.lookup(req.app_handle)
         with backend_calls(rec.scheduler):
             sched = await self.schedulers.get(rec.scheduler)

@@ -24,7 +24,6 @@ MERGE_QUEUE_CHUNKS = 16
 async def read(
     sched: Scheduler[Any, Any], job: Job, app: AppDef, req: LogsRequest, ended: Ended
 ) -> AsyncIterator[LogsResponse]:
-    _check(req)
     _check_capabilities(sched, req)
     targets = _targets(req.app_handle, app, req)
     tail = req.tail if req.HasField("tail") else None
@@ -49,8 +48,8 @@ async def read(
         yield msg
 
 
-def _check(req: LogsRequest) -> None:
-    """The request's own fields, before any scheduler is asked."""
+def check(req: LogsRequest) -> None:
+    """The request's own fields, before its job is looked up."""
     validate.check_text("role", req.role, validate.MAX_SCHEDULER)
     if req.HasField("tail") and req.tail < 0:
         raise InvalidArgument("tail", f"must be >= 0 (or unset for the whole log), got {req.tail}")

@@ -187,6 +187,10 @@ def _normalize_role(field: str, role: Role) -> int:
             f"{field}.min_replicas",
             f"must be between 1 and num_replicas ({role.num_replicas}), got {role.min_replicas}",
         )
+    if role.retry_policy not in Role.RetryPolicy.values():
+        raise InvalidArgument(
+            f"{field}.retry_policy", f"{role.retry_policy} is not a Role.RetryPolicy"
+        )
     if role.max_retries < 0:
         raise InvalidArgument(f"{field}.max_retries", f"must be >= 0, got {role.max_retries}")
     _check_count(f"{field}.args", role.args, MAX_ARGS)

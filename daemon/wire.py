@@ -88,7 +88,8 @@ def _walk(desc: Descriptor, data: bytes, prefix: str) -> str | None:
 
 
 def _walk_entry(entry: Descriptor, data: bytes, path: str) -> str | None:
-    """A map entry: a bad key names the map, a bad value names the entry (`env[KEY]`)."""
+    """A map entry: a bad key names the map, a bad value names the entry (`env[KEY]`, or for
+    a message value, as run options are named, `cfg.NAME`)."""
     parts = {number: value for number, value in _fields(data) if value is not None}
     key = parts.get(1, b"")
     try:
@@ -98,7 +99,10 @@ def _walk_entry(entry: Descriptor, data: bytes, path: str) -> str | None:
     value = parts.get(2)
     if value is None:
         return None
-    return _walk_value(entry.fields_by_number[2], value, f"{path}[{shown}]")
+    field = entry.fields_by_number[2]
+    if field.message_type is not None:  # cfg: the option's path is `cfg.<name>`
+        return f"{path}.{shown}" if _walk(field.message_type, value, "") else None
+    return _walk_value(field, value, f"{path}[{shown}]")
 
 
 def _walk_value(field: FieldDescriptor, value: bytes, path: str) -> str | None:
