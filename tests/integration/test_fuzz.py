@@ -315,7 +315,7 @@ def handles(wire: Wire) -> st.SearchStrategy[str]:
 # -- properties ---------------------------------------------------------------------------------
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=300)
 @given(data=st.data())
 def test_dryrun_apps(wire: Wire, data: st.DataObject) -> None:
     req = pb.DryRunRequest(
@@ -369,7 +369,7 @@ def test_real_runs_and_request_ids(wire: Wire, data: st.DataObject) -> None:
     wire.alive()
 
 
-@settings(FUZZ, max_examples=500)
+@settings(FUZZ, max_examples=900)
 @given(data=st.data())
 def test_handles_logs_and_lists(wire: Wire, data: st.DataObject) -> None:
     handle = data.draw(handles(wire))
@@ -520,7 +520,7 @@ METHODS = [
 ]
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=600)
 @given(method=st.sampled_from(METHODS), data=st.binary(max_size=64))
 def test_random_bytes(wire: Wire, method: str, data: bytes) -> None:
     """Bytes that are rarely a message: refused as INVALID_ARGUMENT naming `request` (or a
