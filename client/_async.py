@@ -22,6 +22,12 @@ from txd.v1.scheduler_pb2 import RunOpt
 
 DEFAULT_TIMEOUT = 30.0
 _INT32_MAX = 2**31 - 1  # page_size is an int32
+# The daemon's message limits (txd.defaults): a request over its limit fails here, before
+# it is sent, with the same RESOURCE_EXHAUSTED; a response up to the daemon's is accepted.
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", defaults.MAX_REQUEST_BYTES),
+    ("grpc.max_receive_message_length", defaults.MAX_RESPONSE_BYTES),
+]
 _STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
 
 
@@ -67,7 +73,9 @@ class AsyncClient:
     @property
     def stub(self) -> RunnerStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(f"unix:{self.socket_path}")
+            self._channel = grpc.aio.insecure_channel(
+                f"unix:{self.socket_path}", options=CHANNEL_OPTIONS
+            )
             self._stub = RunnerStub(self._channel)
         return self._stub
 

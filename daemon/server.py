@@ -17,11 +17,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from txd.daemon import reflection
+from txd import defaults
+from txd.daemon import reflection, wire
 from txd.daemon.core import Core
 from txd.daemon.servicer import RunnerServicer
 from txd.daemon.tasks import Tasks
-from txd.v1 import runner_pb2, runner_pb2_grpc
+from txd.v1 import runner_pb2
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +125,19 @@ def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
 # server to take them, and the asyncio server takes them one at a time: a burst of a few
 # thousand Watch streams (100 clients opening their watches at once) would lose the excess as
 # CANCELLED. The socket is the user's own (a private folder, the file 0600), so there is no
-# stranger to shed load for.
+# stranger to shed load for. Message sizes are set explicitly, the client's the same
+# (txd.defaults): a bigger request is RESOURCE_EXHAUSTED before the daemon reads it.
 SERVER_OPTIONS = [
     ("grpc.server.max_pending_requests", 1_000_000),
     ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
+    ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
+    ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
 
 
 async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    runner_pb2_grpc.add_RunnerServicer_to_server(RunnerServicer(core), server)
+    wire.add_runner(RunnerServicer(core), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
