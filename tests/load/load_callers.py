@@ -1,12 +1,13 @@
 """A process of concurrent RPC callers, for the load test and `scripts/bench --only load`:
 
-    python load_callers.py SOCKET CALLERS SEED PAUSE DEADLINE MAX_SECONDS
+    python load_callers.py SOCKET CALLERS SEED PAUSE DEADLINE MAX_SECONDS [GONE_OK]
 
 CALLERS callers, each on a gRPC connection of its own, call Status, List and Watch on the
 daemon's newest jobs, pausing a random 0..2*PAUSE seconds between calls, until stdin closes (or
 MAX_SECONDS pass). Prints "ready" once every caller's first List call answered, and at the end
 one JSON line: calls by kind, the errors, and every Status call's latency in seconds. Every unary
-call has a DEADLINE; a Watch must end (its job terminal) within MAX_SECONDS.
+call has a DEADLINE; a Watch must end (its job terminal) within MAX_SECONDS. With GONE_OK
+(1: the run deletes jobs), a job that is no longer known is counted as "gone", not an error.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from txd.client import AsyncClient, TxdError
+from txd.client import AsyncClient, NotFoundError, TxdError
 from txd.v1 import TERMINAL_STATES
 
 ERROR_SAMPLES = 20  # error messages kept whole; the rest are counted
@@ -27,7 +28,14 @@ ERROR_SAMPLES = 20  # error messages kept whole; the rest are counted
 
 class Callers:
     def __init__(
-        self, socket: str, n: int, seed: int, pause: float, deadline: float, watch_bound: float
+        self,
+        socket: str,
+        n: int,
+        seed: int,
+        pause: float,
+        deadline: float,
+        watch_bound: float,
+        gone_ok: bool,
     ) -> None:
         self.clients = [
             AsyncClient(socket, timeout=deadline, own_connection=True) for _ in range(n)
@@ -35,7 +43,8 @@ class Callers:
         self.seed, self.pause, self.deadline = seed, pause, deadline
         self.watch_bound = watch_bound  # a watched job may wait for the followers' gate
         self.handles: list[str] = []  # the newest jobs, as the last List saw them
-        self.calls = {"status": 0, "list": 0, "watch": 0}
+        self.gone_ok = gone_ok
+        self.calls = {"status": 0, "list": 0, "watch": 0, "gone": 0}
         self.errors: list[str] = []
         self.latencies: list[float] = []
         self.stop = asyncio.Event()
@@ -73,6 +82,11 @@ class Callers:
         while not self.stop.is_set():
             try:
                 await self.one(client, rng)
+            except NotFoundError as e:
+                if not self.gone_ok:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+                self.calls["gone"] += 1
+                self.handles = []  # List again
             except TxdError as e:
                 self.errors.append(f"{type(e).__name__}: {e}")
             with contextlib.suppress(TimeoutError):
@@ -94,7 +108,8 @@ class Callers:
 async def main(argv: list[str]) -> None:
     socket, n, seed = argv[0], int(argv[1]), int(argv[2])
     pause, deadline, max_seconds = float(argv[3]), float(argv[4]), float(argv[5])
-    callers = Callers(socket, n, seed, pause, deadline, max_seconds)
+    gone_ok = len(argv) > 6 and argv[6] == "1"
+    callers = Callers(socket, n, seed, pause, deadline, max_seconds, gone_ok)
     loop = asyncio.get_running_loop()
     stdin = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)

@@ -84,8 +84,7 @@ class Report:
             self.errors.append(what)
 
     def percentile(self, p: float) -> float:
-        xs = sorted(self.status_latencies)
-        return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
+        return percentile(self.status_latencies, p)
 
     @property
     def peak_fds(self) -> int:
@@ -221,56 +220,21 @@ class Load:
         """The caller processes, once each has every caller connected; the daemon's peak RSS
         is measured from then on (its baseline includes their connections)."""
         shape = self.shape
-        per = -(-shape.callers // shape.caller_procs)
-        procs = []
-        for k in range(shape.caller_procs):
-            n = min(per, shape.callers - k * per)
-            procs.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    str(CALLERS_SCRIPT),
-                    str(self.socket),
-                    str(n),
-                    str(k),
-                    str(shape.caller_pause),
-                    str(shape.deadline),
-                    str(shape.bound + shape.deadline),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                )
-            )
-        async with asyncio.timeout(shape.deadline):
-            for p in procs:
-                assert p.stdout is not None
-                line = await p.stdout.readline()
-                if line != b"ready\n":
-                    raise RuntimeError(f"a caller process did not start: {line!r}")
+        procs = await start_callers(
+            self.socket, shape.callers, shape.caller_procs, shape.caller_pause, shape.deadline,
+            shape.bound + shape.deadline,
+        )  # fmt: skip
         self.report.rss_start_kib = vm_kib(self.pid, "VmRSS")
         reset_peak_rss(self.pid)
         return procs
 
     async def stop_callers(self, procs: list[asyncio.subprocess.Process]) -> None:
         rep = self.report
-        for p in procs:
-            assert p.stdin is not None and p.stdout is not None
-            p.stdin.close()
-        for p in procs:
-            assert p.stdout is not None
-            try:
-                async with asyncio.timeout(2 * self.shape.deadline):
-                    out = json.loads(await p.stdout.read())
-                    await p.wait()
-            except (TimeoutError, ValueError) as e:
-                rep.error(f"a caller process did not report: {e!r}")
-                with contextlib.suppress(ProcessLookupError):
-                    p.kill()
-                await p.wait()
-                continue
-            for kind, n in out["calls"].items():
-                rep.calls[kind] = rep.calls.get(kind, 0) + n
-            rep.status_latencies += out["status_latencies"]
-            rep.error_count += out["errors"]
-            rep.errors += out["error_samples"][: ERROR_SAMPLES - len(rep.errors)]
+        rep.calls, rep.status_latencies, count, errors = await stop_callers(
+            procs, 2 * self.shape.deadline
+        )
+        rep.error_count += count
+        rep.errors += errors[: ERROR_SAMPLES - len(rep.errors)]
 
     # followed jobs
 
@@ -405,6 +369,78 @@ class Load:
         rep.checked += 1
         rep.followed_checked += followed
         rep.log_bytes += got[0]
+
+
+async def start_callers(
+    socket: Path,
+    callers: int,
+    nprocs: int,
+    pause: float,
+    deadline: float,
+    max_seconds: float,
+    gone_ok: bool = False,
+) -> list[asyncio.subprocess.Process]:
+    """`callers` RPC callers in `nprocs` processes (load_callers.py), once all are connected.
+    gone_ok: jobs are deleted meanwhile, a job gone is no error."""
+    per = -(-callers // nprocs)
+    procs = []
+    for k in range(nprocs):
+        n = min(per, callers - k * per)
+        args = (socket, n, k, pause, deadline, max_seconds, int(gone_ok))
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(CALLERS_SCRIPT),
+                *map(str, args),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        )
+    async with asyncio.timeout(deadline):
+        for p in procs:
+            assert p.stdout is not None
+            line = await p.stdout.readline()
+            if line != b"ready\n":
+                raise RuntimeError(f"a caller process did not start: {line!r}")
+    return procs
+
+
+async def stop_callers(
+    procs: list[asyncio.subprocess.Process], timeout: float
+) -> tuple[dict[str, int], list[float], int, list[str]]:
+    """Stops the caller processes: their calls by kind, Status latencies, the number of
+    errors and a sample of them (a process that did not report counts as one)."""
+    calls: dict[str, int] = {}
+    latencies: list[float] = []
+    errors: list[str] = []
+    count = 0
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.close()
+    for p in procs:
+        assert p.stdout is not None
+        try:
+            async with asyncio.timeout(timeout):
+                out = json.loads(await p.stdout.read())
+                await p.wait()
+        except (TimeoutError, ValueError) as e:
+            errors.append(f"a caller process did not report: {e!r}")
+            count += 1
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            await p.wait()
+            continue
+        for kind, n in out["calls"].items():
+            calls[kind] = calls.get(kind, 0) + n
+        latencies += out["status_latencies"]
+        count += out["errors"]
+        errors += out["error_samples"]
+    return calls, latencies, count, errors
+
+
+def percentile(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))] if xs else float("nan")
 
 
 async def read_log(c: AsyncClient, handle: str) -> tuple[int, str]:
