@@ -44,13 +44,20 @@ class AsyncClient:
 
     `socket` defaults to $TXD_SOCKET or the per-user default. `timeout` bounds every unary call
     except wait(); streams and wait() run until they end unless given a timeout of their own.
+    gRPC channels to the same socket share one connection (its global subchannel pool);
+    `own_connection` gives this client a connection of its own, as a separate process has.
     """
 
     def __init__(
-        self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+        self,
+        socket: str | Path | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        own_connection: bool = False,
     ) -> None:
         self.socket_path = defaults.socket_path(str(socket) if socket else None)
         self.timeout = timeout
+        self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
         self._stub: RunnerStub | None = None
 
@@ -74,7 +81,7 @@ class AsyncClient:
     def stub(self) -> RunnerStub:
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(
-                f"unix:{self.socket_path}", options=CHANNEL_OPTIONS
+                f"unix:{self.socket_path}", options=[*CHANNEL_OPTIONS, *self._options]
             )
             self._stub = RunnerStub(self._channel)
         return self._stub
