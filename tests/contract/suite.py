@@ -462,10 +462,12 @@ class SchedulerContract:
                         with contextlib.suppress(Exception):  # a test may have taken it down
                             await sched.cancel(job)
                     await sched.shutdown(harness.grace)
+            finally:  # however the above ended: no connection may outlive the test
+                try:
                     await sched.aclose()
-            finally:
-                errors = await tasks.aclose()
-                await harness.close()
+                finally:
+                    errors = await tasks.aclose()
+                    await harness.close()
             assert not errors, f"background tasks of {sched.name} failed: {errors!r}"
 
     # -- capabilities ----------------------------------------------------------------------
