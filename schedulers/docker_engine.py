@@ -1,13 +1,17 @@
 """The Docker Engine calls local_docker makes, through aiodocker, with errors in txd's terms.
 
 Every call counts itself (`calls`, shown by backend_calls) and turns the engine's failures into
-the closed set of txd.schedulers.errors: an engine that cannot be reached is BackendUnavailable.
-Two calls read the raw HTTP stream themselves (aiodocker decodes log lines into text and
-publishes events through one shared channel): the event stream, and logs as bytes.
+the closed set of txd.schedulers.errors: an engine that cannot be reached is BackendUnavailable,
+and so is one that does not answer within `timeout` seconds (a hung engine accepts connections
+and then says nothing). Two calls read the raw HTTP stream themselves (aiodocker decodes log
+lines into text and publishes events through one shared channel): the event stream, and logs
+as bytes. The event stream is checked with a `/_ping` every `timeout` seconds while it is open,
+since a quiet stream and a hung engine look the same.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import json
@@ -22,6 +26,8 @@ from txd.schedulers.errors import BackendUnavailable, NotFound, TxdError
 
 # The engine answers "cannot connect" with this made-up status (aiodocker's).
 _UNREACHABLE = 900
+# Seconds an engine call may take (see Engine).
+DEFAULT_TIMEOUT = 10.0
 # Streams stay open for as long as the job or the subscription lasts.
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, connect=10)
 # The engine logs a line longer than this in pieces of this size. Engine 20.10 with the `local`
@@ -42,10 +48,14 @@ class EngineError(TxdError):
 
 
 class Engine:
-    """One Docker engine, reached at `url` (unix:///..., tcp://...)."""
+    """One Docker engine, reached at `url` (unix:///..., tcp://...). A call that gets no
+    answer within `timeout` seconds raises BackendUnavailable, except the reading of a stream
+    (a followed log can be quiet for hours), a pull (an image of any size) and a stop (it
+    waits out the container's stop timeout)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url
+        self.timeout = timeout
         self.calls: Counter[str] = Counter()
         self._docker: aiodocker.Docker | None = None
         self._closed = False
@@ -70,11 +80,17 @@ class Engine:
             with contextlib.suppress(Exception):
                 await docker.close()
 
-    @contextlib.contextmanager
-    def _call(self, kind: str) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def _call(self, kind: str, *, bounded: bool = True) -> AsyncIterator[None]:
+        """Counts a call of `kind` and maps its errors; `bounded`: within `timeout`."""
         self.calls[kind] += 1
         try:
-            yield
+            async with asyncio.timeout(self.timeout if bounded else None):
+                yield
+        except TimeoutError as e:
+            raise BackendUnavailable(
+                f"the Docker engine at {self.url} did not answer {kind} within {self.timeout:g} s"
+            ) from e
         except aiodocker.DockerError as e:
             if e.status == _UNREACHABLE:
                 raise BackendUnavailable(f"the Docker engine at {self.url}: {e.message}") from e
@@ -86,7 +102,7 @@ class Engine:
 
     async def containers(self, labels: Sequence[str]) -> list[dict[str, Any]]:
         """Every container (running or not) carrying all these labels (`key` or `key=value`)."""
-        with self._call("containers.list"):
+        async with self._call("containers.list"):
             found = await self._client().containers.list(
                 all=True, filters=json.dumps({"label": list(labels)})
             )
@@ -95,7 +111,7 @@ class Engine:
     async def inspect(self, name: str) -> dict[str, Any] | None:
         """A container's inspect data; None when it does not exist."""
         try:
-            with self._call("containers.inspect"):
+            async with self._call("containers.inspect"):
                 return await self._client().containers.container(name).show()
         except EngineError as e:
             if e.status == 404:
@@ -103,31 +119,25 @@ class Engine:
             raise
 
     async def create_container(self, name: str, body: Mapping[str, Any]) -> str:
-        with self._call("containers.create"):
+        async with self._call("containers.create"):
             c = await self._client().containers.create(dict(body), name=name)
         return c.id
 
     async def start(self, name: str) -> None:
-        with self._call("containers.start"):
+        async with self._call("containers.start"):
             await self._client().containers.container(name).start()
 
     async def stop(self, name: str) -> None:
         """Stops a container: its stop signal, then SIGKILL after its StopTimeout."""
-        with (
-            contextlib.suppress(NotFound),
-            self._missing_is_not_found(name),
-            self._call("containers.stop"),
-        ):
-            await self._client().containers.container(name).stop()
+        with contextlib.suppress(NotFound), self._missing_is_not_found(name):
+            async with self._call("containers.stop", bounded=False):
+                await self._client().containers.container(name).stop()
 
     async def remove(self, name: str) -> None:
         """Removes a container, killing it if it runs; no error if it is gone already."""
-        with (
-            contextlib.suppress(NotFound),
-            self._missing_is_not_found(name),
-            self._call("containers.remove"),
-        ):
-            await self._client().containers.container(name).delete(force=True)
+        with contextlib.suppress(NotFound), self._missing_is_not_found(name):
+            async with self._call("containers.remove"):
+                await self._client().containers.container(name).delete(force=True)
 
     @contextlib.contextmanager
     def _missing_is_not_found(self, what: str) -> Iterator[None]:
@@ -142,7 +152,7 @@ class Engine:
 
     async def has_image(self, name: str) -> bool:
         try:
-            with self._call("images.inspect"):
+            async with self._call("images.inspect"):
                 await self._client().images.inspect(name)
             return True
         except EngineError as e:
@@ -152,40 +162,34 @@ class Engine:
 
     async def pull(self, name: str) -> None:
         """Pulls an image; raises EngineError with the engine's reason when it cannot."""
-        with self._call("images.pull"):
+        async with self._call("images.pull", bounded=False):
             # A pull reports failures inside its progress stream, as {"error": ...}.
             for item in await self._client().images.pull(name):
                 if "error" in item:
                     raise aiodocker.DockerError(500, str(item["error"]))
 
     async def create_network(self, body: Mapping[str, Any]) -> None:
-        with self._call("networks.create"):
+        async with self._call("networks.create"):
             await self._client().networks.create(dict(body))
 
     async def remove_network(self, name: str) -> None:
-        with (
-            contextlib.suppress(NotFound),
-            self._missing_is_not_found(name),
-            self._call("networks.remove"),
-        ):
-            await aiodocker.networks.DockerNetwork(self._client(), name).delete()
+        with contextlib.suppress(NotFound), self._missing_is_not_found(name):
+            async with self._call("networks.remove"):
+                await aiodocker.networks.DockerNetwork(self._client(), name).delete()
 
     async def volumes(self, labels: Sequence[str]) -> list[dict[str, Any]]:
-        with self._call("volumes.list"):
+        async with self._call("volumes.list"):
             found = await self._client().volumes.list(filters={"label": list(labels)})
         return list(found.get("Volumes") or [])
 
     async def create_volume(self, body: Mapping[str, Any]) -> None:
-        with self._call("volumes.create"):
+        async with self._call("volumes.create"):
             await self._client().volumes.create(dict(body))
 
     async def remove_volume(self, name: str) -> None:
-        with (
-            contextlib.suppress(NotFound),
-            self._missing_is_not_found(name),
-            self._call("volumes.remove"),
-        ):
-            await aiodocker.volumes.DockerVolume(self._client(), name).delete()
+        with contextlib.suppress(NotFound), self._missing_is_not_found(name):
+            async with self._call("volumes.remove"):
+                await aiodocker.volumes.DockerVolume(self._client(), name).delete()
 
     # -- streams --------------------------------------------------------------------------
 
@@ -194,8 +198,9 @@ class Engine:
         self, filters: Mapping[str, list[str]]
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """The engine's event stream, subscribed once this is entered (the engine subscribes
-        before it sends its response's headers): events as dicts, until the stream drops."""
-        with self._call("events"):
+        before it sends its response's headers): events as dicts, until the stream drops, or
+        raising BackendUnavailable once the engine stops answering pings."""
+        async with self._call("events"):
             cm = self._client()._query(
                 "events", params={"filters": json.dumps(dict(filters))}, timeout=_STREAM_TIMEOUT
             )
@@ -205,6 +210,21 @@ class Engine:
         finally:
             resp.close()  # aiodocker's _query leaves its response open
             await cm.__aexit__(None, None, None)
+
+    async def ping(self) -> None:
+        """GET /_ping: the cheapest sign that the engine answers."""
+        async with (
+            self._call("ping"),
+            self._client()._query("_ping", versioned_api=False) as resp,
+        ):
+            await resp.read()
+
+    async def _until_unanswered(self) -> None:
+        """Pings every `timeout` seconds; returns nothing, raises the first unanswered ping's
+        BackendUnavailable."""
+        while True:
+            await asyncio.sleep(self.timeout)
+            await self.ping()
 
     async def logs(
         self, name: str, *, stdout: bool, stderr: bool, follow: bool, since_ns: int = 0
@@ -220,16 +240,17 @@ class Engine:
         }
         if since_ns:
             params["since"] = f"{since_ns // 10**9}.{since_ns % 10**9:09d}"
-        with self._missing_is_not_found(f"container {name}"), self._call("containers.logs"):
-            cm = self._client()._query(
-                f"containers/{name}/logs", params=params, timeout=_STREAM_TIMEOUT
-            )
-            resp = await cm.__aenter__()
+        with self._missing_is_not_found(f"container {name}"):
+            async with self._call("containers.logs"):
+                cm = self._client()._query(
+                    f"containers/{name}/logs", params=params, timeout=_STREAM_TIMEOUT
+                )
+                resp = await cm.__aenter__()
         try:
             buf = bytearray()
             in_long_line: dict[int, bool] = {}  # by stream: the last piece was a full partial
             while True:
-                with self._call("containers.logs.read"):
+                async with self._call("containers.logs.read", bounded=False):
                     data = await resp.content.readany()
                 if not data:
                     return
@@ -257,13 +278,27 @@ class Engine:
 async def _json_lines(
     engine: Engine, resp: aiohttp.ClientResponse
 ) -> AsyncIterator[dict[str, Any]]:
-    while True:
-        with engine._call("events.read"):
-            line = await resp.content.readline()
-        if not line:
-            return
-        if line.strip():
-            yield json.loads(line)
+    """The stream's events, while pings show the engine answers. A read is never cancelled
+    half-way (a partial line would be lost) unless the stream is given up."""
+    alive = asyncio.ensure_future(engine._until_unanswered())
+    line: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            line = asyncio.ensure_future(resp.content.readline())
+            await asyncio.wait([line, alive], return_when=asyncio.FIRST_COMPLETED)
+            if not line.done():
+                alive.result()  # the engine stopped answering: raises BackendUnavailable
+            async with engine._call("events.read", bounded=False):
+                data = line.result()
+            if not data:
+                return
+            if data.strip():
+                yield json.loads(data)
+    finally:
+        tasks = [t for t in (line, alive) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # their errors are seen to
 
 
 def _stamped(frame: bytes) -> tuple[bytes, int]:

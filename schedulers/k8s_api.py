@@ -12,6 +12,7 @@ cannot be reached or the configuration cannot be loaded.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -187,6 +188,20 @@ class Kube:
             quoted = data[:_BODY_QUOTE].decode(errors="replace")
             raise KubeError(resp.status, "BadResponse", f"not JSON: {quoted!r}", what=what) from e
         return result if isinstance(result, dict) else {"items": result}
+
+    async def answers(self, timeout: float) -> None:
+        """GET /version, which any user may ask, within `timeout` seconds. Raises KubeError(0)
+        when the apiserver cannot be reached or says nothing (a hung one still accepts
+        connections); any other answer, an error status too, shows that it answers."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.request("GET", "/version")
+        except TimeoutError as e:
+            msg = f"the Kubernetes API server at {self.server} did not answer within {timeout:g} s"
+            raise KubeError(0, "Timeout", msg, what="GET /version") from e
+        except KubeError as e:
+            if e.status == 0:
+                raise
 
     @contextlib.asynccontextmanager
     async def stream(

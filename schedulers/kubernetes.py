@@ -113,6 +113,17 @@ class KubeSettings(Settings):
     context: str = opt("", "the kubeconfig context (default: its current context)")
     namespace: str = opt("", "the namespace of runs that name none (default: the context's)")
     docker_host: str = docker_workspace.docker_host_setting()
+    api_timeout: float = opt(
+        10.0,
+        "while jobs are watched, seconds between checks that the API server answers (GET "
+        "/version), and how long one may take: a watch is as quiet as a hung API server, "
+        "which thus marks the jobs' statuses stale within twice this",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.api_timeout > 0:
+            raise ValueError(f"api_timeout must be > 0, got {self.api_timeout!r}")
 
 
 @dataclass
@@ -137,6 +148,7 @@ class _Feed:
 
     queue: asyncio.Queue[str | KubeError] = field(default_factory=asyncio.Queue)
     tasks: dict[tuple[str, Collection], asyncio.Task[None]] = field(default_factory=dict)
+    probe: asyncio.Task[None] | None = None  # see _probe
 
 
 class KubernetesScheduler(Scheduler[Any, KubeRequest]):
@@ -410,12 +422,28 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             out[job.app_id] = status if status is not None else self._absent(job)
         return out
 
+    async def _probe(self, kube: Kube, feed: _Feed) -> None:
+        """Checks every api_timeout seconds that the API server answers (Kube.answers), and
+        reports the first check that fails, ending the feed: a watch cannot tell a quiet
+        collection from a hung server before its own read timeout (timeoutSeconds + 30)."""
+        timeout = typing.cast(KubeSettings, self.settings).api_timeout
+        while True:
+            await asyncio.sleep(timeout)
+            try:
+                await kube.answers(timeout)
+            except KubeError as e:
+                feed.queue.put_nowait(e)
+                return
+
     async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
-        await self.kube()
+        kube = await self.kube()
         feed = _Feed()
         self._feed = feed
         last: dict[str, AppStatus] = {}
         try:
+            feed.probe = asyncio.get_running_loop().create_task(
+                self._probe(kube, feed), name=f"{self.name} probe"
+            )
             for key in list(self._informers):
                 self._start(feed, key)
             yield SUBSCRIBED
@@ -445,9 +473,10 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
                     yield SUBSCRIBED
         finally:
             self._feed = None
-            for task in feed.tasks.values():
+            tasks = [*feed.tasks.values(), *([feed.probe] if feed.probe else [])]
+            for task in tasks:
                 task.cancel()
-            for task in feed.tasks.values():
+            for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             for event in self._synced.values():

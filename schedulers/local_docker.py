@@ -53,6 +53,7 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
+from txd.schedulers.docker_engine import DEFAULT_TIMEOUT as DEFAULT_ENGINE_TIMEOUT
 from txd.schedulers.docker_engine import Engine, EngineError
 from txd.schedulers.errors import InvalidArgument, NotFound
 from txd.schedulers.logfiles import selected
@@ -90,6 +91,17 @@ class DockerSettings(Settings):
         "the Docker engine's address (unix:///path or tcp://host:port; default: $DOCKER_HOST "
         f"in txd's environment, else {DEFAULT_HOST})",
     )
+    engine_timeout: float = opt(
+        DEFAULT_ENGINE_TIMEOUT,
+        "seconds an engine call may take, and between pings of the engine while its event "
+        "stream is open; an engine that answers nothing for that long (a hung dockerd) counts "
+        "as not answering: its jobs' statuses go stale until it answers again",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.engine_timeout > 0:
+            raise ValueError(f"engine_timeout must be > 0, got {self.engine_timeout!r}")
 
 
 @dataclass
@@ -380,7 +392,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         super().__init__(session_name, settings)
         resolved = typing.cast(DockerSettings, self.settings)
         url = resolved.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
-        self.engine = Engine(url)
+        self.engine = Engine(url, resolved.engine_timeout)
         self._deleted: OrderedDict[str, None] = OrderedDict()  # see RECENT_DELETED
 
     # -- submission -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Popen.wait or pidfds, job ends through the Wait RPC.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -20,11 +21,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from txd.v1 import AppDef, AppStatus, Role
+from txd.v1 import AppDef, AppState, AppStatus, Role
 
 REPO = Path(__file__).resolve().parent.parent
 _VENV_TXCTL = Path(sys.executable).parent / "txctl"
@@ -107,6 +108,60 @@ async def read_logs_by_replica(client: Any, handle: str, **kw: Any) -> dict[str,
         key = f"{chunk.role}/{chunk.replica}"
         out[key] = out.get(key, b"") + chunk.data
     return out
+
+
+# -- watching a job ---------------------------------------------------------------------------
+
+STEP_TIMEOUT = 30.0  # Watched.next
+
+
+class Watched:
+    """Every status a Watch of a job sends (`sent`), and a way to wait for the next one that
+    says something (see `watching`)."""
+
+    def __init__(self) -> None:
+        self.sent: list[AppStatus] = []
+        self._queue: asyncio.Queue[AppStatus | None] = asyncio.Queue()
+
+    async def next(
+        self, what: str, pred: Callable[[AppStatus], bool], timeout: float = STEP_TIMEOUT
+    ) -> AppStatus:
+        """The next status sent for which pred holds; AssertionError naming `what` when the
+        watch ends first, TimeoutError after `timeout` seconds."""
+        async with asyncio.timeout(timeout):
+            while (status := await self._queue.get()) is not None:
+                if pred(status):
+                    return status
+        raise AssertionError(f"the watch ended before {what}: {self.sent}")
+
+
+@contextlib.asynccontextmanager
+async def watching(client: Any, handle: str) -> AsyncIterator[Watched]:
+    """Watches the job in a task for as long as the block lasts."""
+    w = Watched()
+
+    async def pump() -> None:
+        try:
+            async for status in client.watch(handle):
+                w.sent.append(status)
+                w._queue.put_nowait(status)
+        finally:
+            w._queue.put_nowait(None)
+
+    task = asyncio.create_task(pump())
+    try:
+        yield w
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def is_stale(s: AppStatus) -> bool:
+    return s.HasField("stale_since")
+
+
+def is_fresh_running(s: AppStatus) -> bool:
+    return s.state == AppState.RUNNING and not is_stale(s)
 
 
 # -- /proc ------------------------------------------------------------------------------------
@@ -572,3 +627,4 @@ def job_replicas(state_dir: Path, handle: str) -> list[dict[str, Any]]:
 
 
 __all__ = [*__all__, "Gate", "Gates", "job_replicas", "recorded_native"]
+__all__ = [*__all__, "Watched", "is_fresh_running", "is_stale", "watching"]

@@ -13,14 +13,23 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from txd.v1 import AppDef, AppState, AppStatus, Role
-from txd_testing import PidWatch, clean_env, repeated_statuses, sh_app
+from txd.v1 import AppDef, AppState, Role
+from txd_testing import (
+    STEP_TIMEOUT,
+    PidWatch,
+    Watched,
+    clean_env,
+    is_fresh_running,
+    is_stale,
+    repeated_statuses,
+    sh_app,
+    watching,
+)
 
 # What squeue (and so every client command) says when slurmctld does not answer.
 CONTROLLER_DOWN = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
@@ -31,7 +40,6 @@ DBD_DOWN = (
     "sacct: error: Problem talking to the database: Connection refused"
 )
 COMMAND_TIMEOUT = 4  # the daemon's slurm.command_timeout here
-STEP_TIMEOUT = 30.0  # each awaited status change
 
 # Each reads its mode from $CTL/<name>.mode when it runs. Job states live in $CTL/jobs/<id>.
 STANDINS = {
@@ -154,52 +162,8 @@ def slurm(unstarted_daemon: Any, tmp_path: Path) -> Iterator[tuple[Any, Slurm]]:
         fake.close()
 
 
-class Watched:
-    """Every status a Watch of the job sends, and a way to wait for the next one that says
-    something."""
-
-    def __init__(self) -> None:
-        self.sent: list[AppStatus] = []
-        self._queue: asyncio.Queue[AppStatus | None] = asyncio.Queue()
-
-    async def next(self, what: str, pred: Callable[[AppStatus], bool]) -> AppStatus:
-        async with asyncio.timeout(STEP_TIMEOUT):
-            while (status := await self._queue.get()) is not None:
-                if pred(status):
-                    return status
-        raise AssertionError(f"the watch ended before {what}: {self.sent}")
-
-
-@asynccontextmanager
-async def watching(c: Any, handle: str) -> AsyncIterator[Watched]:
-    w = Watched()
-
-    async def pump() -> None:
-        try:
-            async for status in c.watch(handle):
-                w.sent.append(status)
-                w._queue.put_nowait(status)
-        finally:
-            w._queue.put_nowait(None)
-
-    task = asyncio.create_task(pump())
-    try:
-        yield w
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
 def _app(name: str) -> AppDef:
     return AppDef(name=name, roles=[Role(name="main", entrypoint="true")])
-
-
-def _stale(s: AppStatus) -> bool:
-    return s.HasField("stale_since")
-
-
-def _fresh_running(s: AppStatus) -> bool:
-    return s.state == AppState.RUNNING and not _stale(s)
 
 
 async def _submit(c: Any, fake: Slurm, workdir: Path, name: str) -> str:
@@ -211,12 +175,12 @@ async def _fault(w: Watched, fake: Slurm, mode: str, says: str) -> None:
     """squeue misbehaves as `mode` until the job is marked stale, saying `says`; then answers
     again, and the job is fresh and RUNNING."""
     fake.squeue(mode)
-    stale = await w.next(f"stale ({mode})", _stale)
+    stale = await w.next(f"stale ({mode})", is_stale)
     assert stale.state == AppState.RUNNING, stale
     assert stale.stale_msg.startswith("slurm has not answered since "), stale.stale_msg
     assert says in stale.stale_msg, stale.stale_msg
     fake.squeue("normal")
-    await w.next(f"fresh after {mode}", _fresh_running)
+    await w.next(f"fresh after {mode}", is_fresh_running)
 
 
 async def test_squeue_errors_hangs_and_garbage_keep_the_job_running_stale(
@@ -227,17 +191,17 @@ async def test_squeue_errors_hangs_and_garbage_keep_the_job_running_stale(
         handle = await _submit(c, fake, workdir, "faults")
         job_id = handle.rsplit("/", 1)[1]
         async with watching(c, handle) as w:
-            await w.next("RUNNING", _fresh_running)
+            await w.next("RUNNING", is_fresh_running)
 
             # slurmctld down: squeue exits 1 with its error, which the status carries.
             await _fault(w, fake, "error", f"squeue on this host failed: {CONTROLLER_DOWN}")
             fake.squeue("error")
-            await w.next("stale again", _stale)
+            await w.next("stale again", is_stale)
             text = daemon.txctl("status", handle, check=0).stdout
             assert "STALE:    slurm has not answered since " in text, text
             assert CONTROLLER_DOWN in text, text
             fake.squeue("normal")
-            await w.next("fresh", _fresh_running)
+            await w.next("fresh", is_fresh_running)
 
             # Garbage: random bytes, a line cut short, columns missing.
             cannot_read = "squeue on this host printed what txd cannot read: line 1"
@@ -259,7 +223,7 @@ async def test_squeue_errors_hangs_and_garbage_keep_the_job_running_stale(
                 assert b"".join([ch.data async for ch in c.logs(local)]) == b"hi\n"
                 assert hung.running() == [sh, child], "the squeue hang ended first"
                 print(f"local_cwd status latency during the hang: {max(latencies) * 1000:.1f} ms")
-                stale = await w.next("stale (hang)", _stale)
+                stale = await w.next("stale (hang)", is_stale)
                 assert stale.state == AppState.RUNNING
                 assert stale.stale_msg.endswith(
                     f" on this host did not finish within {COMMAND_TIMEOUT} s"
@@ -268,7 +232,7 @@ async def test_squeue_errors_hangs_and_garbage_keep_the_job_running_stale(
                 # The timed-out command is ended, its children with it.
                 assert hung.wait(10) == [], "the hung squeue or its child was left running"
             fake.squeue("normal")
-            await w.next("fresh after the hang", _fresh_running)
+            await w.next("fresh after the hang", is_fresh_running)
 
             # The job's real end, seen once.
             fake.set_job(job_id, "COMPLETED")
@@ -276,7 +240,7 @@ async def test_squeue_errors_hangs_and_garbage_keep_the_job_running_stale(
         sent = w.sent
     assert [s.state for s in sent if s.state == AppState.UNKNOWN] == []
     assert [s.state for s in sent if s.state in (AppState.SUCCEEDED,)] == [AppState.SUCCEEDED]
-    assert sent[-1].state == AppState.SUCCEEDED and not _stale(sent[-1])
+    assert sent[-1].state == AppState.SUCCEEDED and not is_stale(sent[-1])
     assert repeated_statuses(sent) == [], sent
     calls = (fake.ctl / "squeue.calls").read_text().split()
     assert {"error", "bytes", "truncated", "columns", "hang"} <= set(calls)
@@ -290,10 +254,10 @@ async def test_a_job_forgotten_while_sacct_fails_waits_for_sacct(slurm: Any, wor
         handle = await _submit(c, fake, workdir, "forgotten")
         job_id = handle.rsplit("/", 1)[1]
         async with watching(c, handle) as w:
-            await w.next("RUNNING", _fresh_running)
+            await w.next("RUNNING", is_fresh_running)
             fake.sacct("error")
             fake.set_job(job_id, None)
-            stale = await w.next("stale", _stale)
+            stale = await w.next("stale", is_stale)
             assert stale.state == AppState.RUNNING, stale
             assert stale.stale_msg.endswith(
                 f": squeue no longer shows job {job_id} and sacct on this host failed: {DBD_DOWN}"

@@ -9,7 +9,8 @@
   (`stop_apiserver()` and `start_apiserver()` apart: the backend down for a while).
 - `make_k8s_daemon(cluster, namespace)`: a txd (not started) whose kubernetes and
   kubernetes_mcad schedulers use the cluster's kubeconfig and run in `namespace` by default.
-- `K8S_CFG`: the run options every end-to-end job passes (host network, local images).
+- `K8S_CFG`: the run options every end-to-end job passes (host network, local images);
+  `sh_role` and `gated_role`: roles of such jobs.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from docker_testing import BUSYBOX
+from txd.v1 import BindMount, Mount, Role
 from txd_testing import REPO, Daemon, short_tmpdir
 
 SCRIPTS = REPO / "scripts"
@@ -249,3 +252,18 @@ def make_k8s_daemon(
         ]
     # No KUBECONFIG of the caller's leaks in: the settings are the only way to the cluster.
     return Daemon(short_tmpdir("txdk-"), env={"KUBECONFIG": ""}, args=[*settings, *args])
+
+
+def sh_role(name: str, script: str, replicas: int = 1, image: str = BUSYBOX) -> Role:
+    return Role(name=name, image=image, entrypoint="sh", args=["-c", script], num_replicas=replicas)
+
+
+def gated_role(name: str, gate: Path, first: str = "up", then: str = "", replicas: int = 1) -> Role:
+    """Writes `first`, waits until the test creates <gate>/go (a hostPath mount: the pod runs
+    on this machine), writes `then` if given, exits 0."""
+    script = f"echo {first}; while [ ! -e /gate/go ]; do sleep 0.05; done"
+    if then:
+        script += f"; echo {then}"
+    role = sh_role(name, script, replicas=replicas)
+    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
+    return role

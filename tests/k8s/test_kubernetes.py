@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 from docker_testing import BUSYBOX
-from k8s_testing import K8S_CFG, Cluster
+from k8s_testing import K8S_CFG, Cluster, gated_role, sh_role
 from txd.v1 import AppDef, AppState, AppStatus, BindMount, Mount, Role
 from txd_testing import Daemon, read_logs, read_logs_by_replica, repeated_statuses, unique
 
@@ -23,10 +23,6 @@ SCHED = "kubernetes"
 GONE_TIMEOUT = 90.0  # the garbage collector's removing what a deleted root owned
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def sh_role(name: str, script: str, replicas: int = 1, image: str = BUSYBOX) -> Role:
-    return Role(name=name, image=image, entrypoint="sh", args=["-c", script], num_replicas=replicas)
 
 
 def app_name(handle: str) -> str:
@@ -97,17 +93,6 @@ async def test_a_two_role_three_replica_app_succeeds_with_real_pods_and_logs(
     ) == [("ps", "0"), ("trainer", "0"), ("trainer", "1")]
     assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
     assert all(p["spec"]["hostNetwork"] for p in pods)
-
-
-def gated_role(name: str, gate: Path, first: str = "up", then: str = "", replicas: int = 1) -> Role:
-    """Writes `first`, waits until the test creates <gate>/go (a hostPath mount: the pod runs
-    on this machine), writes `then` if given, exits 0."""
-    script = f"echo {first}; while [ ! -e /gate/go ]; do sleep 0.05; done"
-    if then:
-        script += f"; echo {then}"
-    role = sh_role(name, script, replicas=replicas)
-    role.mounts.append(Mount(bind=BindMount(src_path=str(gate), dst_path="/gate")))
-    return role
 
 
 def sleeper(name: str, replicas: int = 1) -> Role:
