@@ -201,17 +201,36 @@ class Core:
         return name, sched, app, SubmitContext(cwd=cwd, env=env, workspace=workspace)
 
     async def _submit(self, req: RunRequest) -> JobRecord:
+        rid = req.request_id or None
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
-            submitted = await sched.schedule(info)
-        cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
-        try:
-            rec = self._insert(name, info.app, cfg, submitted, req.request_id or None)
-        except Exception:
-            log.exception("could not record the job %s submitted; cancelling it", submitted)
-            await _undo(sched, Job(submitted.app_id, submitted.native))
-            raise
+            cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
+            early = None
+            if info.app_id:
+                # Recorded before it runs: a daemon killed during schedule() leaves a live
+                # record, which the next one settles (recover) and a retried Run finds.
+                early = self._insert(name, info.app, cfg, Submitted(info.app_id, info.native), rid)
+            try:
+                submitted = await sched.schedule(info)
+            except Exception:
+                if early is not None:  # schedule() left nothing running
+                    self.store.delete(early.handle)
+                raise
+        if early is not None:
+            early.native = submitted.native
+            try:
+                self.store.update_native(early.handle, submitted.native)
+            except sqlite3.Error as e:  # the job runs: the early record still finds it
+                log.warning("could not record the native facts of %s: %s", early.handle, e)
+            rec = early
+        else:
+            try:
+                rec = self._insert(name, info.app, cfg, submitted, rid)
+            except Exception:
+                log.exception("could not record the job %s submitted; cancelling it", submitted)
+                await _undo(sched, Job(submitted.app_id, submitted.native))
+                raise
         job = self.cache.follow(rec)
         # Statuses reported while schedule() ran found no followed job: look now. A polled
         # scheduler is only nudged: its next poll, batched with every other job's, tells.

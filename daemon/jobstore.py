@@ -319,6 +319,11 @@ class JobStore:
             (status.state, status.SerializeToString(), handle),
         )
 
+    def update_native(self, handle: str, native: dict[str, Any]) -> None:
+        self._db.execute(
+            "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
+        )
+
     def delete(self, handle: str) -> None:
         self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
 
