@@ -215,7 +215,7 @@ class Core:
                 submitted = await sched.schedule(info)
             except Exception:
                 if early is not None:  # schedule() left nothing running
-                    self.store.delete(early.handle)
+                    self._forget(early)
                 raise
         if early is not None:
             early.native = submitted.native
@@ -236,6 +236,14 @@ class Core:
         # scheduler is only nudged: its next poll, batched with every other job's, tells.
         await self.schedulers.feed(name).refresh([job], wait=False)
         return rec
+
+    def _forget(self, rec: JobRecord) -> None:
+        """Removes the record of a job that never ran; one the store cannot remove now (a full
+        disk) is settled by recover() at the next start, as if the daemon had died."""
+        try:
+            self.store.delete(rec.handle)
+        except sqlite3.Error as e:
+            log.warning("could not remove the record of %s, which never ran: %s", rec.handle, e)
 
     def _insert(
         self,
@@ -261,6 +269,7 @@ class Core:
             )
             try:
                 self.store.insert(rec)
+                self.cache.flush()  # the store takes writes: those it could not take too
                 return rec
             except sqlite3.IntegrityError:
                 if self.store.get(rec.handle) is None:
@@ -308,6 +317,8 @@ class Core:
         handle = self.resolve(text)
         if (job := self.cache.get(handle)) is not None:
             return job.record
+        if (unsaved := self.cache.unsaved(handle)) is not None:
+            return unsaved
         rec = self.store.get(handle)
         if rec is None:
             raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
@@ -329,7 +340,8 @@ class Core:
         if scheduler:
             self.schedulers.check(scheduler)
         if not req.backend:
-            return query.from_store(self.store)
+            statuses, token = query.from_store(self.store)
+            return [self._latest(s) for s in statuses], token
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
         with backend_calls(scheduler):
@@ -341,6 +353,11 @@ class Core:
             status.scheduler = scheduler
             status.app_handle = handle_of(scheduler, self.session, status.app_id)
         return query.from_statuses(apps)
+
+    def _latest(self, status: AppStatus) -> AppStatus:
+        """The job's latest status: the store's, unless it could not take the latest."""
+        unsaved = self.cache.unsaved(status.app_handle)
+        return unsaved.status if unsaved is not None else status
 
     # -- control ----------------------------------------------------------------------------
 

@@ -41,7 +41,8 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
+from txd.schedulers.exhaustion import exhausted
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.schedulers.options import opt
 from txd.schedulers.status import fold, group_replicas
@@ -125,7 +126,7 @@ class _Replica(asyncio.SubprocessProtocol):
     def __init__(self, app: _App, spec: ReplicaSpec) -> None:
         self.app = app
         self.spec = spec
-        self.writer = LogWriter(Path(spec.log))
+        self.writer = LogWriter(Path(spec.log), on_loss=app.output_lost)
         self.transport: asyncio.SubprocessTransport | None = None
         self.pid = 0
         self.returncode: int | None = None
@@ -186,6 +187,10 @@ class _App:
         self.cancel_msg = ""
         self.finisher: asyncio.Task[None] | None = None
         self.grace = DRAIN_GRACE
+
+    def output_lost(self) -> None:
+        """A replica's log began to lose bytes (a full disk): its status now says so."""
+        self.sched.changed(self.req.app_id, self.status())
 
     def replica_exited(self) -> None:
         self.maybe_finish()
@@ -254,6 +259,12 @@ class _App:
                 if r.state == AppState.FAILED
             )
             out.structured_error_msg = _first_error_file(self.req)
+        if lost := [r for r in self.replicas if r.writer.lost]:
+            note = "output lost: " + ", ".join(
+                f"{r.spec.role}/{r.spec.replica_id} {r.writer.lost} bytes ({r.writer.loss})"
+                for r in lost
+            )
+            out.msg = f"{out.msg}; {note}" if out.msg else note
         out.roles.extend(group_replicas(replicas))
         return out
 
@@ -376,8 +387,13 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> Submitted:
         req = dryrun.request
         app = _App(self, req)
+        try:
+            Path(req.app_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if (why := exhausted(e)) is not None:
+                raise ResourceExhausted(f"cannot make the job's log directory: {why}") from e
+            raise
         self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
-        Path(req.app_dir).mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
         for spec in req.replicas:
             replica = _Replica(app, spec)
@@ -395,9 +411,10 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             except OSError as e:
                 replica.writer.close()
                 await self._abort(app)
-                raise InvalidArgument(
-                    "app", f"could not start replica {spec.role}/{spec.replica_id}: {e}"
-                ) from e
+                what = f"could not start replica {spec.role}/{spec.replica_id}"
+                if (why := exhausted(e)) is not None:  # the host's fault, not the app's
+                    raise ResourceExhausted(f"{what}: {why}") from e
+                raise InvalidArgument("app", f"{what}: {e}") from e
             app.replicas.append(replica)
         app.maybe_finish()  # every replica may have exited during the spawns
         # Crash recovery identifies a replica's process group by its leader's pid and start
