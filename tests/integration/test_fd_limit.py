@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import socket
 from typing import Any
 
 from txd.client import ResourceExhaustedError
@@ -107,3 +108,27 @@ async def test_fd_limit_refuses_new_work_and_keeps_the_old(daemon: Any) -> None:
     with PidWatch(pids_with_marker(marker)) as left:
         assert left.wait(10) == [], "processes left behind"
     print(f"fd limit {LIMIT}: {len(handles)} jobs of {REPLICAS} replicas, +{len(extra)} follows")
+
+
+def test_connections_past_the_limit_wait_and_are_served_once_fds_return(daemon: Any) -> None:
+    """gRPC core stops accepting at EMFILE and tries again once a second (its log says "File
+    descriptor limit reached. Retrying."): a client past the limit is not refused but waits, so
+    it sees its own deadline (exit 5), and is served once descriptors are free again. No RPC
+    exists yet to answer RESOURCE_EXHAUSTED on."""
+    resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
+    idle = []
+    try:
+        for _ in range(LIMIT + 50):  # more than the daemon can accept: the rest wait in backlog
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(daemon.socket))
+            idle.append(s)
+        late = daemon.txctl("--timeout", "2", "list", "--json")
+        assert late.returncode == 5, late.stderr  # DEADLINE_EXCEEDED: never accepted
+        assert "no answer within --timeout 2 s" in late.stderr
+        assert daemon.running()
+    finally:
+        for s in idle:
+            s.close()
+    served = daemon.txctl("--timeout", "10", "list", "--json", check=0)
+    assert served.stdout.strip() == "[]"
+    assert "File descriptor limit reached" in daemon.log()
