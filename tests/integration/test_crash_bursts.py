@@ -61,6 +61,7 @@ class Burst:
         self.progress = asyncio.Event()
         self.handles: dict[str, str] = {}  # request id -> handle
         self.retries = 0
+        self.missing: set[str] = set()  # handles returned, not listed after a restart
 
     def app(self, rid: str) -> AppDef:
         # ${app_id} is txd's macro: every run of the job leaves a file of its own.
@@ -104,7 +105,12 @@ class Burst:
             await asyncio.to_thread(self.d.proc.wait, 30)
             kills.append(self.returned)
             self.went_down.set()
+            returned = set(self.handles.values())
             await asyncio.to_thread(self.d.restart)
+            # Every Run that returned a handle before the kill is in the registry now.
+            async with self.d.client() as c:
+                listed = {a.app_handle for a in await c.list()}
+            self.missing |= returned - listed
             self.up.set()
         return kills
 
@@ -124,6 +130,7 @@ async def test_sigkill_during_bursts_loses_nothing_and_runs_nothing_twice(
 
     total = CLIENTS * JOBS_PER_CLIENT
     assert len(burst.handles) == total, f"seed {seed}"
+    assert not burst.missing, f"seed {seed}: not in the registry after a restart"
     async with daemon.client() as c:
         async with asyncio.timeout(60):
             finals = {rid: await c.wait(h) for rid, h in burst.handles.items()}
