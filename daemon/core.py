@@ -73,7 +73,8 @@ class Core:
         self.cache = StatusCache(self.store)
         self.schedulers = Schedulers(session, state_dir, settings or {}, self.cache, tasks, entries)
         self.closing = False
-        self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}
+        self._pending_runs: dict[str, asyncio.Task[JobRecord]] = {}  # by request id
+        self._submitting: set[asyncio.Task[JobRecord]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -107,6 +108,8 @@ class Core:
         jobs that outlive the daemon; then stops the status feeds.
         Never raises for a backend's sake."""
         self.closing = True
+        if self._submitting:  # submissions under way end recorded, then stopped with the rest
+            await asyncio.wait(self._submitting, timeout=grace)
         await self.schedulers.shutdown(grace)
         self.cache.close("txd is shutting down; the job goes on without it")
         await self.schedulers.stop_feeds()
@@ -142,32 +145,29 @@ class Core:
         if self.closing:
             raise ShuttingDown("txd is shutting down; no new jobs are accepted")
         rid = req.request_id
-        if not rid:
-            new = await self._submit(req)
-            return new.handle, new.app_id
-        validate.check_request_id(rid)
-        rec = self.store.by_request_id(rid)
-        if rec is None and rid not in self._pending_runs:
-            new = await self._submit_once(rid, req)
-            return new.handle, new.app_id
-        if rec is None:  # the same id is being submitted right now
-            rec = await asyncio.shield(self._pending_runs[rid])
-        await self._check_same_request(rec, req)
-        return rec.handle, rec.app_id
+        if rid:
+            validate.check_request_id(rid)
+            if rid in self._pending_runs:  # being submitted right now: its outcome
+                rec: JobRecord | None = await asyncio.shield(self._pending_runs[rid])
+            else:
+                rec = self.store.by_request_id(rid)
+            if rec is not None:
+                await self._check_same_request(rec, req)
+                return rec.handle, rec.app_id
+        new = await asyncio.shield(self._start_submit(req))
+        return new.handle, new.app_id
 
-    async def _submit_once(self, rid: str, req: RunRequest) -> JobRecord:
-        fut: asyncio.Future[JobRecord] = asyncio.get_running_loop().create_future()
-        self._pending_runs[rid] = fut
-        try:
-            rec = await self._submit(req)
-            fut.set_result(rec)
-            return rec
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # marks it retrieved when nobody else was waiting
-            raise
-        finally:
-            del self._pending_runs[rid]
+    def _start_submit(self, req: RunRequest) -> asyncio.Task[JobRecord]:
+        """The submission, as a task of its own: a caller that gives up (a client's deadline
+        cancels its Run) does not stop it between spawning a job and recording it; it ends
+        recorded and followed, or undone. Until then a Run with its request id waits for it."""
+        task = asyncio.get_running_loop().create_task(self._submit(req))
+        self._submitting.add(task)
+        task.add_done_callback(self._submitting.discard)
+        if rid := req.request_id:
+            self._pending_runs[rid] = task
+            task.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
+        return task
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
         name, sched, app, _ = await self._prepare(req)
@@ -267,6 +267,7 @@ class Core:
                 native=submitted.native,
                 request_id=request_id,
             )
+            StatusCache.fill_identity(rec, rec.status)  # as List shows it until it changes
             try:
                 self.store.insert(rec)
                 self.cache.flush()  # the store takes writes: those it could not take too

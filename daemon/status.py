@@ -122,7 +122,7 @@ class StatusCache:
     def follow(self, rec: JobRecord) -> LiveJob:
         """Starts following a live job (a new one, or one recorded live before a restart)."""
         job = LiveJob(rec)
-        self._fill_identity(rec, rec.status)
+        self.fill_identity(rec, rec.status)
         self._followed[rec.handle] = job
         self._by_app[(rec.scheduler, rec.app_id)] = job
         self._count[rec.scheduler] += 1
@@ -149,7 +149,7 @@ class StatusCache:
         a stale mark, and wakes everyone waiting on the job."""
         if not job.followed:
             return
-        self._fill_identity(job.record, status)
+        self.fill_identity(job.record, status)
         old = job.record.status
         if _same(old, status):
             if old.HasField("stale_since"):
@@ -221,7 +221,7 @@ class StatusCache:
         job.followed = False
 
     @staticmethod
-    def _fill_identity(rec: JobRecord, status: AppStatus) -> None:
+    def fill_identity(rec: JobRecord, status: AppStatus) -> None:
         status.app_handle = rec.handle
         status.scheduler = rec.scheduler
         status.app_id = rec.app_id

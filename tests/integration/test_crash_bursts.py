@@ -17,8 +17,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from txd.client import UnavailableError
+import grpc
+import pytest
+from txd.client import DeadlineExceededError, UnavailableError
 from txd.v1 import AppDef, AppState, Role
+from txd.v1 import runner_pb2 as pb
+from txd.v1.runner_pb2_grpc import RunnerStub
 from txd_testing import PidWatch, all_pids
 
 CLIENTS = 50
@@ -46,6 +50,23 @@ def _marked(mark: str) -> list[int]:
         if needle in env:
             out.append(pid)
     return out
+
+
+async def _listed(socket: Path) -> set[str]:
+    """Every handle the daemon lists, asked on a connection of its own: gRPC shares one
+    connection per address between a process's channels, and the clients' one may still be
+    in its reconnect backoff from the kill (failing at once with UNAVAILABLE)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(f"unix:{socket}", options=options) as channel:
+        stub = RunnerStub(channel)
+        out, token = set(), ""
+        while True:
+            page = await stub.List(
+                pb.ListRequest(page_size=1000, page_token=token), timeout=20, wait_for_ready=True
+            )
+            out |= {a.app_handle for a in page.apps}
+            if not (token := page.next_page_token):
+                return out
 
 
 class Burst:
@@ -108,9 +129,7 @@ class Burst:
             returned = set(self.handles.values())
             await asyncio.to_thread(self.d.restart)
             # Every Run that returned a handle before the kill is in the registry now.
-            async with self.d.client() as c:
-                listed = {a.app_handle for a in await c.list()}
-            self.missing |= returned - listed
+            self.missing |= returned - await _listed(self.d.socket)
             self.up.set()
         return kills
 
@@ -123,10 +142,11 @@ async def test_sigkill_during_bursts_loses_nothing_and_runs_nothing_twice(
     mark = os.urandom(4).hex()
     seed = random.randrange(2**32)
     burst = Burst(daemon, runs, mark, seed)
-    async with asyncio.timeout(TEST_TIMEOUT):
-        killer = asyncio.create_task(burst.killer())
-        await asyncio.gather(*(burst.client(k) for k in range(CLIENTS)))
-        kills = await killer
+    async with asyncio.timeout(TEST_TIMEOUT), asyncio.TaskGroup() as tg:  # one fails: all end
+        killer = tg.create_task(burst.killer())
+        for k in range(CLIENTS):
+            tg.create_task(burst.client(k))
+    kills = killer.result()
 
     total = CLIENTS * JOBS_PER_CLIENT
     assert len(burst.handles) == total, f"seed {seed}"
@@ -157,3 +177,31 @@ async def test_sigkill_during_bursts_loses_nothing_and_runs_nothing_twice(
         f"retried Runs, {sum(s.state != AppState.SUCCEEDED for s in finals.values())} jobs "
         f"ended by a crash, {sum(ran.values())} runs"
     )
+
+
+async def test_run_abandoned_by_its_client_mid_spawn_is_recorded_and_followed(
+    daemon: Any,
+) -> None:
+    """A client whose deadline passes while local_cwd spawns its replicas gives up; the job it
+    asked for must not be left half started, unrecorded or unfollowed: it runs, is recorded and
+    followed to its end, and a retry with the request id finds it, not a second job."""
+    mark = os.urandom(4).hex()
+    name = f"abandoned-{mark}"
+    replicas = 30
+    role = Role(name="r", entrypoint="sh", args=["-c", "sleep 0.5"], env={MARK_VAR: mark})
+    role.num_replicas = replicas
+    app = AppDef(name=name, roles=[role])
+    rid = f"abandoned-{mark}"
+    async with asyncio.timeout(TEST_TIMEOUT):
+        async with daemon.client(timeout=0.05) as hasty:
+            with pytest.raises(DeadlineExceededError):  # 30 spawns take longer than 50 ms
+                await hasty.run(app, request_id=rid, cwd="/")
+        async with daemon.client() as c:
+            handle = await c.run(app, request_id=rid, cwd="/")  # the retry
+            final = await c.wait(handle)
+            listed = [a for a in await c.list() if a.name == name]
+    assert final.state == AppState.SUCCEEDED, final
+    assert [len(r.replicas) for r in final.roles] == [replicas]
+    assert [a.app_handle for a in listed] == [handle]
+    with PidWatch(_marked(mark)) as left:
+        assert left.wait(10) == [], f"left behind: {left.running()}"
