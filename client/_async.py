@@ -22,6 +22,12 @@ from txd.v1.scheduler_pb2 import RunOpt
 
 DEFAULT_TIMEOUT = 30.0
 _INT32_MAX = 2**31 - 1  # page_size is an int32
+# The daemon's message limits (txd.defaults): a request over its limit fails here, before
+# it is sent, with the same RESOURCE_EXHAUSTED; a response up to the daemon's is accepted.
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", defaults.MAX_REQUEST_BYTES),
+    ("grpc.max_receive_message_length", defaults.MAX_RESPONSE_BYTES),
+]
 _STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
 
 
@@ -38,13 +44,20 @@ class AsyncClient:
 
     `socket` defaults to $TXD_SOCKET or the per-user default. `timeout` bounds every unary call
     except wait(); streams and wait() run until they end unless given a timeout of their own.
+    gRPC channels to the same socket share one connection (its global subchannel pool);
+    `own_connection` gives this client a connection of its own, as a separate process has.
     """
 
     def __init__(
-        self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+        self,
+        socket: str | Path | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        own_connection: bool = False,
     ) -> None:
         self.socket_path = defaults.socket_path(str(socket) if socket else None)
         self.timeout = timeout
+        self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
         self._stub: RunnerStub | None = None
 
@@ -67,7 +80,9 @@ class AsyncClient:
     @property
     def stub(self) -> RunnerStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(f"unix:{self.socket_path}")
+            self._channel = grpc.aio.insecure_channel(
+                f"unix:{self.socket_path}", options=[*CHANNEL_OPTIONS, *self._options]
+            )
             self._stub = RunnerStub(self._channel)
         return self._stub
 

@@ -16,12 +16,18 @@ START_TIMEOUT = 15.0
 
 def is_listening(path: Path) -> bool:
     """True when something accepts connections on the Unix socket (costs well under 1 ms)."""
+    return connect_error(path) is None
+
+
+def connect_error(path: Path) -> OSError | None:
+    """Why connecting to the Unix socket fails (PermissionError: another user's socket or
+    folder), or None when something accepts."""
     with socket.socket(socket.AF_UNIX) as s:
         try:
             s.connect(str(path))
-            return True
-        except OSError:
-            return False
+            return None
+        except OSError as e:
+            return e
 
 
 def start_daemon(path: Path, state_dir: Path) -> int | None:

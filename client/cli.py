@@ -321,11 +321,18 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:
     from txd import defaults
-    from txd.client._daemon import is_listening, start_daemon
+    from txd.client._daemon import connect_error, start_daemon
 
     path = defaults.socket_path(args.socket)
-    if is_listening(path):
+    error = connect_error(path)
+    if error is None:
         return str(path)
+    if isinstance(error, PermissionError):  # another user's: never start a daemon over it
+        raise CliError(
+            f"cannot connect to txd on {path}: permission denied (the socket or its folder is "
+            "another user's; use your own with --socket or TXD_SOCKET)",
+            exits.NO_DAEMON,
+        )
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:

@@ -51,6 +51,9 @@ MAX_ID_SUFFIX = 1000
 MAX_CANDIDATES = 10
 # The most jobs one Prune call removes (its response lists them all).
 PRUNE_BATCH = 1000
+# DryRun's native request is cut to this many characters: with one entry per replica it can
+# outgrow the response limit (txd.defaults.MAX_RESPONSE_BYTES, 64 MiB) even for a valid app.
+MAX_DRYRUN_TEXT = 8 << 20
 
 
 def handle_of(scheduler: str, session: str, app_id: str) -> str:
@@ -125,6 +128,7 @@ class Core:
         return await self.schedulers.infos()
 
     async def run_opts(self, name: str) -> list[RunOpt]:
+        validate.check_scheduler("scheduler", name)
         name = name or self.default_scheduler
         with backend_calls(name):
             return (await self.schedulers.get(name)).run_opts()
@@ -137,7 +141,7 @@ class Core:
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx)
-        return info.app, name, info.text, info.workspace
+        return info.app, name, _cut_text(info.text, MAX_DRYRUN_TEXT), info.workspace
 
     async def run(self, req: RunRequest) -> tuple[str, str]:
         """Submits and records a job; returns (handle, app_id). Idempotent per request_id: the
@@ -185,9 +189,14 @@ class Core:
     async def _prepare(
         self, req: RunRequest
     ) -> tuple[str, Scheduler[Any, Any], AppDef, SubmitContext]:
+        validate.check_scheduler("scheduler", req.scheduler)
         name = req.scheduler or self.default_scheduler
         sched = await self.schedulers.get(name)
         app = validate.normalize_app(req.app)
+        validate.check_text("cwd", req.cwd)
+        validate.check_text("workspace", req.workspace)
+        validate.check_env("env", req.env)
+        validate.check_cfg(req.cfg)
         cwd = req.cwd or os.getcwd()
         if not os.path.isdir(cwd):
             raise InvalidArgument("cwd", f"{cwd!r} is not an existing directory")
@@ -287,6 +296,7 @@ class Core:
         container ids. An app id equal to `text` wins over longer ones it begins (job `123`
         over `1234`). Raises NotFound when nothing matches, InvalidArgument when several
         jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
+        validate.check_handle(text)
         if "://" in text:
             validate.parse_handle(text)
             return text
@@ -338,6 +348,7 @@ class Core:
         """One page of jobs, newest first, and the next page's token ("" after the last)."""
         query = ListQuery.parse(req, self.store.page_token_key)
         scheduler = req.scheduler
+        validate.check_scheduler("scheduler", scheduler)
         if scheduler:
             self.schedulers.check(scheduler)
         if not req.backend:
@@ -389,6 +400,8 @@ class Core:
         transaction, after every backend had its say."""
         if not req.HasField("created_before"):
             raise InvalidArgument("created_before", "required: prune jobs created before when?")
+        validate.check_timestamp("created_before", req.created_before)
+        validate.check_scheduler("scheduler", req.scheduler)
         if req.scheduler:
             self.schedulers.check(req.scheduler)
         recs = self.store.finished_before(
@@ -422,6 +435,7 @@ class Core:
     # -- logs -------------------------------------------------------------------------------
 
     async def logs(self, req: LogsRequest) -> AsyncIterator[LogsResponse]:
+        logs.check(req)
         rec = self.lookup(req.app_handle)
         with backend_calls(rec.scheduler):
             sched = await self.schedulers.get(rec.scheduler)
@@ -431,6 +445,13 @@ class Core:
 
             async for msg in logs.read(sched, rec.job, rec.app, req, ended):
                 yield msg
+
+
+def _cut_text(text: str, limit: int) -> str:
+    """text, or its first `limit` characters and a line saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n... ({len(text) - limit} more characters not shown)"
 
 
 def _without_images(app: AppDef) -> AppDef:

@@ -18,6 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from txd.daemon import validate
 from txd.daemon.jobstore import Cursor, JobStore
 from txd.schedulers.errors import InvalidArgument
 from txd.v1 import AppState
@@ -53,6 +54,13 @@ class ListQuery:
                 f"must be positive, or 0 for the default ({DEFAULT_PAGE_SIZE}); "
                 f"got {req.page_size}",
             )
+        if len(req.states) > validate.MAX_STATES:
+            raise InvalidArgument(
+                "states", f"{len(req.states)} entries, at most {validate.MAX_STATES}"
+            )
+        if req.HasField("created_since"):
+            validate.check_timestamp("created_since", req.created_since)
+        validate.check_text("page_token", req.page_token, validate.MAX_PAGE_TOKEN)
         known = set(AppState.values())
         for i, state in enumerate(req.states):
             if state not in known:

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+from txd.daemon import validate
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
 from txd.schedulers.errors import InvalidArgument, NotFound, Unsupported
@@ -26,13 +27,6 @@ async def read(
     _check_capabilities(sched, req)
     targets = _targets(req.app_handle, app, req)
     tail = req.tail if req.HasField("tail") else None
-    if tail is not None and tail < 0:
-        raise InvalidArgument("tail", f"must be >= 0 (or unset for the whole log), got {tail}")
-    if req.regex:
-        try:
-            re.compile(req.regex.encode())
-        except re.error as e:
-            raise InvalidArgument("regex", f"invalid regular expression: {e}") from None
     query = LogQuery(
         regex=req.regex,
         since=req.since.ToDatetime(dt.UTC) if req.HasField("since") else None,
@@ -52,6 +46,30 @@ async def read(
         return
     async for msg in merge([_tagged(*i) for i in iters], MERGE_QUEUE_CHUNKS):
         yield msg
+
+
+def check(req: LogsRequest) -> None:
+    """The request's own fields, before its job is looked up."""
+    validate.check_text("role", req.role, validate.MAX_SCHEDULER)
+    if req.HasField("tail") and req.tail < 0:
+        raise InvalidArgument("tail", f"must be >= 0 (or unset for the whole log), got {req.tail}")
+    for name in ("since", "until"):
+        if req.HasField(name):
+            validate.check_timestamp(name, getattr(req, name))
+    if (
+        req.HasField("since")
+        and req.HasField("until")
+        and req.since.ToNanoseconds() > req.until.ToNanoseconds()
+    ):
+        raise InvalidArgument("until", "is before since: no line can match")
+    if req.streams not in Stream.values():
+        raise InvalidArgument("streams", f"{req.streams} is not a LogsRequest.Stream")
+    if req.regex:
+        validate.check_text("regex", req.regex, validate.MAX_REGEX, nul=True)
+        try:
+            re.compile(req.regex.encode())
+        except (re.error, RecursionError, OverflowError) as e:  # deep nesting: RecursionError
+            raise InvalidArgument("regex", f"invalid regular expression: {e}") from None
 
 
 def _check_capabilities(sched: Scheduler[Any, Any], req: LogsRequest) -> None:

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from txd.daemon import reflection
+from txd import defaults
+from txd.daemon import reflection, wire
 from txd.daemon.core import Core
 from txd.daemon.servicer import RunnerServicer
 from txd.daemon.tasks import Tasks
-from txd.v1 import runner_pb2, runner_pb2_grpc
+from txd.v1 import runner_pb2
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +38,20 @@ class AlreadyRunning(Exception):
         self.serving_here = serving_here
 
 
+class SocketNotPrivate(Exception):
+    """Other users could reach the socket: its folder is not the user's own, or it and every
+    folder of the user's above it let others in."""
+
+
 def _claim_socket(path: Path) -> None:
     """Creates the socket's folder (mode 0700) and removes a stale socket file, refusing to
-    take over a socket another live daemon listens on."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    take over a socket another live daemon listens on, or to serve where others can reach."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _check_private(folder)
+    except OSError as e:
+        raise SocketNotPrivate(f"cannot use the socket's folder {folder}: {e.strerror}") from None
     if not path.exists():
         return
     with socket.socket(socket.AF_UNIX) as probe:
@@ -49,6 +61,35 @@ def _claim_socket(path: Path) -> None:
             path.unlink()  # nobody listens: a leftover from a crash
             return
     raise AlreadyRunning(f"a txd daemon is already listening on {path}", serving_here=True)
+
+
+def _check_private(folder: Path) -> None:
+    """Who may connect is decided here, once, by the file system: gRPC's asyncio server tells a
+    servicer nothing of its peer ("unix:"), so a per-call SO_PEERCRED check is not possible.
+    The socket is private when the folder, or a folder above it (all of them the user's own,
+    so nobody else can swap one), lets neither group nor others enter. mkdir leaves an
+    existing folder's mode alone: a pre-made /tmp/txd-UID (another user's, or 0777) or a
+    --socket in a folder anyone can enter is refused rather than served."""
+    uid = os.geteuid()
+    st = folder.stat()
+    if st.st_uid != uid:
+        raise SocketNotPrivate(
+            f"the socket's folder {folder} belongs to uid {st.st_uid}, not to you (uid {uid}): "
+            "choose a folder of your own with --socket or TXD_SOCKET"
+        )
+    real = folder.resolve()
+    for above in (real, *real.parents):
+        st = above.stat()
+        if st.st_uid != uid:
+            break
+        if not st.st_mode & 0o011:  # no x for group or others: nobody else gets through
+            return
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    raise SocketNotPrivate(
+        f"the socket's folder {folder} (mode {mode:04o}) lets other users in, and no folder of "
+        f"yours above it keeps them out: chmod 700 {folder}, or choose a --socket in a folder "
+        "only you can enter"
+    )
 
 
 def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
@@ -83,22 +124,26 @@ def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
 # gRPC core cancels a new call once more than 1,000 (soft) or 3,000 (hard) calls wait for the
 # server to take them, and the asyncio server takes them one at a time: a burst of a few
 # thousand Watch streams (100 clients opening their watches at once) would lose the excess as
-# CANCELLED. The socket is the user's own (0600), so there is no stranger to shed load for.
+# CANCELLED. The socket is the user's own (a private folder, the file 0600), so there is no
+# stranger to shed load for. Message sizes are set explicitly, the client's the same
+# (txd.defaults): a bigger request is RESOURCE_EXHAUSTED before the daemon reads it.
 SERVER_OPTIONS = [
     ("grpc.server.max_pending_requests", 1_000_000),
     ("grpc.server.max_pending_requests_hard_limit", 1_000_000),
+    ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
+    ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
 
 
 async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    runner_pb2_grpc.add_RunnerServicer_to_server(RunnerServicer(core), server)
+    wire.add_runner(RunnerServicer(core), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
-    os.chmod(socket_path, 0o600)
+    os.chmod(socket_path, 0o600)  # the folder decides; this still holds if it is opened later
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, health

@@ -12,6 +12,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from txd.daemon import wire
 from txd.daemon.core import Core, cfg_values
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
@@ -49,15 +50,33 @@ def _code(e: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ..
     return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}", ()
 
 
+# The most UTF-8 bytes of an error's message, and of its field path and reason, sent to the
+# client: they travel in trailers, which gRPC clients refuse over 8 to 16 KiB (percent-encoded,
+# base64), and a message may quote a bad value of any size.
+MAX_MESSAGE_BYTES = 1024
+MAX_FIELD_BYTES = 256
+
+
+def _cut(text: str, limit: int) -> str:
+    """text, cut to at most `limit` UTF-8 bytes (whole characters), marked when cut."""
+    data = text.encode(errors="replace")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 20].decode(errors="ignore") + f"... ({len(data)} bytes)"
+
+
 def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
     """The (code, message, trailing metadata) that end a call failed with `e`. An
     InvalidArgument also carries its field path machine-readably: google.rpc.BadRequest in the
     status details (the `grpc-status-details-bin` trailer), as Google's rich error model does,
     so clients need not parse the message."""
     code, message, trailers = _code(e)
+    message = _cut(message, MAX_MESSAGE_BYTES)
     status = status_pb2.Status(code=code.value[0], message=message)
     if isinstance(e, errors.InvalidArgument):
-        violation = error_details_pb2.BadRequest.FieldViolation(field=e.field, description=e.reason)
+        violation = error_details_pb2.BadRequest.FieldViolation(
+            field=_cut(e.field, MAX_FIELD_BYTES), description=_cut(e.reason, MAX_MESSAGE_BYTES)
+        )
         detail = any_pb2.Any()
         detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
         status.details.append(detail)
@@ -66,12 +85,16 @@ def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
 
 
 def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turns TxdError (and anything unexpected) into a gRPC status, for unary and streams."""
+    """Parses the request (raw bytes, see txd.daemon.wire) and turns TxdError (and anything
+    unexpected) into a gRPC status, for unary and streams."""
+    method = wire.RUNNER.methods_by_name[fn.__name__]
+    cls = getattr(pb, method.input_type.name)
     if inspect.isasyncgenfunction(fn):
 
         @functools.wraps(fn)
-        async def stream(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def stream(self: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
+                request = wire.parse(cls, raw)
                 async for item in fn(self, request, context):
                     yield item
             except Exception as e:
@@ -80,9 +103,9 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
         return stream
 
     @functools.wraps(fn)
-    async def unary(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def unary(self: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
         try:
-            return await fn(self, request, context)
+            return await fn(self, wire.parse(cls, raw), context)
         except Exception as e:
             await context.abort(*_status(e))
 

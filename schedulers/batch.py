@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import abc
 import logging
+import typing
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from txd.schedulers.api import (
@@ -23,12 +25,14 @@ from txd.schedulers.api import (
     OptsT,
     ReqT,
     Scheduler,
+    Settings,
     gather_limited,
 )
 from txd.schedulers.errors import BackendUnavailable, NotFound
-from txd.schedulers.hosts import Host, Hosts, SshTarget, target_from_native
+from txd.schedulers.hosts import COMMAND_TIMEOUT, Host, Hosts, SshTarget, target_from_native
+from txd.schedulers.options import opt
 from txd.schedulers.remotelogs import read_files
-from txd.v1 import AppStatus, Stream
+from txd.v1 import Stream
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +40,25 @@ log = logging.getLogger(__name__)
 HOSTS_AT_ONCE = 8
 
 
+@dataclass
+class BatchSettings(Settings):
+    command_timeout: float = opt(
+        COMMAND_TIMEOUT,
+        "seconds a scheduler command (squeue, sbatch, bjobs ...) may take; one still running "
+        "then is killed and the backend counted as not answering (statuses go stale)",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.command_timeout > 0:
+            raise ValueError(f"command_timeout must be > 0, got {self.command_timeout!r}")
+
+
 class BatchScheduler(Scheduler[OptsT, ReqT]):
     """A scheduler over Hosts. A job's login node is `native["ssh"]` (hosts.target_to_native;
     None: this host)."""
+
+    Settings = BatchSettings
 
     def __init__(
         self,
@@ -48,7 +68,7 @@ class BatchScheduler(Scheduler[OptsT, ReqT]):
         hosts: Hosts | None = None,
     ) -> None:
         super().__init__(session_name, settings)
-        self.hosts = hosts or Hosts()
+        self.hosts = hosts or Hosts(typing.cast(BatchSettings, self.settings).command_timeout)
 
     def backend_calls(self) -> dict[str, int]:
         return self.hosts.calls()
@@ -88,9 +108,10 @@ class BatchScheduler(Scheduler[OptsT, ReqT]):
         return out
 
     @abc.abstractmethod
-    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, Described]:
         """The statuses of `jobs`, all on `host`, from one backend query (plus whatever settles
-        jobs the backend has forgotten). Raises BackendUnavailable if the host cannot answer."""
+        jobs the backend has forgotten; NoAnswer for a job that cannot be settled now). Raises
+        BackendUnavailable if the host cannot answer."""
 
     def log_iter(
         self, job: Job, role: str, k: int, query: LogQuery, ended: Ended

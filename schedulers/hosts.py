@@ -14,7 +14,9 @@ import abc
 import asyncio
 import contextlib
 import dataclasses
+import os
 import shlex
+import signal
 from asyncio.subprocess import DEVNULL, PIPE
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
@@ -27,7 +29,8 @@ from txd.schedulers.options import opt
 if TYPE_CHECKING:
     import asyncssh
 
-# A scheduler command (sbatch, squeue, scancel ...) that takes longer than this is stuck.
+# A scheduler command (sbatch, squeue, scancel ...) that takes longer than this is stuck
+# (the default of the slurm and lsf setting `command_timeout`).
 COMMAND_TIMEOUT = 60.0
 # A command fed a stream (a workspace unpacked by tar) may take as long as the stream.
 FEED_TIMEOUT = 600.0
@@ -101,12 +104,14 @@ def target_from_native(value: Mapping[str, Any] | None) -> SshTarget | None:
 
 class Host(abc.ABC):
     """Runs commands somewhere. `calls` counts the commands started, by program name: the
-    backend-call counter the daemon reports and tests and benchmarks read."""
+    backend-call counter the daemon reports and tests and benchmarks read. `timeout` is how
+    long a command may run (`run`) before it is killed and the backend counted as stuck."""
 
     label: str
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = COMMAND_TIMEOUT) -> None:
         self.calls: Counter[str] = Counter()
+        self.timeout = timeout
 
     async def run(
         self,
@@ -114,14 +119,16 @@ class Host(abc.ABC):
         *,
         input: bytes | None = None,
         env: Mapping[str, str] | None = None,
-        timeout: float = COMMAND_TIMEOUT,
+        timeout: float | None = None,
     ) -> Result:
-        """Runs argv to completion. Raises BackendUnavailable if it cannot run or times out.
+        """Runs argv to completion. Raises BackendUnavailable if it cannot run or does not end
+        within `timeout` seconds (default: the host's).
 
         `env` replaces the environment on this host; a login node gives every command the
         environment its SSH server sets up, and `env` is ignored there.
         """
         self.calls[argv[0]] += 1
+        timeout = self.timeout if timeout is None else timeout
         try:
             async with asyncio.timeout(timeout):
                 result = await self._run(tuple(argv), input, env)
@@ -232,17 +239,20 @@ class LocalHost(Host):
         self, argv: tuple[str, ...], env: Mapping[str, str] | None, stdin: int, stderr: int = PIPE
     ) -> asyncio.subprocess.Process:
         try:
+            # A group of its own, which _reap ends as a whole.
             return await asyncio.create_subprocess_exec(
-                *argv, stdin=stdin, stdout=PIPE, stderr=stderr, env=env
+                *argv, stdin=stdin, stdout=PIPE, stderr=stderr, env=env, start_new_session=True
             )
         except FileNotFoundError:
             raise self._missing(argv) from None
 
 
 async def _reap(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """Waits up to `grace` seconds for the process to exit, then kills it; always reaps it and
-    closes its pipes (a child of the command, such as a tail, may hold them a moment longer,
-    and asyncio's Process has no public close)."""
+    """Waits up to `grace` seconds for the process to exit, then kills it with every process
+    of its group (children of a wrapper script would hold its pipes open, and asyncio's wait
+    waits for them: a timeout would not end a hung command); always reaps it and closes its
+    pipes (a child of the command, such as a tail, may hold them a moment longer, and
+    asyncio's Process has no public close)."""
     try:
         if proc.returncode is None and grace > 0:
             with contextlib.suppress(TimeoutError):
@@ -250,7 +260,11 @@ async def _reap(proc: asyncio.subprocess.Process, grace: float) -> None:
                     await proc.wait()
     finally:
         if proc.returncode is None:
-            proc.kill()
+            # Not reaped yet, so its pid (its group's id) cannot name another process.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                proc.kill()
             await asyncio.shield(proc.wait())
         transport = getattr(proc, "_transport", None)
         if transport is not None:
@@ -261,8 +275,8 @@ class SshHost(Host):
     """A login node reached over SSH with asyncssh. One connection, opened on first use and
     opened again after it drops, carries every command as its own channel."""
 
-    def __init__(self, target: SshTarget) -> None:
-        super().__init__()
+    def __init__(self, target: SshTarget, timeout: float = COMMAND_TIMEOUT) -> None:
+        super().__init__(timeout)
         self.target = target
         self.label = f"login node {target}"
         self._conn: asyncssh.SSHClientConnection | None = None
@@ -372,15 +386,19 @@ def _reason(e: BaseException) -> str:
 
 
 class Hosts:
-    """The hosts a scheduler talks to, one per login node (plus this host), kept open."""
+    """The hosts a scheduler talks to, one per login node (plus this host), kept open; each
+    gives a command `timeout` seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = COMMAND_TIMEOUT) -> None:
         self._hosts: dict[SshTarget | None, Host] = {}
+        self.timeout = timeout
 
     def get(self, target: SshTarget | None) -> Host:
         host = self._hosts.get(target)
         if host is None:
-            host = self._hosts[target] = LocalHost() if target is None else SshHost(target)
+            host = self._hosts[target] = (
+                LocalHost(self.timeout) if target is None else SshHost(target, self.timeout)
+            )
         return host
 
     def calls(self) -> dict[str, int]:

@@ -8,7 +8,8 @@ Shapes:
   every Kubernetes from 1.20 on.
 - `indexed_objects`: the Service and one Indexed Job per role (completionMode, Kubernetes >=
   1.21): the replica id comes from the downward API, so `${replica_id}` becomes
-  `$(JOB_COMPLETION_INDEX)`, which Kubernetes expands in args and env.
+  `$(JOB_COMPLETION_INDEX)`, which Kubernetes expands in args and env (every `$` of the
+  app's own is doubled, so Kubernetes passes its values on as given: `_literal`).
 - `volcano_objects`: one batch.volcano.sh/v1alpha1 Job with a task per replica, as TorchX.
 - `appwrapper_objects`: one MCAD AppWrapper (v1beta2 components or v1beta1 GenericItems)
   wrapping a Pod per replica, the headless Service and optional coscheduler PodGroups.
@@ -329,6 +330,17 @@ def _absolute(p: str, field: str) -> str:
     return p
 
 
+# ${replica_id} of an Indexed Job's replica while its strings are built (NUL-delimited: no
+# value holds NUL, validate.py); then `$(JOB_COMPLETION_INDEX)`, for Kubernetes to expand.
+_REPLICA_MARK = "\0replica\0"
+
+
+def _literal(text: str) -> str:
+    """text as Kubernetes must pass it on: it expands `$(VAR)` and turns `$$` into `$` in a
+    container's command, args and env values, so each `$` of ours is doubled."""
+    return text.replace("$", "$$").replace(_REPLICA_MARK, f"$({COMPLETION_INDEX})")
+
+
 def _env(env: Mapping[str, str]) -> list[Obj]:
     out: list[Obj] = []
     for name in sorted(env):
@@ -417,15 +429,15 @@ def pod_spec(
     if is_rank0:
         rank0_env = RANK0_ENV
         env[RANK0_ENV] = "localhost"
-    replica_id = f"$({COMPLETION_INDEX})" if k is None else str(k)
+    replica_id = _REPLICA_MARK if k is None else str(k)
     r = Macros(img_root="", app_id=app_id, replica_id=replica_id, rank0_env=rank0_env).apply(role)
-    env = {**r.env, **env}
+    env = {**{key: _literal(value) for key, value in r.env.items()}, **env}
     volumes, mounts, privileged = _volumes(r, path)
     limits, requests = _quantities(r, path)
     container: Obj = {
         "name": name,
         "image": r.image,
-        "command": [r.entrypoint, *r.args],
+        "command": [_literal(word) for word in (r.entrypoint, *r.args)],
         "env": _env(env),
         "resources": {"limits": limits, "requests": requests},
         "volumeMounts": mounts,

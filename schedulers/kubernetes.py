@@ -189,15 +189,21 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         return self._kube
 
     async def _call(
-        self, method: str, path: str, *, missing_ok: bool = False, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        *,
+        missing_ok: bool = False,
+        forbidden_ok: bool = False,
+        **kwargs: Any,
     ) -> dict[str, Any]:
         """One API call; unreachable or failing -> BackendUnavailable, 404 -> {} if missing_ok,
-        a POST's 409 (the name is taken) -> AlreadyExists."""
+        403 -> {} if forbidden_ok, a POST's 409 (the name is taken) -> AlreadyExists."""
         kube = await self.kube()
         try:
             return await kube.request(method, path, **kwargs)
         except KubeError as e:
-            if missing_ok and e.status == 404:
+            if (missing_ok and e.status == 404) or (forbidden_ok and e.status == 403):
                 return {}
             if e.status == 409 and method == "POST":
                 raise AlreadyExists(f"{self.name}: {e}") from e
@@ -453,7 +459,10 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         pods = (await self._call("GET", PODS.path(ns), query=selector)).get("items") or []
         out = []
         for coll in self._listed_owners():
-            found = await self._call("GET", coll.path(ns), query=selector, missing_ok=True)
+            # A kind the account may not see (no RBAC for Volcano Jobs) holds no app of its.
+            found = await self._call(
+                "GET", coll.path(ns), query=selector, missing_ok=True, forbidden_ok=True
+            )
             groups: dict[str, list[dict[str, Any]]] = {}
             for obj in found.get("items") or []:
                 obj["metadata"]["namespace"] = ns
@@ -531,11 +540,14 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         done = asyncio.ensure_future(ended())
         try:
             for _ in range(10_000):  # bounded: a watch event (or 2 s) per round
+                over = done.done()  # before the look: a pod that started first is still found
                 pod = await self._pod_of(job, role, k)
                 if pod is not None and _started(pod):
                     return pod
-                if not query.follow or done.done():
-                    return pod if pod is not None and _started(pod) else None
+                if over:
+                    done.result()  # ended() failing is its error, not "the job is over"
+                if over or not query.follow:
+                    return None
                 async with self._pods_changed:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._pods_changed.wait(), 2.0)

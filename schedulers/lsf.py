@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txd.schedulers.api import (
+    Described,
     DryRunInfo,
     Job,
     Macros,
@@ -83,6 +84,7 @@ BHOSTS = ("bhosts", "-noheader", "-o", "hname max ng")
 RANK0_PLACEHOLDER = "<rank0-host>"
 
 _SUBMITTED = re.compile(r"^Job <(\d+)> is submitted to (?:default )?queue <[^>]*>", re.M)
+_STAT = re.compile(r"^[A-Z]+$")  # PEND, RUN, DONE, EXIT, PSUSP ...
 # What bjobs / bkill say about jobs that do not exist (any more): not a failure of the query.
 _NO_JOB = re.compile(
     r"^(No (unfinished )?job found.*|Job <[\d\[\]]+> is not found"
@@ -320,12 +322,20 @@ def pick_rank0_host(bhosts: str, cpu: int, gpu: int) -> str | None:
 
 
 def parse_bjobs(text: str) -> list[BjobsRow]:
-    """The rows of a BJOBS query; lines that do not have every field are skipped."""
+    """The rows of a BJOBS query (blank lines and bjobs' "no job" notes aside). Raises
+    ValueError, naming the line, for one that is no row (cut short, fields missing or out of
+    place, bytes that are not bjobs'): an app missing from a misread answer would be taken for
+    one LSF has forgotten."""
     rows = []
-    for line in text.splitlines():
-        fields = line.split("|", len(BJOBS_FIELDS) - 1)
-        if len(fields) == len(BJOBS_FIELDS) and fields[0].strip().isdigit():
-            rows.append(BjobsRow(*(f.strip() for f in fields)))
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or _NO_JOB.match(line.strip()):
+            continue
+        fields = [f.strip() for f in line.split("|", len(BJOBS_FIELDS) - 1)]
+        if len(fields) != len(BJOBS_FIELDS):
+            raise ValueError(f"line {n} is not {len(BJOBS_FIELDS)} fields: {line!r:.80}")
+        if not (fields[0].isdigit() and _STAT.match(fields[2])):
+            raise ValueError(f"line {n} has fields out of place: {line!r:.80}")
+        rows.append(BjobsRow(*fields))
     return rows
 
 
@@ -498,19 +508,25 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         # With no job to show, bjobs exits 0 or 255 (LSB_BJOBS_CONSISTENT_EXIT_CODE) and says so.
         if result.returncode != 0 and not all(_NO_JOB.match(line) for line in said):
             raise BackendUnavailable(f"bjobs on {host.label} failed: {result.error()}")
+        try:
+            rows = parse_bjobs(result.text)
+        except ValueError as e:
+            raise BackendUnavailable(
+                f"bjobs on {host.label} printed what txd cannot read: {e}"
+            ) from None
         projects: dict[str, list[BjobsRow]] = defaultdict(list)
-        for row in parse_bjobs(result.text):
+        for row in rows:
             projects[row.project].append(row)
         return projects
 
-    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, Described]:
         """One bjobs for every app on host, matched to apps by project name.
 
         An app fails fast, as in TorchX: once a replica has failed, its other jobs are bkilled
         here. `fold` keeps the app live until they have ended, so an app reported terminal has
         nothing left running (and until then cancel and delete still reach it)."""
         projects = await self._bjobs(host)
-        out: dict[str, AppStatus | None] = {}
+        out: dict[str, Described] = {}
         for job in jobs:
             rows = projects.get(job.app_id, [])
             cancelled = job.app_id in self._cancelled
@@ -598,7 +614,9 @@ def _check(app: AppDef, opts: LsfOpts) -> None:
     for name in ("jobdir", "container_workdir"):
         path = getattr(opts, name)
         if path is not None and (not path.startswith("/") or "\n" in path):
-            raise InvalidArgument(f"cfg.{name}", f"must be an absolute path, got {path!r}")
+            raise InvalidArgument(
+                f"cfg.{name}", f"must be an absolute path with no line break, got {path!r}"
+            )
     if opts.lsf_queue is not None and (not opts.lsf_queue or re.search(r"\s", opts.lsf_queue)):
         raise InvalidArgument("cfg.lsf_queue", f"{opts.lsf_queue!r} is not a queue name")
     seen: dict[str, str] = {}

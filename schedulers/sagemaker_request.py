@@ -61,6 +61,8 @@ MAX_HYPERPARAMETERS = 100
 MAX_METRICS = 40
 MAX_COMMAND = 100  # items of ContainerEntrypoint and of ContainerArguments, 256 chars each
 MAX_COMMAND_ITEM = 256
+# What the API's `.*` (a Java pattern) does not match: SageMaker would refuse the job.
+_LINE_BREAKS = "\n\r\x85\u2028\u2029"
 
 
 @dataclass
@@ -355,8 +357,12 @@ def _command(items: list[str], field: str) -> list[str]:
     if len(items) > MAX_COMMAND:
         raise InvalidArgument(field, f"SageMaker takes at most {MAX_COMMAND}, got {len(items)}")
     for i, item in enumerate(items):
+        where = field if field.endswith("entrypoint") else f"{field}[{i}]"
+        if any(c in item for c in _LINE_BREAKS):
+            raise InvalidArgument(
+                where, "has a line break, which SageMaker refuses in a command word (pattern .*)"
+            )
         if len(item) > MAX_COMMAND_ITEM:
-            where = field if field.endswith("entrypoint") else f"{field}[{i}]"
             raise InvalidArgument(
                 where, f"SageMaker takes at most {MAX_COMMAND_ITEM} characters, got {len(item)}"
             )

@@ -35,9 +35,11 @@ from typing import Any
 
 from txd.schedulers import workspace as ws
 from txd.schedulers.api import (
+    Described,
     DryRunInfo,
     Job,
     Macros,
+    NoAnswer,
     SubmitContext,
     Submitted,
     is_terminal,
@@ -73,7 +75,8 @@ WORKSPACES_DIR = "txd-workspaces"
 _TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")  # sbatch --parsable: "<id>" or "<id>;<cluster>"
 # Stands for the job id while the script is built; becomes "$SLURM_JOB_ID" in the script.
-_JOB_ID_MARK = "\x01txd-job-id\x01"
+# NUL-delimited, as no value can be (validate.py refuses NUL): a user's string never forges it.
+_JOB_ID_MARK = "\0txd-job-id\0"
 # What scancel says of a job that has ended, or that Slurm has forgotten: cancel is a no-op.
 _SCANCEL_DONE = (b"already completing or completed", b"Invalid job id specified")
 
@@ -199,6 +202,21 @@ def _quote(token: str) -> str:
     return quoted.replace(_JOB_ID_MARK, "'\"$SLURM_JOB_ID\"'")
 
 
+_DIRECTIVE_OPTS = ("partition", "account", "qos", "constraint", "comment", "mail_user", "mail_type")
+
+
+def _check_directives(opts: SlurmOpts, workdir: str, workdir_field: str) -> None:
+    """An #SBATCH line ends at a line break, quoted or not: the rest of a value would be a line
+    of the script, run by bash (`-c comment=$'x\\ncurl ... | sh #'`, or a directory named so)."""
+    values = {workdir_field: workdir}
+    values.update({f"cfg.{name}": getattr(opts, name) or "" for name in _DIRECTIVE_OPTS})
+    for where, value in values.items():
+        if "\n" in value or "\r" in value:
+            raise InvalidArgument(
+                where, f"{value!r} has a line break, which an #SBATCH line cannot hold"
+            )
+
+
 def _component_opts(role: Role, opts: SlurmOpts, version: tuple[int, int]) -> list[str]:
     out = ["--requeue"] if role.max_retries else []
     for name in ("partition", "time", "account", "qos", "constraint"):
@@ -318,26 +336,44 @@ def squeue_argv() -> list[str]:
     return ["squeue", "--me", "--states=all", "--noheader", f"--Format={fmt}"]
 
 
+_SQUEUE_COLUMNS = len(SQUEUE_FIELDS.split(","))
+_SQUEUE_STATE = re.compile(r"^[A-Z_]+$")
+_SQUEUE_ID = re.compile(r"^(\d*|N/A)$")
+
+
 def parse_squeue(text: str) -> dict[str, list[Component]]:
-    """Components by job id, ordered by hetjob offset."""
+    """Components by job id, ordered by hetjob offset. Raises ValueError, naming the line, for
+    output not in SQUEUE_FIELDS' format (cut short, columns missing, bytes that are no squeue
+    line): a job missing from a misread answer would be taken for one Slurm has forgotten."""
     jobs: dict[str, list[Component]] = defaultdict(list)
-    for line in text.splitlines():
-        parts = line.split("|", 9)
-        if len(parts) < 10:
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
             continue
+        parts = line.split("|", 9)
+        if len(parts) < 10 or not line.endswith("|"):  # every field ends with the delimiter
+            raise ValueError(f"line {n} is not {_SQUEUE_COLUMNS} fields: {line!r:.80}")
         jid, het, offset, state, ec, dec, nodes, restarts, reason, name = parts
+        numbers = (ec, dec, restarts)
+        if not (
+            jid[:1].isdigit()
+            and _SQUEUE_ID.match(het)
+            and _SQUEUE_ID.match(offset)
+            and _SQUEUE_STATE.match(state)
+            and all(x.isdigit() for x in numbers)
+        ):
+            raise ValueError(f"line {n} has fields out of place: {line!r:.80}")
         job_id = het if het not in ("", "0", "N/A") else jid
         jobs[job_id].append(
             Component(
                 job_id=job_id,
                 offset=int(offset) if offset.isdigit() else 0,
-                state=state.strip(),
-                exit_status=int(ec) if ec.strip().isdigit() else 0,
-                derived_status=int(dec) if dec.strip().isdigit() else 0,
+                state=state,
+                exit_status=int(ec),
+                derived_status=int(dec),
                 nodes=nodes.strip(),
-                restarts=int(restarts) if restarts.strip().isdigit() else 0,
+                restarts=int(restarts),
                 reason=reason.strip(),
-                name=name.rstrip("|").strip(),
+                name=name.removesuffix("|").strip(),
             )
         )
     for comps in jobs.values():
@@ -472,6 +508,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             )
         target = opts.ssh_target()
         workdir = opts.job_dir or ("" if target else ctx.cwd)
+        _check_directives(opts, workdir, "cfg.job_dir" if opts.job_dir else "cwd")
         version = (0, 0)
         if any(r.resource.gpu > 0 for r in app.roles):
             version = await self._version(self.hosts.get(target))
@@ -552,10 +589,10 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
 
     # -- observation ------------------------------------------------------------------------
 
-    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, AppStatus | None]:
+    async def _query(self, host: Host, jobs: list[Job]) -> dict[str, Described]:
         """One squeue for all of `jobs`, and one sacct for those Slurm has forgotten."""
         found = await self._squeue(host)
-        out: dict[str, AppStatus | None] = {}
+        out: dict[str, Described] = {}
         forgotten: dict[str, SlurmJob] = {}
         for job in jobs:
             slurm_job = SlurmJob.of(job)
@@ -574,22 +611,32 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         res = await host.run(squeue_argv())
         if res.returncode != 0:
             raise BackendUnavailable(f"squeue on {host.label} failed: {res.error()}")
-        return parse_squeue(res.text)
+        try:
+            return parse_squeue(res.text)
+        except ValueError as e:
+            raise BackendUnavailable(
+                f"squeue on {host.label} printed what txd cannot read: {e}"
+            ) from None
 
     async def _settle_forgotten(
         self, host: Host, jobs: dict[str, SlurmJob]
-    ) -> dict[str, AppStatus | None]:
+    ) -> dict[str, Described]:
         """Statuses of jobs squeue no longer shows: they ended more than MinJobAge ago. A job
-        nothing can settle is None: the daemon records it UNKNOWN and stops asking."""
+        nothing can settle is None: the daemon records it UNKNOWN and stops asking. While
+        sacct fails for another reason than accounting being off (slurmdbd unreachable), such
+        a job is NoAnswer: kept stale, asked again next poll."""
         final: dict[str, tuple[str, int]] = {}
+        sacct_failed = ""
         if host not in self._no_accounting:
             ids = ",".join(j.job_id for j in jobs.values())
             res = await host.run([*SACCT_ARGV, "-j", ids])
-            if res.returncode != 0 or b"accounting storage is disabled" in res.stdout + res.stderr:
+            if b"accounting storage is disabled" in res.stdout + res.stderr:
                 self._no_accounting.add(host)
+            elif res.returncode != 0:
+                sacct_failed = f"sacct on {host.label} failed: {res.error()}"
             else:
                 final = parse_sacct(res.text)
-        out: dict[str, AppStatus | None] = {}
+        out: dict[str, Described] = {}
         for app_id, job in jobs.items():
             if job.job_id in final:
                 state_text, code = final[job.job_id]
@@ -597,6 +644,10 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             elif (mark := await _exit_mark(host, job)) is not None:
                 state = AppState.SUCCEEDED if mark == 0 else AppState.FAILED
                 out[app_id] = _settled(job, state, mark, "its batch output")
+            elif sacct_failed:
+                out[app_id] = NoAnswer(
+                    f"squeue no longer shows job {job.job_id} and {sacct_failed}"
+                )
             else:
                 log.warning(
                     "slurm: on %s, job %s ended more than MinJobAge ago, accounting is off and "

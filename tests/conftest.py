@@ -14,7 +14,8 @@
   Debian's docker.io, the tests that need it are skipped, saying so.
 
 The helpers live in tests/txd_testing.py, registered here as the module `txd_testing` (the
-suite runs with --import-mode=importlib, which puts no test folder on sys.path).
+suite runs with --import-mode=importlib, which puts no test folder on sys.path), and the table
+of nasty values in tests/nasty.py, as `nasty`.
 """
 
 from __future__ import annotations
@@ -29,20 +30,19 @@ from typing import Any
 import pytest
 
 
-def _load_helpers() -> Any:
-    if "txd_testing" in sys.modules:
-        return sys.modules["txd_testing"]
-    spec = importlib.util.spec_from_file_location(
-        "txd_testing", Path(__file__).with_name("txd_testing.py")
-    )
+def _load_helpers(name: str = "txd_testing") -> Any:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["txd_testing"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
 txd_testing = _load_helpers()
+_load_helpers("nasty")  # tests/nasty.py: the shared table of values shells would mangle
 Daemon = txd_testing.Daemon
 DAEMON_ONLY_VAR = txd_testing.DAEMON_ONLY_VAR
 

@@ -258,9 +258,11 @@ class Daemon:
         grace: float = 2.0,
         env: dict[str, str] | None = None,
         args: Sequence[str] = (),
+        prefix: Sequence[str] = (),
     ) -> None:
         self.root = root
         self.args = list(args)
+        self.prefix = list(prefix)  # a command that execs its arguments (keeps the pid)
         self.env = clean_env(**(env or {}))
         self.socket = root / "txd.sock"
         self.state_dir = root / "state"
@@ -279,6 +281,7 @@ class Daemon:
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
                     [
+                        *self.prefix,
                         sys.executable,
                         "-m",
                         "txd.daemon",

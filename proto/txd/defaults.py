@@ -36,3 +36,11 @@ def state_dir(explicit: str | None = None) -> Path:
         return Path(chosen)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "txd"
+
+
+# gRPC message limits, the same on both ends (runner.proto states them). A request (an AppDef
+# with its options) is at most 4 MiB, gRPC's usual limit: the per-field limits in app.proto
+# keep a real one far below it. A response may be larger, since it may echo the app and expand
+# it per replica (DryRun's native request for a 10,000-replica job, a Describe).
+MAX_REQUEST_BYTES = 4 << 20
+MAX_RESPONSE_BYTES = 64 << 20

@@ -166,6 +166,10 @@ class Harness(abc.ABC):
 
         return SubmitContext(cwd=os.getcwd(), env=dict(os.environ))
 
+    async def explain(self, sched: Scheduler[Any, Any], job: Job) -> str:
+        """What the backend shows of `job`, added to a failed wait's message ("": nothing)."""
+        return ""
+
     async def advance(self, sched: Scheduler[Any, Any]) -> None:
         """Lets time pass between two status queries of a wait (recorded backends push their
         next recorded answer here)."""
@@ -353,7 +357,8 @@ async def wait_for(
                     return value
                 await harness.advance(sched)
     except TimeoutError:
-        pytest.fail(f"{job.app_id}: not {what} within {harness.timeout} s (states: {seen})")
+        shown = await harness.explain(sched, job)
+        pytest.fail(f"{job.app_id}: not {what} within {harness.timeout} s (states: {seen}){shown}")
 
 
 async def wait_terminal(sched: Scheduler[Any, Any], harness: Harness, job: Job) -> AppStatus:
@@ -457,10 +462,12 @@ class SchedulerContract:
                         with contextlib.suppress(Exception):  # a test may have taken it down
                             await sched.cancel(job)
                     await sched.shutdown(harness.grace)
+            finally:  # however the above ended: no connection may outlive the test
+                try:
                     await sched.aclose()
-            finally:
-                errors = await tasks.aclose()
-                await harness.close()
+                finally:
+                    errors = await tasks.aclose()
+                    await harness.close()
             assert not errors, f"background tasks of {sched.name} failed: {errors!r}"
 
     # -- capabilities ----------------------------------------------------------------------

@@ -49,7 +49,10 @@ def test_config_file_and_set_reach_the_schedulers(root: Path) -> None:
         settings = _settings(d)
         assert settings["fakepoll"] == {"poll_interval": {"float": 0.25}}
         assert settings["local_cwd"] == {"poll_interval": {"float": 3.0}}
-        assert settings["slurm"] == {"poll_interval": {"float": 1.0}}  # the default
+        assert settings["slurm"] == {  # the defaults
+            "poll_interval": {"float": 1.0},
+            "command_timeout": {"float": 60.0},
+        }
     finally:
         d.close()
 
@@ -92,6 +95,12 @@ def test_txd_config_env_names_the_file(root: Path) -> None:
             " local_docker, lsf, slurm)",
         ),
         ("", ["--set", "local_cwd.poll_interval=x"], "poll_interval: expected float, got 'x'"),
+        (
+            "",
+            ["--set", "slurm.command_timeout=0"],
+            "txd: settings [schedulers.slurm] command_timeout: command_timeout must be > 0, "
+            "got 0.0",
+        ),
     ],
 )
 def test_bad_settings_stop_the_daemon_at_start(

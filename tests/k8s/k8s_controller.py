@@ -182,6 +182,12 @@ class Kind:
     failed: str
     aborted: str  # the phase after which the controller deletes the pods ("" for none)
 
+    @property
+    def resource(self) -> str:
+        """kubectl's name of the kind: `<plural>.<group>`."""
+        parts = self.collection.split("/")  # /apis/<group>/<version>/namespaces/{ns}/<plural>
+        return f"{parts[-1]}.{parts[2]}"
+
     def phase(self, obj: dict[str, Any]) -> str:
         value: Any = obj.get("status") or {}
         for key in self.phase_path:
@@ -242,15 +248,23 @@ class PlayedController:
 
     @staticmethod
     async def _feed(informer: Informer, queue: asyncio.Queue[str]) -> None:
-        """The app ids of the informer's changes; while the apiserver is down (a test taking
-        the backend down), it tries again, as a controller would."""
+        """The app ids of the informer's changes, and of everything it holds once it has
+        listed (an object made before the first list comes as no change: a controller
+        reconciles what it finds at start); while the apiserver is down (a test taking the
+        backend down), it tries again, as a controller would."""
+
+        def app_id(obj: dict[str, Any]) -> str:
+            return str((obj["metadata"].get("labels") or {}).get("txd.dev/app-id", ""))
+
         for _ in range(1000):
             try:
                 async with contextlib.aclosing(informer.events()) as events:
                     async for item in events:
                         if isinstance(item, Event):
-                            labels = item.obj["metadata"].get("labels") or {}
-                            queue.put_nowait(labels.get("txd.dev/app-id", ""))
+                            queue.put_nowait(app_id(item.obj))
+                        else:  # SYNCED
+                            for obj in list(informer.store.values()):
+                                queue.put_nowait(app_id(obj))
             except KubeError:
                 await asyncio.sleep(1)
 

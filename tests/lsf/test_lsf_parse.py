@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import lsf_fakes
 import pytest
 from txd.schedulers.lsf import (
@@ -29,9 +31,24 @@ def test_parse_bjobs_reads_every_field_of_every_row() -> None:
     )
 
 
-def test_parse_bjobs_skips_what_is_not_a_row() -> None:
-    text = "No job found\n\n4101|p|RUN|-|h\nx|p|RUN|-|h|p-a-0\n4102|p|RUN|-|h|p-a-0\n"
+def test_parse_bjobs_skips_blank_lines_and_no_job_notes() -> None:
+    text = "No job found\n\n4102|p|RUN|-|h|p-a-0\n"
     assert [r.job_id for r in parse_bjobs(text)] == ["4102"]
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("4101|p|RUN|-|h", "line 2 is not 6 fields: '4101|p|RUN|-|h'"),  # cut short
+        ("x|p|RUN|-|h|p-a-0", "line 2 has fields out of place"),
+        ("4101|RUN|-|h|p-a-0|p", "line 2 has fields out of place"),  # a column missing
+        ("\x00\ufffd\x7f|||||", "line 2 has fields out of place"),
+    ],
+)
+def test_parse_bjobs_refuses_what_is_not_a_row(line: str, says: str) -> None:
+    """A row skipped would make its app look forgotten by LSF (UNKNOWN)."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        parse_bjobs(f"4102|p|RUN|-|h|p-a-0\n{line}\n")
 
 
 @pytest.mark.parametrize(

@@ -333,6 +333,26 @@ async def test_an_app_bjobs_no_longer_shows_is_forgotten(
     assert await describe(sched, job) is None
 
 
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        bytes(range(256)) * 2,  # not text
+        recorded("bjobs_apps.stdout")[:100],  # cut off mid-row
+        b"4101|RUN|-|h|x\n",  # a column missing
+    ],
+    ids=["bytes", "truncated", "columns"],
+)
+async def test_garbled_bjobs_output_is_backend_unavailable_not_forgotten(
+    sched: LsfScheduler, local: FakeHost, garbage: bytes
+) -> None:
+    """The daemon then keeps the app's last status, marked stale with this reason."""
+    job = await submit(sched, make_app("garbled", {"a": 1}))
+    local.reply("bjobs", Reply(garbage))
+    said = r"^bjobs on fake this host printed what txd cannot read: line "
+    with pytest.raises(BackendUnavailable, match=said):
+        await describe(sched, job)
+
+
 async def test_a_missing_lsf_command_is_backend_unavailable(
     sched: LsfScheduler, hosts: FakeHosts, local: FakeHost
 ) -> None:

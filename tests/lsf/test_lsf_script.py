@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import lsf_fakes
+import nasty
 import pytest
 from txd.schedulers.api import SubmitContext
-from txd.schedulers.errors import FailedPrecondition
+from txd.schedulers.errors import FailedPrecondition, InvalidArgument
 from txd.schedulers.hosts import LocalHost, Result, SshTarget
 from txd.schedulers.lsf import LsfScheduler
 from txd.schedulers.options import to_cfg_value
@@ -267,3 +268,36 @@ async def test_a_refused_bsub_stops_the_script_and_kills_what_started(
     assert "killed the 1 job(s) already submitted" in msg
     assert hosts.made[None].argvs("bkill") == [("bkill", "700")]
     assert not (shims / "bsub.702.json").exists()  # set -e: nothing after the refused bsub
+
+
+async def test_nasty_values_reach_docker_exactly(shims: Path, shell_sched: LsfScheduler) -> None:
+    """tests/nasty.py's table as args and env, and a job dir named with it, through the
+    script, bash, the heredoc and the execution host's /bin/sh."""
+    role = Role(
+        name="r",
+        image="img:1",
+        entrypoint="python",
+        args=nasty.nasty_args(),
+        env=nasty.nasty_env(),
+        num_replicas=2,
+    )
+    app = AppDef(name="nasty", roles=[role])
+    jobdir = shims.parent / nasty.NASTY_DIR
+    await shell_sched.schedule(await shell_sched.submit_dryrun(app, cfg(jobdir=str(jobdir)), CTX))
+    runs = sorted(shims.glob("docker.*.json"))
+    assert len(runs) == 2
+    for run in runs:
+        argv = json.loads(run.read_text())
+        env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+        assert {k: v for k, v in env.items() if k.startswith("NASTY_")} == nasty.nasty_env()
+        tail = ["--entrypoint", "python", "--rm", "img:1", *nasty.nasty_args()]
+        assert argv[argv.index("img:1") - 3 :] == tail
+    head = json.loads((shims / "bsub.700.json").read_text())
+    assert head[head.index("-cwd") + 1] == str(jobdir)
+    assert not os.path.exists(nasty.PWNED)
+    # bsub's -cwd/-oo and the script's lines cannot hold a line break: refused, by name
+    newline = cfg(jobdir=str(shims.parent / nasty.NASTY_DIR_NEWLINE))
+    with pytest.raises(InvalidArgument) as err:
+        await shell_sched.submit_dryrun(app, newline, CTX)
+    assert err.value.field == "cfg.jobdir"
+    assert "no line break" in str(err.value)
