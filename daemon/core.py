@@ -76,7 +76,8 @@ class Core:
         self.cache = StatusCache(self.store)
         self.schedulers = Schedulers(session, state_dir, settings or {}, self.cache, tasks, entries)
         self.closing = False
-        self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}
+        self._pending_runs: dict[str, asyncio.Task[JobRecord]] = {}  # by request id
+        self._submitting: set[asyncio.Task[JobRecord]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -110,6 +111,8 @@ class Core:
         jobs that outlive the daemon; then stops the status feeds.
         Never raises for a backend's sake."""
         self.closing = True
+        if self._submitting:  # submissions under way end recorded, then stopped with the rest
+            await asyncio.wait(self._submitting, timeout=grace)
         await self.schedulers.shutdown(grace)
         self.cache.close("txd is shutting down; the job goes on without it")
         await self.schedulers.stop_feeds()
@@ -146,32 +149,29 @@ class Core:
         if self.closing:
             raise ShuttingDown("txd is shutting down; no new jobs are accepted")
         rid = req.request_id
-        if not rid:
-            new = await self._submit(req)
-            return new.handle, new.app_id
-        validate.check_request_id(rid)
-        rec = self.store.by_request_id(rid)
-        if rec is None and rid not in self._pending_runs:
-            new = await self._submit_once(rid, req)
-            return new.handle, new.app_id
-        if rec is None:  # the same id is being submitted right now
-            rec = await asyncio.shield(self._pending_runs[rid])
-        await self._check_same_request(rec, req)
-        return rec.handle, rec.app_id
+        if rid:
+            validate.check_request_id(rid)
+            if rid in self._pending_runs:  # being submitted right now: its outcome
+                rec: JobRecord | None = await asyncio.shield(self._pending_runs[rid])
+            else:
+                rec = self.store.by_request_id(rid)
+            if rec is not None:
+                await self._check_same_request(rec, req)
+                return rec.handle, rec.app_id
+        new = await asyncio.shield(self._start_submit(req))
+        return new.handle, new.app_id
 
-    async def _submit_once(self, rid: str, req: RunRequest) -> JobRecord:
-        fut: asyncio.Future[JobRecord] = asyncio.get_running_loop().create_future()
-        self._pending_runs[rid] = fut
-        try:
-            rec = await self._submit(req)
-            fut.set_result(rec)
-            return rec
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # marks it retrieved when nobody else was waiting
-            raise
-        finally:
-            del self._pending_runs[rid]
+    def _start_submit(self, req: RunRequest) -> asyncio.Task[JobRecord]:
+        """The submission, as a task of its own: a caller that gives up (a client's deadline
+        cancels its Run) does not stop it between spawning a job and recording it; it ends
+        recorded and followed, or undone. Until then a Run with its request id waits for it."""
+        task = asyncio.get_running_loop().create_task(self._submit(req))
+        self._submitting.add(task)
+        task.add_done_callback(self._submitting.discard)
+        if rid := req.request_id:
+            self._pending_runs[rid] = task
+            task.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
+        return task
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
         name, sched, app, _ = await self._prepare(req)
@@ -210,22 +210,49 @@ class Core:
         return name, sched, app, SubmitContext(cwd=cwd, env=env, workspace=workspace)
 
     async def _submit(self, req: RunRequest) -> JobRecord:
+        rid = req.request_id or None
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
-            submitted = await sched.schedule(info)
-        cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
-        try:
-            rec = self._insert(name, info.app, cfg, submitted, req.request_id or None)
-        except Exception:
-            log.exception("could not record the job %s submitted; cancelling it", submitted)
-            await _undo(sched, Job(submitted.app_id, submitted.native))
-            raise
+            cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
+            early = None
+            if info.app_id:
+                # Recorded before it runs: a daemon killed during schedule() leaves a live
+                # record, which the next one settles (recover) and a retried Run finds.
+                early = self._insert(name, info.app, cfg, Submitted(info.app_id, info.native), rid)
+            try:
+                submitted = await sched.schedule(info)
+            except Exception:
+                if early is not None:  # schedule() left nothing running
+                    self._forget(early)
+                raise
+        if early is not None:
+            early.native = submitted.native
+            try:
+                self.store.update_native(early.handle, submitted.native)
+            except sqlite3.Error as e:  # the job runs: the early record still finds it
+                log.warning("could not record the native facts of %s: %s", early.handle, e)
+            rec = early
+        else:
+            try:
+                rec = self._insert(name, info.app, cfg, submitted, rid)
+            except Exception:
+                log.exception("could not record the job %s submitted; cancelling it", submitted)
+                await _undo(sched, Job(submitted.app_id, submitted.native))
+                raise
         job = self.cache.follow(rec)
         # Statuses reported while schedule() ran found no followed job: look now. A polled
         # scheduler is only nudged: its next poll, batched with every other job's, tells.
         await self.schedulers.feed(name).refresh([job], wait=False)
         return rec
+
+    def _forget(self, rec: JobRecord) -> None:
+        """Removes the record of a job that never ran; one the store cannot remove now (a full
+        disk) is settled by recover() at the next start, as if the daemon had died."""
+        try:
+            self.store.delete(rec.handle)
+        except sqlite3.Error as e:
+            log.warning("could not remove the record of %s, which never ran: %s", rec.handle, e)
 
     def _insert(
         self,
@@ -249,8 +276,10 @@ class Core:
                 native=submitted.native,
                 request_id=request_id,
             )
+            StatusCache.fill_identity(rec, rec.status)  # as List shows it until it changes
             try:
                 self.store.insert(rec)
+                self.cache.flush()  # the store takes writes: those it could not take too
                 return rec
             except sqlite3.IntegrityError:
                 if self.store.get(rec.handle) is None:
@@ -299,6 +328,8 @@ class Core:
         handle = self.resolve(text)
         if (job := self.cache.get(handle)) is not None:
             return job.record
+        if (unsaved := self.cache.unsaved(handle)) is not None:
+            return unsaved
         rec = self.store.get(handle)
         if rec is None:
             raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
@@ -321,7 +352,8 @@ class Core:
         if scheduler:
             self.schedulers.check(scheduler)
         if not req.backend:
-            return query.from_store(self.store)
+            statuses, token = query.from_store(self.store)
+            return [self._latest(s) for s in statuses], token
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
         with backend_calls(scheduler):
@@ -333,6 +365,11 @@ class Core:
             status.scheduler = scheduler
             status.app_handle = handle_of(scheduler, self.session, status.app_id)
         return query.from_statuses(apps)
+
+    def _latest(self, status: AppStatus) -> AppStatus:
+        """The job's latest status: the store's, unless it could not take the latest."""
+        unsaved = self.cache.unsaved(status.app_handle)
+        return unsaved.status if unsaved is not None else status
 
     # -- control ----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from grpc_status import rpc_status
 from txd.daemon import wire
 from txd.daemon.core import Core, cfg_values
 from txd.schedulers import errors
+from txd.schedulers.exhaustion import exhausted
 from txd.v1 import runner_pb2 as pb
 from txd.v1 import runner_pb2_grpc
 
@@ -27,6 +28,7 @@ _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.Unsupported: grpc.StatusCode.UNIMPLEMENTED,
     errors.BackendUnavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -41,6 +43,9 @@ def _code(e: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ..
         if isinstance(e, cls):
             backend = getattr(e, "backend", "")
             return code, str(e), ((BACKEND_KEY, backend),) if backend else ()
+    if (why := exhausted(e)) is not None:
+        log.warning("refused for want of a resource: %s", why)
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, why, ()
     log.exception("internal error")
     return grpc.StatusCode.INTERNAL, f"internal error: {type(e).__name__}: {e}", ()
 

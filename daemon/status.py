@@ -4,13 +4,16 @@ A job is *followed* from submission until nothing about it can change any more: 
 terminal state, the backend no longer knows it, or it was deleted. A followed job lives here
 with a Pulse that wakes its Wait/Watch callers and log follows the moment its status changes;
 every status is written through to the job store, so a job that is no longer followed costs no
-memory (10,000 finished jobs live only in SQLite). The feeds (daemon.feeds) are the only
-writers; clients only read.
+memory (10,000 finished jobs live only in SQLite). A status the store cannot take (a full disk)
+is kept here instead, served from here, and written with the next write that succeeds. The
+feeds (daemon.feeds) are the only writers; clients only read.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -22,6 +25,8 @@ from txd.schedulers.errors import ShuttingDown
 from txd.schedulers.pulse import Pulse
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppStatus
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -85,11 +90,39 @@ class StatusCache:
         self._by_app: dict[tuple[str, str], LiveJob] = {}  # by (scheduler, app_id)
         self._count: Counter[str] = Counter()  # followed jobs by scheduler
         self._closing = ""  # why waits and watches of followed jobs end now, once set
+        self._unsaved: dict[str, JobRecord] = {}  # by handle: statuses the store lacks
+
+    def _save(self, rec: JobRecord) -> None:
+        """Writes rec's status through to the store, and any the store could not take before.
+        A failing store (a full disk) loses no status: it stays in _unsaved, from which
+        lookups are answered, until a write succeeds."""
+        try:
+            self._store.update_status(rec.handle, rec.status)
+        except sqlite3.Error as e:
+            if rec.handle not in self._unsaved:
+                log.warning("cannot record the status of %s for now: %s", rec.handle, e)
+            self._unsaved[rec.handle] = rec
+            return
+        self._unsaved.pop(rec.handle, None)
+        self.flush()
+
+    def flush(self) -> None:
+        """Writes the statuses the store could not take before, while it takes them."""
+        for handle, rec in list(self._unsaved.items()):
+            try:
+                self._store.update_status(handle, rec.status)
+            except sqlite3.Error:
+                return
+            del self._unsaved[handle]
+
+    def unsaved(self, handle: str) -> JobRecord | None:
+        """The job's record, if the store lacks its latest status."""
+        return self._unsaved.get(handle)
 
     def follow(self, rec: JobRecord) -> LiveJob:
         """Starts following a live job (a new one, or one recorded live before a restart)."""
         job = LiveJob(rec)
-        self._fill_identity(rec, rec.status)
+        self.fill_identity(rec, rec.status)
         self._followed[rec.handle] = job
         self._by_app[(rec.scheduler, rec.app_id)] = job
         self._count[rec.scheduler] += 1
@@ -116,13 +149,13 @@ class StatusCache:
         a stale mark, and wakes everyone waiting on the job."""
         if not job.followed:
             return
-        self._fill_identity(job.record, status)
+        self.fill_identity(job.record, status)
         old = job.record.status
         if _same(old, status):
             if old.HasField("stale_since"):
                 old.ClearField("stale_since")
                 old.ClearField("stale_msg")
-                self._store.update_status(job.record.handle, old)
+                self._save(job.record)
                 job.pulse.fire()
             return
         if old.state != status.state or not old.HasField("updated"):
@@ -130,7 +163,7 @@ class StatusCache:
         else:
             status.updated.CopyFrom(old.updated)
         job.record.status = status
-        self._store.update_status(job.record.handle, status)
+        self._save(job.record)
         if is_terminal(status.state):
             self._unfollow(job)
         job.pulse.fire()
@@ -156,7 +189,7 @@ class StatusCache:
             status.stale_since.CopyFrom(now())
             since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             status.stale_msg = f"{scheduler} has not answered since {since}: {reason}"
-            self._store.update_status(job.record.handle, status)  # List reads the store
+            self._save(job.record)  # List reads the store
             job.pulse.fire()
 
     def drop(self, handle: str, msg: str) -> None:
@@ -188,7 +221,7 @@ class StatusCache:
         job.followed = False
 
     @staticmethod
-    def _fill_identity(rec: JobRecord, status: AppStatus) -> None:
+    def fill_identity(rec: JobRecord, status: AppStatus) -> None:
         status.app_handle = rec.handle
         status.scheduler = rec.scheduler
         status.app_id = rec.app_id

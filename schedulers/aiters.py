@@ -31,6 +31,12 @@ async def merge(iters: Sequence[AsyncIterator[T]], bound: int) -> AsyncIterator[
     try:
         while (boxed := await queue.get()) is not None:
             yield boxed[0]
-        await runner  # re-raises a producer's error
+        try:
+            await runner
+        except BaseExceptionGroup as group:  # the task group's wrapping, not the error
+            first: BaseException = group
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
     finally:
         runner.cancel()

@@ -137,6 +137,11 @@ class DryRunInfo(Generic[ReqT]):
     render: Callable[[], str] = field(default=lambda: "")
     # What prepare_workspace did (or, in a dry run, would do); "" without a workspace.
     workspace: str = ""
+    # The app id, when the scheduler chooses it before `schedule` (a local one does; a cluster's
+    # comes from its backend): the daemon then records the job, with `native`, before it is
+    # scheduled, so that a daemon that dies during `schedule` leaves a record `recover` finds.
+    app_id: str = ""
+    native: dict[str, Any] = field(default_factory=dict)
 
     @property
     def text(self) -> str:

@@ -49,3 +49,8 @@ class BackendUnavailable(TxdError):
 
 class ShuttingDown(BackendUnavailable):
     """The daemon is shutting down: no new job, and waits and watches end. Never a backend's."""
+
+
+class ResourceExhausted(TxdError):
+    """The host ran out of something the request needs (disk space, file descriptors):
+    the request may succeed once the load or the full disk is gone."""

@@ -41,7 +41,8 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
+from txd.schedulers.exhaustion import exhausted
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.schedulers.options import opt
 from txd.schedulers.status import fold, group_replicas
@@ -52,6 +53,9 @@ from txd.v1.scheduler_pb2 import Capabilities
 log = logging.getLogger(__name__)
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
+# Set in every replica's environment to its log path (unique to it): a daemon that died before
+# it recorded a replica's pid leaves the next one this way to find the replica's processes.
+REPLICA_ENV = "TXD_LOCAL_REPLICA"
 # Stopping an app (on cancel, or once its last replica has exited and leftover children may
 # still hold its pipes): SIGTERM to each group, SIGKILL after this many seconds, and the pipes
 # closed after as long again. Daemon shutdown uses its own --grace instead.
@@ -122,7 +126,7 @@ class _Replica(asyncio.SubprocessProtocol):
     def __init__(self, app: _App, spec: ReplicaSpec) -> None:
         self.app = app
         self.spec = spec
-        self.writer = LogWriter(Path(spec.log))
+        self.writer = LogWriter(Path(spec.log), on_loss=app.output_lost)
         self.transport: asyncio.SubprocessTransport | None = None
         self.pid = 0
         self.returncode: int | None = None
@@ -183,6 +187,10 @@ class _App:
         self.cancel_msg = ""
         self.finisher: asyncio.Task[None] | None = None
         self.grace = DRAIN_GRACE
+
+    def output_lost(self) -> None:
+        """A replica's log began to lose bytes (a full disk): its status now says so."""
+        self.sched.changed(self.req.app_id, self.status())
 
     def replica_exited(self) -> None:
         self.maybe_finish()
@@ -251,6 +259,12 @@ class _App:
                 if r.state == AppState.FAILED
             )
             out.structured_error_msg = _first_error_file(self.req)
+        if lost := [r for r in self.replicas if r.writer.lost]:
+            note = "output lost: " + ", ".join(
+                f"{r.spec.role}/{r.spec.replica_id} {r.writer.lost} bytes ({r.writer.loss})"
+                for r in lost
+            )
+            out.msg = f"{out.msg}; {note}" if out.msg else note
         out.roles.extend(group_replicas(replicas))
         return out
 
@@ -315,6 +329,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 env.update(r.env)
                 env[RANK0_ENV] = "localhost"
                 env.setdefault("PYTHONUNBUFFERED", "x")
+                env[REPLICA_ENV] = str(log)
                 env.setdefault("TORCHELASTIC_ERROR_FILE", f"{log}.error.json")
                 env["PATH"] = _join_path(
                     r.env.get("PATH", ""),
@@ -343,7 +358,14 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     )
                 )
         req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
-        return DryRunInfo(app=app, request=req, opts=opts, render=lambda: _render(req, ctx.env))
+        return DryRunInfo(
+            app=app,
+            request=req,
+            opts=opts,
+            render=lambda: _render(req, ctx.env),
+            app_id=app_id,
+            native=_native(req, []),  # no pids yet: recover() finds them by REPLICA_ENV
+        )
 
     async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
         """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
@@ -365,8 +387,13 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> Submitted:
         req = dryrun.request
         app = _App(self, req)
+        try:
+            Path(req.app_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if (why := exhausted(e)) is not None:
+                raise ResourceExhausted(f"cannot make the job's log directory: {why}") from e
+            raise
         self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
-        Path(req.app_dir).mkdir(parents=True, exist_ok=True)
         loop = asyncio.get_running_loop()
         for spec in req.replicas:
             replica = _Replica(app, spec)
@@ -384,9 +411,10 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             except OSError as e:
                 replica.writer.close()
                 await self._abort(app)
-                raise InvalidArgument(
-                    "app", f"could not start replica {spec.role}/{spec.replica_id}: {e}"
-                ) from e
+                what = f"could not start replica {spec.role}/{spec.replica_id}"
+                if (why := exhausted(e)) is not None:  # the host's fault, not the app's
+                    raise ResourceExhausted(f"{what}: {why}") from e
+                raise InvalidArgument("app", f"{what}: {e}") from e
             app.replicas.append(replica)
         app.maybe_finish()  # every replica may have exited during the spawns
         # Crash recovery identifies a replica's process group by its leader's pid and start
@@ -498,12 +526,20 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
 
 async def _settle_after_crash(job: Job, status: AppStatus) -> AppStatus:
     """Stops every recorded process group that still has a member, and records why."""
-    groups: dict[str, tuple[int, list[int]]] = {}  # replica -> (pgid, live members)
-    for r in job.native.get("replicas", []):
-        if members := _group_members(r.get("pid"), r.get("start_ticks")):
-            groups[f"{r['role']}/{r['replica_id']}"] = (r["pid"], members)
+    groups: dict[str, tuple[list[int], list[int]]] = {}  # replica -> (pgids, live members)
+    replicas = job.native.get("replicas", [])
+    unrecorded = {r["log"] for r in replicas if not r.get("pid")}
+    by_env = _processes_by_replica_env(unrecorded) if unrecorded else {}
+    for r in replicas:
+        name = f"{r['role']}/{r['replica_id']}"
+        if not r.get("pid"):  # started, or about to be, when the daemon died
+            if found := by_env.get(r["log"]):
+                pgids = sorted({pgid for _, pgid in found})
+                groups[name] = (pgids, [pid for pid, _ in found])
+        elif members := _group_members(r["pid"], r.get("start_ticks")):
+            groups[name] = ([r["pid"]], members)
     members = [pid for _, live in groups.values() for pid in live]
-    await _stop_strangers([pgid for pgid, _ in groups.values()], members)
+    await _stop_strangers([pgid for pgids, _ in groups.values() for pgid in pgids], members)
     out = AppStatus()
     out.CopyFrom(status)
     if groups:
@@ -512,6 +548,9 @@ async def _settle_after_crash(job: Job, status: AppStatus) -> AppStatus:
             f"txd restarted after a crash; stopped {len(members)} process(es) of replica(s) "
             f"{', '.join(groups)} still running from before"
         )
+    elif unrecorded:
+        out.state = AppState.FAILED
+        out.msg = "txd stopped unexpectedly while it started the job; it may not have run"
     else:
         out.state = AppState.FAILED
         out.msg = "txd stopped unexpectedly while the job ran; its outcome is unknown"
@@ -536,6 +575,28 @@ def _group_members(pgid: int | None, leader_ticks: int | None) -> list[int]:
     if pgid in members and _start_ticks(pgid) != leader_ticks:
         return []
     return members
+
+
+def _processes_by_replica_env(logs: set[str]) -> dict[str, list[tuple[int, int]]]:
+    """(pid, process group) of the live processes whose environment sets REPLICA_ENV to one
+    of `logs`, by that value: a replica's processes whose pid was never recorded."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    prefix = f"{REPLICA_ENV}=".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:  # gone, or another user's
+            continue
+        for var in env:
+            if var.startswith(prefix) and (log := os.fsdecode(var[len(prefix) :])) in logs:
+                pid = int(entry.name)
+                if (pgid := _pgrp(pid)) is not None:
+                    out.setdefault(log, []).append((pid, pgid))
+                break
+    return out
 
 
 def _pgrp(pid: int) -> int | None:
@@ -586,20 +647,22 @@ async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:
 
 
 def _native(req: PopenRequest, replicas: list[_Replica]) -> dict[str, Any]:
-    """What the job store keeps: where the logs are, and each replica's process group."""
-    return {
-        "app_dir": req.app_dir,
-        "replicas": [
+    """What the job store keeps: where the logs are, and each replica's process group (pid
+    None for one not started yet)."""
+    pids = {(r.spec.role, r.spec.replica_id): r.pid for r in replicas}
+    out = []
+    for spec in req.replicas:
+        pid = pids.get((spec.role, spec.replica_id))
+        out.append(
             {
-                "role": r.spec.role,
-                "replica_id": r.spec.replica_id,
-                "log": r.spec.log,
-                "pid": r.pid,
-                "start_ticks": _start_ticks(r.pid),
+                "role": spec.role,
+                "replica_id": spec.replica_id,
+                "log": spec.log,
+                "pid": pid,
+                "start_ticks": _start_ticks(pid) if pid else None,
             }
-            for r in replicas
-        ],
-    }
+        )
+    return {"app_dir": req.app_dir, "replicas": out}
 
 
 def _render(req: PopenRequest, caller_env: dict[str, str]) -> str:

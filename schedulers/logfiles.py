@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
 import struct
@@ -56,39 +57,108 @@ def index_path(base: Path) -> Path:
 
 class LogWriter:
     """Writes one replica's stdout and stderr. Fed from the event loop's pipe callbacks (not
-    thread-safe). `pulse` fires after every write and at close."""
+    thread-safe). `pulse` fires after every write and at close.
 
-    def __init__(self, base: Path) -> None:
+    A write that fails (a full disk: ENOSPC, EDQUOT) loses those bytes, never the replica: its
+    pipes are read on, so it never blocks or gets EPIPE. Bytes lost in a row are counted, and
+    the next write that fits first writes LOSS_MARK in their place, so every reader of the log
+    sees where and how much was lost. `lost` counts every byte lost so far, `loss` says why;
+    `on_loss` is called when a run of losses begins."""
+
+    def __init__(self, base: Path, on_loss: Callable[[], None] | None = None) -> None:
         self.base = base
         self.pulse = Pulse()
         self.closed = False
+        self.lost = 0
+        self.loss = ""
+        self._on_loss = on_loss
         self._fd = self._idx = -1
         self._size = 0
+        self._idx_size = 0
         self._last_stream = -1
         self._last_ns = 0
+        self._gap = 0  # bytes lost since the last mark
+        self._gap_stream: int = Stream.STDOUT
 
     def write(self, stream: int, data: bytes) -> None:
-        if self._fd < 0:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-            self._fd = os.open(data_path(self.base), flags, 0o644)
-            self._idx = os.open(index_path(self.base), flags, 0o644)
-        now = time.time_ns()
-        if stream != self._last_stream or now - self._last_ns >= _MIN_GAP_NS:
-            os.write(self._idx, _REC.pack(self._size, now, stream))
-            self._last_stream, self._last_ns = stream, now
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view) :]
-        self._size += len(data)
+        if not self._gap or self._mark():
+            try:
+                data = data[self._append(stream, data) :]
+            except _Failed as e:
+                data = data[e.written :]
+                self.loss = e.reason
+        if data:
+            if not self._gap:
+                self._gap_stream = stream
+            self._gap += len(data)
+            self.lost += len(data)
+            if self._gap == len(data) and self._on_loss is not None:
+                self._on_loss()
         self.pulse.fire()
+
+    def _mark(self) -> bool:
+        """Writes the mark of the bytes lost since the last one; False when it does not fit."""
+        mark = LOSS_MARK.format(n=self._gap, why=self.loss).encode()
+        try:
+            if self._fd >= 0 and _free(self._fd) < len(mark) + _REC.size:
+                return False  # not even the mark fits: no half mark
+            self._append(self._gap_stream, mark)
+        except _Failed:
+            return False
+        self._gap = 0
+        return True
+
+    def _append(self, stream: int, data: bytes) -> int:
+        """Appends data to the log (and a record to the index when due); returns len(data).
+        Raises _Failed with the count of bytes that made it into the log."""
+        written = 0
+        try:
+            if self._fd < 0:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                self._fd = os.open(data_path(self.base), flags, 0o644)
+                self._idx = os.open(index_path(self.base), flags, 0o644)
+            now = time.time_ns()
+            if stream != self._last_stream or now - self._last_ns >= _MIN_GAP_NS:
+                rec = _REC.pack(self._size, now, stream)
+                if os.write(self._idx, rec) != len(rec):  # half a record would shift the rest
+                    os.ftruncate(self._idx, self._idx_size)
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                self._idx_size += len(rec)
+                self._last_stream, self._last_ns = stream, now
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+                written += n
+                self._size += n
+        except OSError as e:
+            raise _Failed(written, e.strerror or str(e)) from None
+        return written
 
     def close(self) -> None:
         if not self.closed:
+            if self._gap:
+                self._mark()
             self.closed = True
             if self._fd >= 0:
                 os.close(self._fd)
                 os.close(self._idx)
             self.pulse.fire()
+
+
+# Written into a log where bytes were lost (stream of the first lost byte).
+LOSS_MARK = "\n[txd: {n} bytes of output lost here: {why}]\n"
+
+
+class _Failed(Exception):
+    def __init__(self, written: int, reason: str) -> None:
+        self.written = written
+        self.reason = reason
+
+
+def _free(fd: int) -> int:
+    st = os.fstatvfs(fd)
+    return st.f_bavail * st.f_frsize
 
 
 @dataclass
