@@ -346,6 +346,7 @@ class JobStore:
         where = f"state IN ({marks}) AND created < ? AND CAST(created * 1e9 AS INTEGER) < ?" + (
             " AND scheduler = ?" if scheduler else ""
         )
+        created_before_ns = _int64(created_before_ns)
         args = (*TERMINAL_STATES, created_before_ns / 1e9 + 1e-3, created_before_ns)
         rows = self._db.execute(
             f"{_SELECT} WHERE {where} ORDER BY created, handle LIMIT ?",
@@ -412,6 +413,7 @@ class JobStore:
             # Statuses report created as int(created * 1e9) ns: the same rounding here keeps
             # a job whose reported time is the bound. The looser first test uses the index.
             where.append("created >= ? AND CAST(created * 1e9 AS INTEGER) >= ?")
+            created_since_ns = _int64(created_since_ns)
             args += [created_since_ns / 1e9 - 1e-3, created_since_ns]
         rows = self._db.execute(
             f"SELECT created, handle, status FROM jobs WHERE {' AND '.join(where) or 1} "
@@ -463,3 +465,9 @@ def _record(row: sqlite3.Row) -> JobRecord:
         cfg=json.loads(row["cfg"]),
         native=json.loads(row["native"]),
     )
+
+
+def _int64(ns: int) -> int:
+    """A time bound SQLite can take: its integers are 64-bit, which in nanoseconds ends in
+    2262 (the API allows years 1 to 9999; a bound past the ends is the same as the end)."""
+    return max(-(2**63), min(ns, 2**63 - 1))

@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from txd import defaults
 from txd.v1 import AppDef, CfgValue, Role
 from txd.v1 import runner_pb2 as pb
+from txd_testing import sh_app
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -175,3 +176,19 @@ async def test_client_refuses_to_send_over_the_limit(client: Any) -> None:
     app = _app(_role(args=["x" * (defaults.MAX_REQUEST_BYTES + 1)]))
     with pytest.raises(ResourceExhaustedError):
         await client.dryrun(app)
+
+
+async def test_time_bounds_at_the_ends_of_the_allowed_years(
+    client: Any, channel: grpc.Channel
+) -> None:
+    """Years 1 and 9999 are allowed but lie past the registry's 64-bit nanoseconds (1677 to
+    2262): they bound nothing, instead of an OverflowError (found by test_fuzz: INTERNAL)."""
+    handle = await client.run(sh_app("true", "bounds"), "local_cwd")
+    await client.wait(handle, timeout=30)
+    year_1, year_9999 = Timestamp(seconds=-62135596800), Timestamp(seconds=253402300799)
+    req = pb.ListRequest(created_since=year_1, page_size=5000)
+    listed = pb.ListResponse.FromString(_call(channel, "List", req.SerializeToString()))
+    assert handle in [a.app_handle for a in listed.apps]
+    req2 = pb.PruneRequest(created_before=year_9999, dry_run=True)
+    pruned = pb.PruneResponse.FromString(_call(channel, "Prune", req2.SerializeToString()))
+    assert pruned.pruned  # our job at least: every finished job is before year 9999

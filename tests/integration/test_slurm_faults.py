@@ -84,6 +84,11 @@ esac
 }
 
 
+# Random bytes made one line: no byte that ends a line or starts a character that does
+# (str.splitlines: \n \v \f \r \x1c-\x1e, U+0085 as C2 85, U+2028/9 as E2 80 A8/A9).
+ONE_LINE = bytes.maketrans(bytes([10, 11, 12, 13, 28, 29, 30, 0x85, 0xE2]), b"x" * 9)
+
+
 class Slurm:
     """The stand-ins' control files."""
 
@@ -92,7 +97,7 @@ class Slurm:
         self.ctl = root / "ctl"
         self.bin.mkdir()
         (self.ctl / "jobs").mkdir(parents=True)
-        (self.ctl / "garbage").write_bytes(os.urandom(400))
+        (self.ctl / "garbage").write_bytes(os.urandom(400).translate(ONE_LINE))
         for name, body in STANDINS.items():
             path = self.bin / name
             path.write_text(
