@@ -11,7 +11,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import sysconfig
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,13 +20,36 @@ import pytest
 from txd_testing import TXCTL, Daemon, clean_env, remove_tree, short_tmpdir
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("useradd") is None,
-    reason="needs root and useradd to make a second Unix user",
+    os.geteuid() != 0 or not (shutil.which("useradd") and shutil.which("setpriv")),
+    reason="needs root, useradd and setpriv to make and be a second Unix user",
 )
 
 TIMEOUT = 30
-# The venv's packages, for an interpreter of the same version outside it (OtherUser.python).
-_PRELUDE = f"import site, sys; site.addsitedir({sysconfig.get_path('purelib')!r})\n"
+# The other user's programs may lie where only root may look (pyenv under /root, a clone in a
+# 0700 temp dir): they start with CAP_DAC_READ_SEARCH to read the code. `twice` runs the code
+# once so (its output dropped: every module it needs is then loaded), gives up every
+# capability (capset), and runs it again: that run is the other user's, nothing more.
+_CAPS = ("--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search")
+_PRELUDE = """\
+import contextlib, ctypes, io, sys
+
+class _Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+class _Data(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in ("effective", "permitted", "inheritable")]
+
+def twice(body):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.suppress(SystemExit):
+            body()
+    none = (_Data * 2)()
+    if ctypes.CDLL(None).capset(ctypes.byref(_Header(0x20080522, 0)), none):  # version 3
+        sys.exit("capset failed")
+    with open("/proc/self/status") as f:
+        assert "CapEff:\\t0000000000000000" in f.read()
+    body()
+"""
 
 
 @dataclass
@@ -36,15 +58,13 @@ class OtherUser:
     uid: int
     gid: int
     home: Path
-    python: str = ""  # an interpreter this user may run (find_python)
 
-    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
-        """argv as this user (its own uid and gid, no supplementary groups)."""
+    def run_python(self, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """Python `code` as this user (its own uid and gid, no supplementary groups, and no
+        capability left once _PRELUDE has run)."""
+        ids = (f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups")
         return subprocess.run(
-            argv,
-            user=self.uid,
-            group=self.gid,
-            extra_groups=[],
+            ["setpriv", *ids, *_CAPS, sys.executable, "-c", _PRELUDE + code, *args],
             capture_output=True,
             text=True,
             env=clean_env(
@@ -56,29 +76,10 @@ class OtherUser:
             timeout=TIMEOUT,
         )
 
-    def run_python(self, code: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.run([self.python, "-c", _PRELUDE + code, *args])
-
     def txctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.run_python("from txd.client.cli import main\nsys.exit(main())", *args)
-
-    def find_python(self) -> str | None:
-        """None once `python` is one this user can run txd's code with, else why not. The
-        venv's own interpreter may sit in a folder only root enters (pyenv under /root), so
-        a system interpreter of the same version is tried too, the venv's packages added."""
-        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-        why = ""
-        for python in (sys.executable, f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
-            self.python = python
-            try:
-                proc = self.run_python("import grpc, txd.client, txd.v1")
-            except OSError as e:
-                why += f"; {python}: {e.strerror}"
-                continue
-            if proc.returncode == 0:
-                return None
-            why += f"; {python}: {proc.stderr.strip()[-200:]}"
-        return f"{self.name} cannot run txd's code{why}"
+        return self.run_python(
+            "from txd.client.cli import main\ntwice(lambda: sys.exit(main()))", *args
+        )
 
 
 @pytest.fixture(scope="module")
@@ -112,20 +113,23 @@ import grpc
 from txd.client import Client, TxdError
 from txd.v1 import runner_pb2, runner_pb2_grpc
 
-sock = sys.argv[1]
-out = {}
-try:
-    with Client(sock, timeout=10) as c:
-        out["client"] = {"ok": [s.handle for s in c.list()]}
-except TxdError as e:
-    out["client"] = {"error": type(e).__name__, "message": str(e)}
-with grpc.insecure_channel(f"unix:{sock}") as channel:
+def body():
+    sock = sys.argv[1]
+    out = {}
     try:
-        runner_pb2_grpc.RunnerStub(channel).List(runner_pb2.ListRequest(), timeout=10)
-        out["grpc"] = {"ok": True}
-    except grpc.RpcError as e:
-        out["grpc"] = {"error": e.code().name, "message": e.details()}
-print(json.dumps(out))
+        with Client(sock, timeout=10) as c:
+            out["client"] = {"ok": [s.handle for s in c.list()]}
+    except TxdError as e:
+        out["client"] = {"error": type(e).__name__, "message": str(e)}
+    with grpc.insecure_channel(f"unix:{sock}") as channel:
+        try:
+            runner_pb2_grpc.RunnerStub(channel).List(runner_pb2.ListRequest(), timeout=10)
+            out["grpc"] = {"ok": True}
+        except grpc.RpcError as e:
+            out["grpc"] = {"error": e.code().name, "message": e.details()}
+    print(json.dumps(out))
+
+twice(body)
 """
 
 
@@ -162,9 +166,6 @@ def _owner_lists(d: Daemon) -> None:
 
 
 def test_another_user_cannot_connect(daemon: Daemon, other_user: OtherUser) -> None:
-    why = other_user.find_python()
-    if why:
-        pytest.skip(why)
     assert stat.S_IMODE(daemon.socket.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o600
     _owner_lists(daemon)
