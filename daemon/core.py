@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from txd.daemon import logs, validate
+from txd.daemon.backends import Backends
+from txd.daemon.cache import StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
-from txd.daemon.schedulers import Schedulers
-from txd.daemon.status import StatusCache, unknown
 from txd.schedulers import options, plugins
 from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted, TaskGroupLike
 from txd.schedulers.errors import (
@@ -36,7 +36,7 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
-from txd.schedulers.workspace import check_dir
+from txd.schedulers.workspace.files import check_dir
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, PruneRequest, RunRequest
@@ -74,7 +74,7 @@ class Core:
         self.default_scheduler = DEFAULT_SCHEDULER
         self.store = JobStore(state_dir / "registry.db")
         self.cache = StatusCache(self.store)
-        self.schedulers = Schedulers(session, state_dir, settings or {}, self.cache, tasks, entries)
+        self.schedulers = Backends(session, state_dir, settings or {}, self.cache, tasks, entries)
         self.closing = False
         self._pending_runs: dict[str, asyncio.Task[JobRecord]] = {}  # by request id
         self._submitting: set[asyncio.Task[JobRecord]] = set()

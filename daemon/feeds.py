@@ -21,7 +21,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from txd.daemon.status import LiveJob, StatusCache
+from txd.daemon.cache import LiveJob, StatusCache
 from txd.schedulers.api import Described, NoAnswer, Scheduler, Subscribed, TaskGroupLike
 from txd.schedulers.errors import TxdError
 from txd.schedulers.pulse import Pulse

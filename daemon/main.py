@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("grpc._cython.cygrpc").addFilter(_client_left)
+    from txd.daemon.backends import SettingsError
     from txd.daemon.jobstore import JobStoreError
-    from txd.daemon.schedulers import SettingsError
     from txd.daemon.server import AlreadyRunning, SocketNotPrivate, serve
 
     _use_pidfd_child_watcher()

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from google.protobuf.timestamp_pb2 import Timestamp
-from txd.schedulers import resources
+from txd import resources
 from txd.schedulers.errors import InvalidArgument
 from txd.v1.app_pb2 import AppDef, Role
 from txd.v1.scheduler_pb2 import CfgValue

@@ -16,7 +16,7 @@ their logs. The rules every method follows:
   - push: `changes()` yields each job's new status as the backend reports it (process exits,
     Docker events, a Kubernetes watch). The daemon reconnects a dropped stream after
     `settings.poll_interval` and then resyncs with one `describe_many`.
-- **One rule folds replica states into an app state** (`txd.schedulers.status.fold`): an app is
+- **One rule folds replica states into an app state** (`txd.schedulers.fold.fold`): an app is
   terminal only when every replica is. A backend that fails fast stops the survivors itself
   before it may report the app FAILED.
 - **Capabilities are facts.** A claimed capability works; an unclaimed one raises Unsupported.

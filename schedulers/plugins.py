@@ -25,14 +25,14 @@ DEFAULT_SCHEDULER = "local_cwd"
 
 # name -> module defining create_scheduler; the first is the default.
 BUILTIN: dict[str, str] = {
-    "local_cwd": "txd.schedulers.local_cwd",
-    "slurm": "txd.schedulers.slurm",
-    "lsf": "txd.schedulers.lsf",
-    "local_docker": "txd.schedulers.local_docker",
-    "kubernetes": "txd.schedulers.kubernetes",
-    "kubernetes_mcad": "txd.schedulers.kubernetes_mcad",
-    "aws_batch": "txd.schedulers.aws_batch",
-    "aws_sagemaker": "txd.schedulers.aws_sagemaker",
+    "local_cwd": "txd.schedulers.local.local_cwd",
+    "slurm": "txd.schedulers.hpc.slurm",
+    "lsf": "txd.schedulers.hpc.lsf",
+    "local_docker": "txd.schedulers.docker.local_docker",
+    "kubernetes": "txd.schedulers.kubernetes.kubernetes",
+    "kubernetes_mcad": "txd.schedulers.kubernetes.kubernetes_mcad",
+    "aws_batch": "txd.schedulers.aws.aws_batch",
+    "aws_sagemaker": "txd.schedulers.aws.aws_sagemaker",
 }
 
 Factory = Callable[..., Scheduler[Any, Any]]

@@ -256,7 +256,7 @@ class AwsBackendDown:
     unreachable: list[Any]
 
     def backend_down(self, sched: Any) -> contextlib.AbstractContextManager[None]:
-        from txd.schedulers.aws_api import Aws, AwsSettings
+        from txd.schedulers.aws.client import Aws, AwsSettings
 
         @contextlib.contextmanager
         def down() -> Any:

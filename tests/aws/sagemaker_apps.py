@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from txd.schedulers.aws.sagemaker_request import SageMakerOpts
 from txd.schedulers.options import resolve, to_cfg_value
-from txd.schedulers.sagemaker_request import SageMakerOpts
 from txd.v1.app_pb2 import AppDef, Resource, Role
 
 JOB_NAME = "train-bcdfghjklmnp"

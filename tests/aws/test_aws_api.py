@@ -1,4 +1,4 @@
-"""aws_api.Aws.call's retry policy, against moto through a proxy that answers 429
+"""aws_client.Aws.call's retry policy, against moto through a proxy that answers 429
 TooManyRequestsException or 500: throttling retried with full-jitter exponential backoff (waits
 drawn up to base * 2^try, at most cap), each request counted, then BackendUnavailable naming
 the cause; an AWS failure (5xx) retried the same way only for a call safe to repeat."""
@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aws_proxy import AwsProxy
 from moto_testing import REGION, aws_env
-from txd.schedulers import aws_api
-from txd.schedulers.aws_api import Aws, AwsSettings
+from txd.schedulers.aws import client as aws_client
+from txd.schedulers.aws.client import Aws, AwsSettings
 from txd.schedulers.errors import BackendUnavailable
 
 
@@ -36,7 +36,7 @@ async def test_throttling_is_retried_with_bounded_jittered_backoff(
         bounds.append(high)
         return random.Random(0).uniform(low, high) / 1000  # keep the test fast
 
-    monkeypatch.setattr(aws_api.random, "uniform", uniform)
+    monkeypatch.setattr(aws_client.random, "uniform", uniform)
     aws.cap = 1.0
     batch = await aws.client("batch")
     proxy.throttle("describejobs", aws.tries - 1)
@@ -53,7 +53,7 @@ async def test_throttling_is_retried_with_bounded_jittered_backoff(
 async def test_an_aws_failure_is_retried_only_where_a_repeat_is_safe(
     aws: Aws, proxy: AwsProxy, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(aws_api.random, "uniform", lambda low, high: 0.0)
+    monkeypatch.setattr(aws_client.random, "uniform", lambda low, high: 0.0)
     batch = await aws.client("batch")
     proxy.fail("describejobs", 2)
     assert (await aws.call(batch, "describe_jobs", jobs=["x"]))["jobs"] == []

@@ -1,4 +1,4 @@
-"""schedulers/cloudwatch.py and aws_api.Aws against moto's CloudWatch Logs: paging, since/until,
+"""schedulers/aws/cloudwatch.py and aws_api.Aws against moto's CloudWatch Logs: paging, since/until,
 regex, follow (ending only once the job is over and a read after that found nothing new), a
 stream that does not exist yet, and error mapping."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 from moto_testing import Moto, put_lines
-from txd.schedulers import cloudwatch
 from txd.schedulers.api import LogQuery
-from txd.schedulers.aws_api import Aws, AwsSettings
+from txd.schedulers.aws import cloudwatch
+from txd.schedulers.aws.client import Aws, AwsSettings
 from txd.schedulers.errors import BackendUnavailable, InvalidArgument, NotFound
 from txd_testing import unique
 

@@ -19,8 +19,8 @@ from docker_testing import PYTHON
 from moto_testing import REGION, AwsBackendDown, Moto, Queue, aws_env
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.aws_api import Aws
-from txd.schedulers.aws_batch import create_scheduler
+from txd.schedulers.aws.aws_batch import create_scheduler
+from txd.schedulers.aws.client import Aws
 from txd.v1 import AppDef, BindMount, CfgValue, Mount, Resource
 
 pytestmark = pytest.mark.timeout(300)

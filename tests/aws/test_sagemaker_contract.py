@@ -39,8 +39,8 @@ from moto_testing import REGION, AwsBackendDown, Moto, aws_env, client
 from sagemaker_standin import StandIn
 from suite import Harness, Output, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.aws_api import Aws
-from txd.schedulers.aws_sagemaker import LOG_GROUP, create_scheduler
+from txd.schedulers.aws.aws_sagemaker import LOG_GROUP, create_scheduler
+from txd.schedulers.aws.client import Aws
 from txd.v1 import AppDef, CfgValue, Resource, Role
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,4 +1,4 @@
-"""The CreateTrainingJob requests txd builds (schedulers/sagemaker_request.py), without AWS:
+"""The CreateTrainingJob requests txd builds (schedulers/aws/sagemaker_request.py), without AWS:
 golden JSON (tests/fixtures/aws), every request checked against SageMaker's service model as
 botocore ships it (sagemaker_apps.validate: members, types, enums, lengths, ranges, patterns),
 TorchX's option names, and a clear error for each bad input.
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from sagemaker_apps import JOB_NAME, SESSION, every_option, opts, trainer_app, validate
-from txd.schedulers import sagemaker_request as sr
+from txd.schedulers.aws import sagemaker_request as sr
 from txd.schedulers.errors import InvalidArgument
 from txd.v1.app_pb2 import AppDef, BindMount, Mount, Role
 

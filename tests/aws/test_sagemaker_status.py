@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from txd.schedulers import sagemaker_status as ss
+from txd.schedulers.aws import sagemaker_status as ss
 from txd.v1 import AppState
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "aws" / "sagemaker-describe.json"

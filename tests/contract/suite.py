@@ -76,7 +76,7 @@ from txd.schedulers.api import (
     num_replicas,
 )
 from txd.schedulers.errors import BackendUnavailable, InvalidArgument, NotFound, Unsupported
-from txd.schedulers.status import fold, replica_states
+from txd.schedulers.fold import fold, replica_states
 from txd.v1 import AppDef, AppState, AppStatus, CfgValue, Role, Stream
 
 __all__ = [
@@ -311,7 +311,7 @@ def unknown_job() -> Job:
 async def describe(sched: Scheduler[Any, Any], job: Job) -> Described:
     """One describe_many for one job. Checks what every answer must satisfy: the job's key is
     present (absent counts as NoAnswer, which a reachable backend has no reason to give), and a
-    status with replicas has the state they fold to (txd.schedulers.status.fold)."""
+    status with replicas has the state they fold to (txd.schedulers.fold.fold)."""
     found = await sched.describe_many([job])
     assert job.app_id in found, f"describe_many left {job.app_id} out: {found}"
     value = found[job.app_id]

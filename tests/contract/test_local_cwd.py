@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler, SubmitContext
-from txd.schedulers.local_cwd import create_scheduler
+from txd.schedulers.local.local_cwd import create_scheduler
 from txd.v1 import AppDef
 
 

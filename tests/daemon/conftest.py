@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd.daemon.cache import StatusCache
 from txd.daemon.jobstore import JobStore
-from txd.daemon.status import StatusCache
 
 
 @pytest.fixture

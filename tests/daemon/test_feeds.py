@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 from daemon_fakes import TIMEOUT, FakePusher, FakeScheduler, Tasks, new_record, states
+from txd.daemon.cache import LiveJob, StatusCache
 from txd.daemon.feeds import ChangeFeed, PollFeed
 from txd.daemon.jobstore import JobStore
-from txd.daemon.status import LiveJob, StatusCache
 from txd.schedulers.api import SUBSCRIBED, Change, NoAnswer
 from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus

@@ -18,8 +18,8 @@ import pytest
 from docker_testing import PYTHON, Engine
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.docker_engine import Engine as SchedEngine
-from txd.schedulers.local_docker import DockerScheduler, create_scheduler
+from txd.schedulers.docker.local_docker import DockerScheduler, create_scheduler
+from txd.schedulers.workspace.engine import Engine as SchedEngine
 from txd.v1 import AppDef, BindMount, CfgValue, Mount
 
 

@@ -1,4 +1,4 @@
-"""Workspace images built by a real Docker engine (schedulers/docker_workspace.py): what lands in
+"""Workspace images built by a real Docker engine (schedulers/workspace/images.py): what lands in
 the image, the content-keyed cache, .dockerignore, Dockerfile.txd, and a push to a real
 registry pulled back. The engine's data root outlives a test run, so every workspace holds a
 fresh token: its first build is a real one."""
@@ -12,13 +12,13 @@ from typing import Any
 import aiodocker
 import pytest
 from docker_testing import BUSYBOX, Engine, EngineClient, Registry
-from txd.schedulers.docker_workspace import (
+from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
+from txd.schedulers.workspace.images import (
     LABEL,
     build_workspace_image,
     prepare_app,
     remove_if_unused,
 )
-from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
 from txd.v1 import AppDef, Role
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from k8s_testing import Cluster, ClusterUnavailable, make_k8s_daemon, prepare
-from txd.schedulers.k8s_api import Kube
+from txd.schedulers.kubernetes.client import Kube
 from txd_testing import Daemon, log_alarms, remove_tree
 
 # What preparing the cluster raised (see pytest_collection_finish), for k8s_cluster to report.

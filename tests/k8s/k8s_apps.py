@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from txd.schedulers.k8s_objects import (
+from txd.schedulers.kubernetes.objects import (
     KubernetesOpts,
     McadOpts,
     appwrapper_objects,

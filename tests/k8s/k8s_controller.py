@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from docker_testing import BUSYBOX
-from txd.schedulers.k8s_api import Kube, KubeError
-from txd.schedulers.k8s_watch import Event, Informer
+from txd.schedulers.kubernetes.client import Kube, KubeError
+from txd.schedulers.kubernetes.informer import Event, Informer
 from txd.v1 import AppState, AppStatus, BindMount, Mount, Role
 
 VOLCANO_JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"

@@ -24,9 +24,9 @@ from docker_testing import PYTHON
 from k8s_controller import APPWRAPPER, VOLCANO, Kind, PlayedController
 from k8s_testing import Cluster
 from suite import CommandScripts, Harness, SchedulerContract, Script, TaskGroupLike
-from txd.schedulers import kubernetes, kubernetes_mcad
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.k8s_api import Kube
+from txd.schedulers.kubernetes import kubernetes, kubernetes_mcad
+from txd.schedulers.kubernetes.client import Kube
 from txd.v1 import AppDef, BindMount, CfgValue, Mount
 
 pytestmark = pytest.mark.timeout(300)

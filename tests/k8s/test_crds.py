@@ -15,7 +15,7 @@ import pytest
 from docker_testing import BUSYBOX
 from k8s_apps import APP_ID, build, two_role_app
 from k8s_testing import Cluster
-from txd.schedulers.k8s_objects import owned, render_yaml
+from txd.schedulers.kubernetes.objects import owned, render_yaml
 
 PODS_TIMEOUT = 60.0  # the job controller's creating the plain Jobs' pods
 

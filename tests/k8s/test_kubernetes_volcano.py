@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from k8s_controller import VOLCANO_JOBS, Controller, StatusStream, gated
 from k8s_testing import K8S_CFG
-from txd.schedulers.k8s_api import Kube
+from txd.schedulers.kubernetes.client import Kube
 from txd.v1 import AppDef, AppState
 from txd_testing import read_logs_by_replica
 

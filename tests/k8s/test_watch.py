@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from docker_testing import BUSYBOX
 from k8s_testing import Cluster
-from txd.schedulers.k8s_api import Kube, KubeError
-from txd.schedulers.k8s_watch import SYNCED, Event, Informer, Synced
+from txd.schedulers.kubernetes.client import Kube, KubeError
+from txd.schedulers.kubernetes.informer import SYNCED, Event, Informer, Synced
 
 LABEL = "txd.dev/test"
 EVENT_TIMEOUT = 60.0

@@ -23,7 +23,7 @@ APP_IDS = {
 @pytest.fixture(autouse=True)
 def fixed_app_ids(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """make_unique without randomness: known names get their recorded id, others `<name>-x1`."""
-    from txd.schedulers import lsf
+    from txd.schedulers.hpc import lsf
 
     monkeypatch.setattr(lsf, "make_unique", lambda name: APP_IDS.get(name, f"{name}-x1"))
     yield
@@ -45,7 +45,7 @@ def local(hosts: Any) -> Any:
 
 @pytest.fixture
 async def sched(hosts: Any, local: Any) -> AsyncIterator[Any]:
-    from txd.schedulers.lsf import LsfScheduler
+    from txd.schedulers.hpc.lsf import LsfScheduler
 
     s = LsfScheduler("test", hosts=hosts)
     try:

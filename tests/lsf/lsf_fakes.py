@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txd.schedulers.errors import BackendUnavailable
-from txd.schedulers.hosts import CHUNK, Host, Hosts, Result, SshTarget
+from txd.schedulers.hpc.hosts import CHUNK, Host, Hosts, Result, SshTarget
 
 RECORDED = Path(__file__).with_name("recorded")
 

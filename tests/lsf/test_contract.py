@@ -20,7 +20,7 @@ from lsf_fakes import FakeHost, FakeHosts
 from lsf_sim import ENTRYPOINT, LsfSim, script_args
 from suite import Harness, SchedulerContract, Script, TaskGroupLike
 from txd.schedulers.api import Job, Scheduler
-from txd.schedulers.lsf import LsfScheduler
+from txd.schedulers.hpc.lsf import LsfScheduler
 from txd.v1 import AppDef, CfgValue, Role
 
 # A directory "shared by the cluster's hosts": files of the simulated login node (this host).

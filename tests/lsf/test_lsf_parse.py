@@ -6,7 +6,7 @@ import re
 
 import lsf_fakes
 import pytest
-from txd.schedulers.lsf import (
+from txd.schedulers.hpc.lsf import (
     BjobsRow,
     clean_name,
     parse_bjobs,

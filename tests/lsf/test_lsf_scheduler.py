@@ -18,8 +18,8 @@ from txd.schedulers.errors import (
     NotFound,
     Unsupported,
 )
-from txd.schedulers.hosts import SshTarget
-from txd.schedulers.lsf import BHOSTS, BJOBS, RANK0_PLACEHOLDER, LsfScheduler, create_scheduler
+from txd.schedulers.hpc.hosts import SshTarget
+from txd.schedulers.hpc.lsf import BHOSTS, BJOBS, RANK0_PLACEHOLDER, LsfScheduler, create_scheduler
 from txd.schedulers.options import to_cfg_value
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role, Stream
 
@@ -112,7 +112,7 @@ async def test_dryrun_asks_lsf_nothing_and_the_submit_picks_the_rank0_host(
 async def test_dryrun_lowercases_the_app_id(
     sched: LsfScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from txd.schedulers import lsf
+    from txd.schedulers.hpc import lsf
 
     monkeypatch.setattr(lsf, "make_unique", lambda name: f"{name}-b2c4d6")
     info = await sched.submit_dryrun(make_app("My.Big_App", {"Main": 1}), {}, CTX)

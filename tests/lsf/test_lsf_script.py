@@ -20,8 +20,8 @@ import nasty
 import pytest
 from txd.schedulers.api import SubmitContext
 from txd.schedulers.errors import FailedPrecondition, InvalidArgument
-from txd.schedulers.hosts import LocalHost, Result, SshTarget
-from txd.schedulers.lsf import LsfScheduler
+from txd.schedulers.hpc.hosts import LocalHost, Result, SshTarget
+from txd.schedulers.hpc.lsf import LsfScheduler
 from txd.schedulers.options import to_cfg_value
 from txd.v1 import AppDef, BindMount, DeviceMount, Mount, Resource, Role, VolumeMount
 

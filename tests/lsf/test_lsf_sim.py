@@ -12,8 +12,8 @@ from lsf_fakes import FakeHost, recorded
 from lsf_sim import ENTRYPOINT, LsfSim, script_args
 from suite import Output, Script
 from txd.schedulers.errors import BackendUnavailable
-from txd.schedulers.lsf import BJOBS, LsfOpts, build_request
-from txd.schedulers.remotelogs import FOLLOW
+from txd.schedulers.hpc.logs import FOLLOW
+from txd.schedulers.hpc.lsf import BJOBS, LsfOpts, build_request
 from txd.v1 import AppDef, Role
 
 

@@ -1,4 +1,4 @@
-"""aws_batch's request builder (schedulers/aws_batch_request.py) against golden JSON in
+"""aws_batch's request builder (schedulers/aws/batch_request.py) against golden JSON in
 tests/fixtures/aws/request-*.json: what DryRun prints and schedule sends. Rewrite them after a
 deliberate change with
 
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from txd.schedulers import aws_batch_request as request
-from txd.schedulers.aws_batch_request import BatchOpts, build
+from txd.schedulers.aws import batch_request as request
+from txd.schedulers.aws.batch_request import BatchOpts, build
 from txd.schedulers.errors import InvalidArgument
 from txd.v1 import AppDef, BindMount, DeviceMount, Mount, Resource, Role, VolumeMount
 

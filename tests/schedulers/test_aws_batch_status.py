@@ -1,4 +1,4 @@
-"""aws_batch's status mapping (schedulers/aws_batch_status.py) on describe_jobs answers moto
+"""aws_batch's status mapping (schedulers/aws/batch_status.py) on describe_jobs answers moto
 cannot give (tests/fixtures/aws/describe_jobs.json; its `_source` says where the shapes come
 from): a multi-node job's per-node states and exit codes, RUNNABLE and STARTING with their
 reasons, exit codes, retries, a job txd terminated; and the scheduler asking for an ended
@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from txd.schedulers import aws_batch
 from txd.schedulers.api import Job, NoAnswer
-from txd.schedulers.aws_batch_status import app_status
+from txd.schedulers.aws import aws_batch
+from txd.schedulers.aws.batch_status import app_status
 from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from txd.schedulers.ignorefile import IgnoreFileError, Matcher, read_patterns
+from txd.schedulers.workspace.ignorefile import IgnoreFileError, Matcher, read_patterns
 
 CASES = [
     # `*` and `?` stop at `/`; patterns are anchored at the root, not matched at any depth.

@@ -1,6 +1,7 @@
-"""The Kubernetes objects txd builds (schedulers/k8s_objects.py), without a cluster: golden YAML
-for every shape, every object checked against a current Kubernetes release's JSON schemas
-(kubernetes-validate, strict: an unknown field fails), TorchX parity, and bad input.
+"""The Kubernetes objects txd builds (schedulers/kubernetes/objects.py), without a
+cluster: golden YAML for every shape, every object checked against a current Kubernetes
+release's JSON schemas (kubernetes-validate, strict: an unknown field fails), TorchX parity,
+and bad input.
 
 The golden files are rewritten only by hand, never by a test run:
     PYTHONPATH=tests/k8s .venv/bin/python tests/schedulers/test_k8s_objects.py --update-golden
@@ -20,8 +21,8 @@ import pytest
 import yaml
 from k8s_apps import APP_ID, SHAPES, build, two_role_app
 from torchx.util.strings import normalize_str
-from txd.schedulers import k8s_objects as ko
 from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.kubernetes import objects as ko
 from txd.v1.app_pb2 import AppDef, BindMount, Mount, Resource, Role, VolumeMount
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "k8s"

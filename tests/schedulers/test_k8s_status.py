@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from txd.schedulers.k8s_status import app_id_of, app_status
+from txd.schedulers.kubernetes.status import app_id_of, app_status
 from txd.v1 import AppState
 
 SHAPE = json.dumps([["trainer", 2], ["ps", 1]])

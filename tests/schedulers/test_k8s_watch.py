@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from txd.schedulers.k8s_api import KubeError, call_kind
-from txd.schedulers.k8s_watch import Event, _lines, diff
+from txd.schedulers.kubernetes.client import KubeError, call_kind
+from txd.schedulers.kubernetes.informer import Event, _lines, diff
 
 
 def obj(name: str, version: str, uid: str = "") -> dict[str, Any]:

@@ -7,8 +7,8 @@ against current schemas in test_k8s_objects.py)."""
 from __future__ import annotations
 
 import pytest
-from txd.schedulers import kubernetes
 from txd.schedulers.api import SubmitContext
+from txd.schedulers.kubernetes import kubernetes
 from txd.v1 import AppDef, Role
 
 APP = AppDef(

@@ -18,13 +18,13 @@ from k8s_apps import SHAPES, build
 from nasty import NASTY, NASTY_DIR, NASTY_DIR_NEWLINE, PWNED, nasty_args, nasty_env
 from sagemaker_apps import opts as sagemaker_opts
 from sagemaker_apps import validate as sagemaker_validate
-from txd.schedulers import sagemaker_request as sr
 from txd.schedulers.api import SubmitContext
-from txd.schedulers.aws_batch_request import BatchOpts
-from txd.schedulers.aws_batch_request import build as batch_build
+from txd.schedulers.aws import sagemaker_request as sr
+from txd.schedulers.aws.batch_request import BatchOpts
+from txd.schedulers.aws.batch_request import build as batch_build
 from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.hpc.slurm import SlurmScheduler
 from txd.schedulers.options import to_cfg_value
-from txd.schedulers.slurm import SlurmScheduler
 from txd.v1 import AppDef, Resource, Role
 
 # Prints what the process was given, as ASCII JSON (one line: SageMaker takes no line break).

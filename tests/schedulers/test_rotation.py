@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from txd.schedulers.rotation import Rotation
+from txd.schedulers.aws.rotation import Rotation
 
 
 def test_every_job_is_reached_within_ceil_jobs_over_budget_rounds() -> None:

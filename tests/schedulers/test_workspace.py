@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from txd.schedulers import workspace as ws
 from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.workspace import files as ws
 
 
 def make_tree(root: Path) -> None:

@@ -20,8 +20,8 @@ from txd.v1 import AppDef
 
 
 def _ported() -> bool:
-    from txd.schedulers.batch import BatchScheduler
-    from txd.schedulers.slurm import SlurmScheduler
+    from txd.schedulers.hpc.base import BatchScheduler
+    from txd.schedulers.hpc.slurm import SlurmScheduler
 
     return issubclass(SlurmScheduler, BatchScheduler) and not inspect.isabstract(SlurmScheduler)
 
@@ -35,7 +35,7 @@ class SlurmHarness(Harness):
         self.scripts = CommandScripts(root / "jobs")
 
     async def scheduler(self, tasks: TaskGroupLike) -> Scheduler[Any, Any]:
-        from txd.schedulers.slurm import create_scheduler
+        from txd.schedulers.hpc.slurm import create_scheduler
 
         sched: Scheduler[Any, Any] = create_scheduler("contract", state_dir=self.root / "state")
         await sched.start(tasks)

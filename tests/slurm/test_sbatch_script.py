@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from txd.schedulers.slurm import (
+from txd.schedulers.hpc.slurm import (
     SlurmJob,
     SlurmOpts,
     build_script,

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from txd.schedulers.api import Described, Ended, Job, LogQuery, NoAnswer, SubmitContext, is_terminal
-from txd.schedulers.hosts import SshTarget, target_to_native
+from txd.schedulers.hpc.hosts import SshTarget, target_to_native
+from txd.schedulers.hpc.slurm import SlurmScheduler, create_scheduler
 from txd.schedulers.options import to_cfg_value
-from txd.schedulers.slurm import SlurmScheduler, create_scheduler
 from txd.v1 import AppDef, AppState, AppStatus, Role, Stream
 
 POLL = 0.1

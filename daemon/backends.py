@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from txd.daemon.cache import StatusCache
 from txd.daemon.feeds import Feed, feed_for
-from txd.daemon.status import StatusCache
 from txd.schedulers import options, plugins
 from txd.schedulers.api import Scheduler, TaskGroupLike
 from txd.schedulers.errors import FailedPrecondition, InvalidArgument, NotFound, TxdError
@@ -25,7 +25,7 @@ class SettingsError(Exception):
     """A scheduler's settings section is wrong: the daemon refuses to start."""
 
 
-class Schedulers:
+class Backends:
     def __init__(
         self,
         session: str,

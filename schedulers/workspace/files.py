@@ -1,6 +1,6 @@
 """A workspace: the caller's directory of code that a job runs instead of what its image or job
 directory holds (TorchX's workspaces). Schedulers that support one turn it into something their
-backend can run: an image built on the role's (docker_workspace) or a copy in the job's
+backend can run: an image built on the role's (workspace.images) or a copy in the job's
 directory (slurm).
 
 Here: which files make up a workspace (`scan`, honouring an ignore file in Docker's format),
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txd.schedulers.errors import InvalidArgument
-from txd.schedulers.ignorefile import IgnoreFileError, Matcher
+from txd.schedulers.workspace.ignorefile import IgnoreFileError, Matcher
 
 CHUNK = 1 << 20
 BLOCK = tarfile.BLOCKSIZE

@@ -1,18 +1,18 @@
 """aws_sagemaker: an app of one role as a SageMaker training job (aioboto3).
 
-The request is built by txd.schedulers.sagemaker_request (DryRun prints it as JSON), the status
-read by txd.schedulers.sagemaker_status. The app id is the training job's name.
+The request is built by txd.schedulers.aws.sagemaker_request (DryRun prints it as JSON), the status
+read by txd.schedulers.aws.sagemaker_status. The app id is the training job's name.
 
 SageMaker has no batch describe: a job's status costs one DescribeTrainingJob. So each poll
 describes at most `describe_budget` jobs, the least recently described first
-(txd.schedulers.rotation: every job is reached within ceil(jobs / budget) polls, a new one at
+(txd.schedulers.aws.rotation: every job is reached within ceil(jobs / budget) polls, a new one at
 once), at most `describe_concurrency` at a time; a job not described in a poll keeps the status
 this scheduler last described (NoAnswer before it has one, as after a daemon restart). 1,000
 live jobs never make 1,000 calls at once, nor more than the budget per poll interval.
 
 Logs are CloudWatch Logs' `/aws/sagemaker/TrainingJobs`, one stream per instance,
 `<job>/algo-<i>-<epoch seconds>` (found by prefix with describe_log_streams), read by
-txd.schedulers.cloudwatch. cancel is StopTrainingJob; list finds txd's jobs by their
+txd.schedulers.aws.cloudwatch. cancel is StopTrainingJob; list finds txd's jobs by their
 `txd.dev/scheduler` tag with one paged Search. Region, profile and endpoint are the daemon's
 settings (AwsSettings), credentials its environment's.
 """
@@ -25,7 +25,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from txd.schedulers import docker_workspace
 from txd.schedulers.api import (
     Described,
     DryRunInfo,
@@ -38,8 +37,18 @@ from txd.schedulers.api import (
     Submitted,
     gather_limited,
 )
-from txd.schedulers.aws_api import Aws, AwsSettings
-from txd.schedulers.cloudwatch import read_stream
+from txd.schedulers.aws.client import Aws, AwsSettings
+from txd.schedulers.aws.cloudwatch import read_stream
+from txd.schedulers.aws.rotation import Rotation
+from txd.schedulers.aws.sagemaker_request import (
+    ROLE_TAG,
+    SCHEDULER_TAG,
+    SageMakerOpts,
+    TrainingJob,
+    tag_map,
+    training_job,
+)
+from txd.schedulers.aws.sagemaker_status import app_status
 from txd.schedulers.errors import (
     BackendUnavailable,
     FailedPrecondition,
@@ -48,16 +57,7 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.options import opt
-from txd.schedulers.rotation import Rotation
-from txd.schedulers.sagemaker_request import (
-    ROLE_TAG,
-    SCHEDULER_TAG,
-    SageMakerOpts,
-    TrainingJob,
-    tag_map,
-    training_job,
-)
-from txd.schedulers.sagemaker_status import app_status
+from txd.schedulers.workspace import images
 from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
@@ -76,7 +76,7 @@ class SageMakerSettings(AwsSettings):
         20, "DescribeTrainingJob calls per poll at most; other live jobs wait for a later poll"
     )
     describe_concurrency: int = opt(4, "DescribeTrainingJob calls in flight at once at most")
-    docker_host: str = docker_workspace.docker_host_setting()
+    docker_host: str = images.docker_host_setting()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -109,7 +109,7 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         self.aws = Aws(s, self.name)
         self._rotation = Rotation(s.describe_budget)
         self._last: dict[str, AppStatus] = {}  # app id -> the status last described
-        self._images = docker_workspace.Builder(s.docker_host)
+        self._images = images.Builder(s.docker_host)
 
     @property
     def _settings(self) -> SageMakerSettings:

@@ -2,15 +2,15 @@
 
 Without a Volcano `queue` an app is a headless Service (the root) and one batch/v1 Job per
 replica owned by it (an Indexed Job per role on Kubernetes >= 1.21), so it runs on any cluster;
-with a queue it is one Volcano Job, exactly as TorchX makes it (txd.schedulers.k8s_objects).
+with a queue it is one Volcano Job, exactly as TorchX makes it (txd.schedulers.kubernetes.objects).
 App ids are `<namespace>:<name>`, as TorchX's.
 
 Status is pushed: while the daemon listens (`changes`), one Informer per namespace and
 collection (pods, and the apps' controller objects: Jobs, Volcano Jobs, AppWrappers) keeps
 every txd object of this scheduler in memory, whatever the number of jobs and clients; each
-change is folded into the app's status (txd.schedulers.k8s_status) from those stores, and
+change is folded into the app's status (txd.schedulers.kubernetes.status) from those stores, and
 describe_many answers from them without an API call. A watch whose version was compacted away
-(410 Gone) lists again and reports only the differences (txd.schedulers.k8s_watch).
+(410 Gone) lists again and reports only the differences (txd.schedulers.kubernetes.informer).
 
 The cluster is the daemon's (the contract's credential rule): `kubeconfig` and `context` in the
 scheduler's settings, else $KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -30,8 +30,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from txd.schedulers import docker_workspace
-from txd.schedulers import k8s_objects as objects
 from txd.schedulers.api import (
     SUBSCRIBED,
     Change,
@@ -54,17 +52,19 @@ from txd.schedulers.errors import (
     NotFound,
     Unsupported,
 )
-from txd.schedulers.k8s_api import Kube, KubeError
-from txd.schedulers.k8s_status import (
+from txd.schedulers.kubernetes import objects
+from txd.schedulers.kubernetes.client import Kube, KubeError
+from txd.schedulers.kubernetes.informer import SYNCED, Event, Informer
+from txd.schedulers.kubernetes.status import (
     CANCELLED_ANNOTATION,
     app_id_of,
     app_status,
     newest,
     pod_key,
 )
-from txd.schedulers.k8s_watch import SYNCED, Event, Informer
 from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
+from txd.schedulers.workspace import images
 from txd.v1 import TERMINAL_STATES, AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
@@ -112,7 +112,7 @@ class KubeSettings(Settings):
     )
     context: str = opt("", "the kubeconfig context (default: its current context)")
     namespace: str = opt("", "the namespace of runs that name none (default: the context's)")
-    docker_host: str = docker_workspace.docker_host_setting()
+    docker_host: str = images.docker_host_setting()
     api_timeout: float = opt(
         10.0,
         "while jobs are watched, seconds between checks that the API server answers (GET "
@@ -182,9 +182,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self._pods_changed = asyncio.Condition()
         self._unseen: dict[str, float] = {}  # app id -> when submitted, until a watch shows it
         self._deleted: OrderedDict[str, None] = OrderedDict()
-        self._images = docker_workspace.Builder(
-            typing.cast(KubeSettings, self.settings).docker_host
-        )
+        self._images = images.Builder(typing.cast(KubeSettings, self.settings).docker_host)
 
     # -- the connection ---------------------------------------------------------------------
 

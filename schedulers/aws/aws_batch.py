@@ -1,19 +1,19 @@
 """aws_batch: an app as an AWS Batch job (aioboto3), polled in batches of 100.
 
-The request (a job definition, then the job) is built by txd.schedulers.aws_batch_request and
-its status read by txd.schedulers.aws_batch_status. App ids are `<queue>:<job name>`, as
+The request (a job definition, then the job) is built by txd.schedulers.aws.batch_request and
+its status read by txd.schedulers.aws.batch_status. App ids are `<queue>:<job name>`, as
 TorchX's; the Batch job id, the job definition's ARN and the app's shape are kept with the job
 (`native`), so no call looks a job up by name.
 
 Status is polled: one describe_jobs per 100 live jobs per poll interval, whatever the number of
 jobs and clients (the daemon's feed calls describe_many once per interval with every live job).
 A multi-node job's nodes are described (`<id>#<node>`, also 100 a call) once, when the job has
-ended, for their own states and exit codes. Throttling is retried with backoff by aws_api; jobs
+ended, for their own states and exit codes. Throttling is retried with backoff by aws.client; jobs
 of a batch that still could not be described get NoAnswer (the daemon keeps their last status,
-marked stale), never a state. A job txd terminated is CANCELLED (see aws_batch_status).
+marked stale), never a state. A job txd terminated is CANCELLED (see aws.batch_status).
 
 Logs come from CloudWatch Logs (`/aws/batch/job`), the stream of each node as describe_jobs
-names it once the node runs (txd.schedulers.cloudwatch). The AWS account is the daemon's:
+names it once the node runs (txd.schedulers.aws.cloudwatch). The AWS account is the daemon's:
 region, profile and endpoint_url settings, credentials from txd's environment.
 """
 
@@ -27,9 +27,6 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from txd.schedulers import aws_batch_request as request
-from txd.schedulers import aws_batch_status as status
-from txd.schedulers import cloudwatch, docker_workspace
 from txd.schedulers.api import (
     Described,
     DryRunInfo,
@@ -41,8 +38,12 @@ from txd.schedulers.api import (
     SubmitContext,
     Submitted,
 )
-from txd.schedulers.aws_api import Aws, AwsSettings
+from txd.schedulers.aws import batch_request as request
+from txd.schedulers.aws import batch_status as status
+from txd.schedulers.aws import cloudwatch
+from txd.schedulers.aws.client import Aws, AwsSettings
 from txd.schedulers.errors import BackendUnavailable, NotFound, Unsupported
+from txd.schedulers.workspace import images
 from txd.v1 import AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
@@ -56,7 +57,7 @@ VISIBLE_WITHIN = 60.0
 
 @dataclass
 class BatchSettings(AwsSettings):
-    docker_host: str = docker_workspace.docker_host_setting()
+    docker_host: str = images.docker_host_setting()
 
 
 def _chunks(items: Sequence[str], size: int = DESCRIBE_BATCH) -> list[list[str]]:
@@ -85,9 +86,7 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
     def __init__(self, session_name: str, settings: Mapping[str, Any] | None = None) -> None:
         super().__init__(session_name, settings)
         self.aws = Aws(typing.cast(BatchSettings, self.settings), NAME)
-        self._images = docker_workspace.Builder(
-            typing.cast(BatchSettings, self.settings).docker_host
-        )
+        self._images = images.Builder(typing.cast(BatchSettings, self.settings).docker_host)
 
     # -- submission -------------------------------------------------------------------------
 

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txd.schedulers import docker_workspace
 from txd.schedulers.api import (
     SUBSCRIBED,
     Change,
@@ -53,12 +52,13 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.docker_engine import DEFAULT_TIMEOUT as DEFAULT_ENGINE_TIMEOUT
-from txd.schedulers.docker_engine import Engine, EngineError
 from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.schedulers.fold import fold, group_replicas
 from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
-from txd.schedulers.status import fold, group_replicas
+from txd.schedulers.workspace import images
+from txd.schedulers.workspace.engine import DEFAULT_TIMEOUT as DEFAULT_ENGINE_TIMEOUT
+from txd.schedulers.workspace.engine import Engine, EngineError
 from txd.v1 import AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities
@@ -464,9 +464,9 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         self, app: AppDef, opts: DockerOpts, ctx: SubmitContext, *, dryrun: bool
     ) -> tuple[AppDef, str]:
         """Role 0 runs an image built FROM its own with the workspace in it, cached by content
-        (schedulers.docker_workspace); with image_repo it is pushed there too."""
+        (workspace.images); with image_repo it is pushed there too."""
         self.engine.calls["workspace.build"] += 1
-        return await docker_workspace.prepare_app(
+        return await images.prepare_app(
             self.engine.client(), app, ctx.workspace, image_repo=opts.image_repo, dryrun=dryrun
         )
 
@@ -724,7 +724,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         # it (remove_if_unused touches only images labelled as workspace images).
         for image in sorted({c["Image"] for c in containers}):
             self.engine.calls["images.delete"] += 1
-            await docker_workspace.remove_if_unused(self.engine.client(), image)
+            await images.remove_if_unused(self.engine.client(), image)
 
     async def aclose(self) -> None:
         await self.engine.aclose()

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from txd.schedulers.api import Ended, LogQuery
-from txd.schedulers.aws_api import Aws
+from txd.schedulers.aws.client import Aws
 from txd.schedulers.errors import NotFound
 from txd.schedulers.logfiles import selected
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from txd.schedulers.aws_batch_request import ROLE_NAME_ENV, TAG_ROLES
-from txd.schedulers.status import fold, group_replicas
+from txd.schedulers.aws.batch_request import ROLE_NAME_ENV, TAG_ROLES
+from txd.schedulers.fold import fold, group_replicas
 from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1.app_pb2 import AppStatus, ReplicaStatus
 

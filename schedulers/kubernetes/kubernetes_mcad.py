@@ -3,8 +3,8 @@
 The AppWrapper (workload.codeflare.dev/v1beta2 by default, mcad.ibm.com/v1beta1 for older
 installations: the `appwrapper_version` option) holds a Pod per replica, named with its role
 (TorchX's `<id>-<k>` collides across roles), the headless Service and, with a coscheduler, a
-PodGroup per role (txd.schedulers.k8s_objects). Status comes from the same single watch per
-namespace and kind as kubernetes', with every AppWrapper phase mapped (k8s_status).
+PodGroup per role (txd.schedulers.kubernetes.objects). Status comes from the same single watch per
+namespace and kind as kubernetes', with every AppWrapper phase mapped (kubernetes.status).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from txd.schedulers import k8s_objects as objects
 from txd.schedulers.api import Job
-from txd.schedulers.k8s_status import CANCELLED_ANNOTATION
-from txd.schedulers.kubernetes import PODS, SERVICES, Collection, KubernetesScheduler
+from txd.schedulers.kubernetes import objects
+from txd.schedulers.kubernetes.kubernetes import PODS, SERVICES, Collection, KubernetesScheduler
+from txd.schedulers.kubernetes.status import CANCELLED_ANNOTATION
 
 NAME = "kubernetes_mcad"
 APPWRAPPERS = [Collection(api, "appwrappers") for api in objects.APPWRAPPER_APIS.values()]

@@ -1,6 +1,6 @@
 """The shared base of command-driven batch schedulers (slurm, lsf): commands run on this host or
 on login nodes over SSH (schedulers.hosts), status comes from one query per login node per
-poll, and logs are files the batch system writes, read where they lie (schedulers.remotelogs).
+poll, and logs are files the batch system writes, read where they lie (hpc.logs).
 
 A subclass writes only what differs: build and submit the request, `_query` (the statuses of
 the jobs on one host, from one command), `_log_files` and `cancel`.
@@ -29,9 +29,9 @@ from txd.schedulers.api import (
     gather_limited,
 )
 from txd.schedulers.errors import BackendUnavailable, NotFound
-from txd.schedulers.hosts import COMMAND_TIMEOUT, Host, Hosts, SshTarget, target_from_native
+from txd.schedulers.hpc.hosts import COMMAND_TIMEOUT, Host, Hosts, SshTarget, target_from_native
+from txd.schedulers.hpc.logs import read_files
 from txd.schedulers.options import opt
-from txd.schedulers.remotelogs import read_files
 from txd.v1 import Stream
 
 log = logging.getLogger(__name__)

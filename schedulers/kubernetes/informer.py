@@ -21,7 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from txd.schedulers.k8s_api import Kube, KubeError
+from txd.schedulers.kubernetes.client import Kube, KubeError
 
 # The statuses worth retrying the same request for: unreachable, throttled, server trouble.
 _TRANSIENT = frozenset({0, 429, 500, 502, 503, 504})

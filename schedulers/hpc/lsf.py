@@ -43,7 +43,6 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.batch import BatchScheduler, check_replica
 from txd.schedulers.errors import (
     BackendUnavailable,
     FailedPrecondition,
@@ -51,9 +50,10 @@ from txd.schedulers.errors import (
     TxdError,
     Unsupported,
 )
-from txd.schedulers.hosts import Host, Hosts, Result, SshOpts, SshTarget, target_to_native
+from txd.schedulers.fold import fold, group_replicas, replica_states
+from txd.schedulers.hpc.base import BatchScheduler, check_replica
+from txd.schedulers.hpc.hosts import Host, Hosts, Result, SshOpts, SshTarget, target_to_native
 from txd.schedulers.options import opt
-from txd.schedulers.status import fold, group_replicas, replica_states
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities

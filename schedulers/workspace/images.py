@@ -8,7 +8,7 @@ role's image with the workspace in it, through the Docker engine's build API.
   directory (`/` when it sets none), as TorchX's default Dockerfile does; the generated
   Dockerfile sits outside the copied directory, so it never lands in the image.
 - **The context** is a tar streamed to the engine as it is read (never whole in memory), of
-  the files `.dockerignore` does not exclude (Docker's rules: txd.schedulers.ignorefile).
+  the files `.dockerignore` does not exclude (Docker's rules: txd.schedulers.workspace.ignorefile).
 - **The cache.** The image is tagged `txd-workspace:<key>` (`<image_repo>:<key>` with
   `image_repo`), `key` the first 16 hex digits of a sha256 of the base image's id, the
   Dockerfile, the build args and every included file's path, mode and bytes. When the engine
@@ -27,14 +27,14 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from txd.schedulers import workspace as ws
 from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
 from txd.schedulers.options import opt
+from txd.schedulers.workspace import files as ws
 from txd.v1.app_pb2 import AppDef
 
 if TYPE_CHECKING:
     import aiodocker
-    from txd.schedulers.docker_engine import Engine
+    from txd.schedulers.workspace.engine import Engine
 
 LABEL = "txd.workspace"
 LOCAL_REPO = "txd-workspace"
@@ -312,7 +312,7 @@ class Builder:
         self, app: AppDef, workspace: str, *, image_repo: str | None, dryrun: bool
     ) -> tuple[AppDef, str]:
         if self._engine is None:
-            from txd.schedulers.docker_engine import Engine  # aiodocker: txd[docker]
+            from txd.schedulers.workspace.engine import Engine  # aiodocker: txd[docker]
 
             self._engine = Engine(
                 self._host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST

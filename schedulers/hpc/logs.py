@@ -18,7 +18,7 @@ from typing import Any
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import LogQuery, compile_regex
 from txd.schedulers.errors import Unsupported
-from txd.schedulers.hosts import Host
+from txd.schedulers.hpc.hosts import Host
 from txd.schedulers.logfiles import batched, filter_lines
 
 # Chunks buffered per followed file: bounds memory when the client reads slowly.

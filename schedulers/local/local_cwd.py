@@ -43,9 +43,9 @@ from txd.schedulers.api import (
 )
 from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
 from txd.schedulers.exhaustion import exhausted
+from txd.schedulers.fold import fold, group_replicas
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.schedulers.options import opt
-from txd.schedulers.status import fold, group_replicas
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus
 from txd.v1.scheduler_pb2 import Capabilities

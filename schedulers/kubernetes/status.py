@@ -6,7 +6,7 @@ app, its Volcano Job, or its AppWrapper) and its pods. The app's shape comes fro
 `txd.dev/roles` annotation every controller object carries, so replicas with no pod yet are
 reported too. Replica states come from pods (phase, exit code, waiting reasons such as
 ImagePullBackOff); the app's state is folded from them by the one rule
-(txd.schedulers.status.fold). A Volcano Job's or AppWrapper's controller has the last word on a
+(txd.schedulers.fold.fold). A Volcano Job's or AppWrapper's controller has the last word on a
 failed pod (a policy may restart it): its phase decides that replica's state
 (_controlled_replica), so the app fails only once the controller says so.
 """
@@ -18,14 +18,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from txd.schedulers.k8s_objects import (
+from txd.schedulers.fold import fold, group_replicas
+from txd.schedulers.kubernetes.objects import (
     APP_ID_LABEL,
     REPLICA_LABEL,
     ROLE_LABEL,
     ROLES_ANNOTATION,
     dns_name,
 )
-from txd.schedulers.status import fold, group_replicas
 from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1.app_pb2 import AppStatus, ReplicaStatus
 

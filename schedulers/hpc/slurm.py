@@ -33,7 +33,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from txd.schedulers import workspace as ws
 from txd.schedulers.api import (
     Described,
     DryRunInfo,
@@ -46,9 +45,10 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.batch import BatchScheduler, check_replica
 from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
-from txd.schedulers.hosts import (
+from txd.schedulers.fold import fold, group_replicas
+from txd.schedulers.hpc.base import BatchScheduler, check_replica
+from txd.schedulers.hpc.hosts import (
     Host,
     Hosts,
     SshOpts,
@@ -57,7 +57,7 @@ from txd.schedulers.hosts import (
     target_to_native,
 )
 from txd.schedulers.options import opt
-from txd.schedulers.status import fold, group_replicas
+from txd.schedulers.workspace import files as ws
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus, Role
 from txd.v1.scheduler_pb2 import Capabilities

@@ -61,7 +61,7 @@ class Engine:
         self._closed = False
 
     def client(self) -> aiodocker.Docker:
-        """The aiodocker client, for what drives the engine itself (docker_workspace's builds);
+        """The aiodocker client, for what drives the engine itself (workspace.images's builds);
         the caller counts its calls in `calls`."""
         return self._client()
 

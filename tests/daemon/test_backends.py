@@ -1,4 +1,4 @@
-"""The daemon's scheduler instances (daemon/schedulers.py): settings sections checked at first
+"""The daemon's scheduler instances (daemon/backends.py): settings sections checked at first
 use (and at start), capabilities reported as facts, unknown names with a hint."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from daemon_fakes import FakePusher, FakeScheduler, Tasks
+from txd.daemon.backends import Backends, SettingsError
+from txd.daemon.cache import StatusCache
 from txd.daemon.jobstore import JobStore
-from txd.daemon.schedulers import Schedulers, SettingsError
-from txd.daemon.status import StatusCache
 from txd.schedulers import plugins
 from txd.schedulers.errors import FailedPrecondition, NotFound
 from txd.v1 import Capabilities
@@ -58,9 +58,9 @@ async def tasks() -> AsyncIterator[Tasks]:
 @pytest.fixture
 def make(
     tmp_path: Path, store: JobStore, tasks: Tasks
-) -> Callable[[dict[str, dict[str, Any]]], Schedulers]:
-    def build(settings: dict[str, dict[str, Any]]) -> Schedulers:
-        return Schedulers("s", tmp_path, settings, StatusCache(store), tasks)
+) -> Callable[[dict[str, dict[str, Any]]], Backends]:
+    def build(settings: dict[str, dict[str, Any]]) -> Backends:
+        return Backends("s", tmp_path, settings, StatusCache(store), tasks)
 
     return build
 
@@ -74,7 +74,7 @@ def make(
     ],
 )
 async def test_a_bad_settings_section_fails_at_first_use_naming_the_key(
-    make: Callable[..., Schedulers], section: dict[str, Any], key: str
+    make: Callable[..., Backends], section: dict[str, Any], key: str
 ) -> None:
     scheds = make({"fake": section})
     for _ in range(2):  # and again: the load error is kept
@@ -85,7 +85,7 @@ async def test_a_bad_settings_section_fails_at_first_use_naming_the_key(
         await make({"fake": section}).check_settings()
 
 
-async def test_good_settings_reach_the_scheduler(make: Callable[..., Schedulers]) -> None:
+async def test_good_settings_reach_the_scheduler(make: Callable[..., Backends]) -> None:
     scheds = make({"fake": {"poll_interval": "2.5"}})
     await scheds.check_settings()
     assert (await scheds.get("fake")).settings.poll_interval == 2.5
@@ -93,13 +93,13 @@ async def test_good_settings_reach_the_scheduler(make: Callable[..., Schedulers]
 
 
 async def test_settings_of_an_unknown_scheduler_stop_the_daemon(
-    make: Callable[..., Schedulers],
+    make: Callable[..., Backends],
 ) -> None:
     with pytest.raises(SettingsError, match=r"unknown scheduler 'nope' \(known: "):
         await make({"nope": {"poll_interval": 1}}).check_settings()
 
 
-async def test_push_status_is_what_changes_does(make: Callable[..., Schedulers]) -> None:
+async def test_push_status_is_what_changes_does(make: Callable[..., Backends]) -> None:
     infos = {i.name: i for i in await make({}).infos()}
     assert not infos["claims"].capabilities.push_status
     assert infos["claims"].capabilities.cancel
@@ -107,7 +107,7 @@ async def test_push_status_is_what_changes_does(make: Callable[..., Schedulers])
     assert not infos["fake"].capabilities.push_status
 
 
-async def test_each_scheduler_gets_the_feed_of_its_kind(make: Callable[..., Schedulers]) -> None:
+async def test_each_scheduler_gets_the_feed_of_its_kind(make: Callable[..., Backends]) -> None:
     from txd.daemon.feeds import ChangeFeed, PollFeed
 
     scheds = make({})
@@ -117,7 +117,7 @@ async def test_each_scheduler_gets_the_feed_of_its_kind(make: Callable[..., Sche
     assert isinstance(scheds.feed("hides"), ChangeFeed)
 
 
-async def test_an_unknown_scheduler_gets_a_hint(make: Callable[..., Schedulers]) -> None:
+async def test_an_unknown_scheduler_gets_a_hint(make: Callable[..., Backends]) -> None:
     scheds = make({})
     with pytest.raises(NotFound, match=r"unknown scheduler 'fak' \(known: claims, fake, hides\)"):
         await scheds.get("fak")

@@ -1,4 +1,4 @@
-"""StatusCache (daemon/status.py): the daemon's only copy of job statuses, written through to a
+"""StatusCache (daemon/cache.py): the daemon's only copy of job statuses, written through to a
 real job store."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 from daemon_fakes import TIMEOUT, new_record
+from txd.daemon.cache import LiveJob, StatusCache
 from txd.daemon.jobstore import JobRecord, JobStore
-from txd.daemon.status import LiveJob, StatusCache
 from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus
 

@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from txd.schedulers.status import group_replicas
+from txd.schedulers.fold import group_replicas
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppStatus, ReplicaStatus
 
