@@ -96,11 +96,13 @@ Described = AppStatus | None | NoAnswer
 
 @dataclass(frozen=True)
 class Change:
-    """A job's new status, as a push scheduler's `changes()` reports it. `status` None: the
-    backend no longer knows the job."""
+    """A job's new status, as a push scheduler's `changes()` reports it: anything
+    `describe_many` can say of it. `status` None: the backend no longer knows the job;
+    NoAnswer: it cannot tell now (the daemon keeps the last status, marked stale). A backend
+    never re-yields SUBSCRIBED to have the daemon ask for what it could say itself."""
 
     app_id: str
-    status: AppStatus | None
+    status: Described
 
 
 class Subscribed:

@@ -1,12 +1,12 @@
 """From replicas to an app: the one rule every scheduler uses to fold replica states into the
-app's state, and the one way replicas are grouped into roles."""
+app's state, the one way replicas are grouped into roles, and the AppStatus made of both."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
 from txd.v1 import TERMINAL_STATES, AppState
-from txd.v1.app_pb2 import ReplicaStatus, RoleStatus
+from txd.v1.app_pb2 import AppStatus, ReplicaStatus, RoleStatus
 
 # While any replica lives, the first of these present names the app's state.
 _LIVE_ORDER = (AppState.RUNNING, AppState.UNKNOWN, AppState.PENDING, AppState.SUBMITTED)
@@ -48,3 +48,20 @@ def group_replicas(replicas: Iterable[ReplicaStatus]) -> list[RoleStatus]:
 
 def replica_states(roles: Iterable[RoleStatus]) -> list[AppState]:
     return [r.state for role in roles for r in role.replicas]
+
+
+def app_status(
+    app_id: str,
+    replicas: Sequence[ReplicaStatus],
+    *,
+    state: AppState | None = None,
+    msg: str = "",
+) -> AppStatus:
+    """The app's status from its replicas: their fold, unless the backend has the last word on
+    the app's state (`state`: a controller's phase, say), and the replicas grouped into roles."""
+    return AppStatus(
+        app_id=app_id,
+        state=fold([r.state for r in replicas]) if state is None else state,
+        msg=msg,
+        roles=group_replicas(replicas),
+    )

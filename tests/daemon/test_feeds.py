@@ -255,6 +255,22 @@ async def test_changes_are_recorded_for_followed_jobs_only(
     assert len(sched.calls) == 1
 
 
+async def test_a_pushed_no_answer_marks_the_job_stale_with_no_resync(
+    cache: StatusCache, store: JobStore, tasks: Tasks
+) -> None:
+    sched, feed = change_feed(cache, tasks)
+    (a,) = follow(cache, store, 1, "fakepush")
+    feed.start()
+    sched.items.put_nowait(SUBSCRIBED)
+    await sched.next_call()
+    await settle()
+    sched.items.put_nowait(Change(a.record.app_id, NoAnswer("its pods vanished")))
+    await settle()
+    assert a.status.stale_msg.endswith(": its pods vanished")
+    assert a.status.state == AppState.RUNNING and a.followed
+    assert len(sched.calls) == 1, "a NoAnswer change made the feed describe again"
+
+
 @pytest.mark.parametrize("drop", ["ends", "raises"])
 async def test_a_dropped_stream_marks_stale_reopens_after_the_interval_and_resyncs(
     cache: StatusCache, store: JobStore, tasks: Tasks, drop: str
