@@ -24,6 +24,7 @@ from txd.daemon.backends import Backends
 from txd.daemon.cache import StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
+from txd.handle import Handle
 from txd.schedulers import options, plugins
 from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted, TaskGroupLike
 from txd.schedulers.errors import (
@@ -54,10 +55,6 @@ PRUNE_BATCH = 1000
 # DryRun's native request is cut to this many characters: with one entry per replica it can
 # outgrow the response limit (txd.defaults.MAX_RESPONSE_BYTES, 64 MiB) even for a valid app.
 MAX_DRYRUN_TEXT = 8 << 20
-
-
-def handle_of(scheduler: str, session: str, app_id: str) -> str:
-    return f"{scheduler}://{session}/{app_id}"
 
 
 class Core:
@@ -204,7 +201,7 @@ class Core:
         workspace = os.path.normpath(os.path.join(cwd, req.workspace)) if req.workspace else ""
         if workspace:
             check_dir(workspace)
-        handle_template = handle_of(name, self.session, "${app_id}")
+        handle_template = str(Handle(name, self.session, "${app_id}"))
         for role in app.roles:
             role.env.setdefault("TORCHX_JOB_ID", handle_template)
         return name, sched, app, SubmitContext(cwd=cwd, env=env, workspace=workspace)
@@ -266,7 +263,7 @@ class Core:
         app_id = submitted.app_id
         for n in range(2, MAX_ID_SUFFIX + 2):
             rec = JobRecord(
-                handle=handle_of(name, self.session, app_id),
+                handle=str(Handle(name, self.session, app_id)),
                 scheduler=name,
                 app_id=app_id,
                 created=time.time(),
@@ -298,8 +295,7 @@ class Core:
         jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
         validate.check_handle(text)
         if "://" in text:
-            validate.parse_handle(text)
-            return text
+            return str(validate.parse_handle(text))
         if not text:
             raise InvalidArgument("app_handle", "empty: give a handle, an app id or its prefix")
         found = self.store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
@@ -363,7 +359,7 @@ class Core:
             apps = await sched.list()
         for status in apps:
             status.scheduler = scheduler
-            status.app_handle = handle_of(scheduler, self.session, status.app_id)
+            status.app_handle = str(Handle(scheduler, self.session, status.app_id))
         return query.from_statuses(apps)
 
     def _latest(self, status: AppStatus) -> AppStatus:
