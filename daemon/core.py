@@ -69,7 +69,7 @@ class Core:
     ) -> None:
         self.session = session
         self.default_scheduler = DEFAULT_SCHEDULER
-        self.store = JobStore(state_dir / "registry.db")
+        self.store = JobStore.in_state_dir(state_dir)
         self.cache = StatusCache(self.store)
         self.schedulers = Backends(session, state_dir, settings or {}, self.cache, tasks, entries)
         self.closing = False

@@ -94,7 +94,7 @@ def _check_private(folder: Path) -> None:
 
 def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
     """Holds an exclusive lock on <state_dir>/txd.lock for the daemon's life (released by the
-    kernel when the process ends, however it ends): two daemons must never share a registry,
+    kernel when the process ends, however it ends): two daemons must never share a job store,
     or the second would "recover" the first one's running jobs. The file names the holder's
     pid and socket, for the refusal's message."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -272,10 +272,10 @@ class PidWatch:
 
 
 def recorded_replicas(state_dir: Path) -> list[dict[str, Any]]:
-    """Every replica local_cwd recorded in the registry under state_dir (pid, start_ticks ...:
+    """Every replica local_cwd recorded in the job store under state_dir (pid, start_ticks ...:
     the job's `native` facts)."""
     out = []
-    db = state_dir / "registry.db"
+    db = state_dir / "jobs.db"
     if not db.exists():
         return out
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -614,7 +614,7 @@ class Gates:
 
 def recorded_native(state_dir: Path, handle: str) -> dict[str, Any]:
     """The native facts the daemon under state_dir recorded for a job."""
-    with contextlib.closing(sqlite3.connect(state_dir / "registry.db")) as conn:
+    with contextlib.closing(sqlite3.connect(state_dir / "jobs.db")) as conn:
         [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
     out: dict[str, Any] = json.loads(native)
     return out
