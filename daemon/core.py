@@ -24,9 +24,10 @@ from txd.daemon.backends import Backends
 from txd.daemon.cache import StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
+from txd.daemon.tasks import Tasks
 from txd.handle import Handle
 from txd.schedulers import options, plugins
-from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted, TaskGroupLike
+from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted
 from txd.schedulers.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -64,7 +65,7 @@ class Core:
         session: str,
         settings: dict[str, dict[str, Any]] | None = None,
         *,
-        tasks: TaskGroupLike,
+        tasks: Tasks,
         entries: dict[str, plugins.Entry] | None = None,
     ) -> None:
         self.session = session
@@ -73,8 +74,9 @@ class Core:
         self.cache = StatusCache(self.store)
         self.schedulers = Backends(session, state_dir, settings or {}, self.cache, tasks, entries)
         self.closing = False
-        self._pending_runs: dict[str, asyncio.Task[JobRecord]] = {}  # by request id
-        self._submitting: set[asyncio.Task[JobRecord]] = set()
+        self.tasks = tasks
+        self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
+        self._submitting: set[asyncio.Future[JobRecord]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -158,17 +160,18 @@ class Core:
         new = await asyncio.shield(self._start_submit(req))
         return new.handle, new.app_id
 
-    def _start_submit(self, req: RunRequest) -> asyncio.Task[JobRecord]:
+    def _start_submit(self, req: RunRequest) -> asyncio.Future[JobRecord]:
         """The submission, as a task of its own: a caller that gives up (a client's deadline
         cancels its Run) does not stop it between spawning a job and recording it; it ends
         recorded and followed, or undone. Until then a Run with its request id waits for it."""
-        task = asyncio.get_running_loop().create_task(self._submit(req))
-        self._submitting.add(task)
-        task.add_done_callback(self._submitting.discard)
+        name = f"submission {req.request_id or req.app.name!r}"
+        submission = self.tasks.create_awaited(self._submit(req), name=name)
+        self._submitting.add(submission)
+        submission.add_done_callback(self._submitting.discard)
         if rid := req.request_id:
-            self._pending_runs[rid] = task
-            task.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
-        return task
+            self._pending_runs[rid] = submission
+            submission.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
+        return submission
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
         name, sched, app, _ = await self._prepare(req)
