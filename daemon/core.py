@@ -58,25 +58,49 @@ PRUNE_BATCH = 1000
 MAX_DRYRUN_TEXT = 8 << 20
 
 
-class Core:
+class JobService:
+    """The job service over its collaborators, which it owns from then on (aclose closes
+    them): the job store, the status cache over it, the schedulers (Backends), and the
+    daemon's task group, where submissions run (see open())."""
+
     def __init__(
         self,
+        session: str,
+        store: JobStore,
+        cache: StatusCache,
+        schedulers: Backends,
+        tasks: Tasks,
+    ) -> None:
+        self.session = session
+        self.default_scheduler = DEFAULT_SCHEDULER
+        self.store = store
+        self.cache = cache
+        self.schedulers = schedulers
+        self.tasks = tasks
+        self.closing = False
+        self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
+        self._submitting: set[asyncio.Future[JobRecord]] = set()
+
+    @classmethod
+    def open(
+        cls,
         state_dir: Path,
         session: str,
         settings: dict[str, dict[str, Any]] | None = None,
         *,
         tasks: Tasks,
         entries: dict[str, plugins.Entry] | None = None,
-    ) -> None:
-        self.session = session
-        self.default_scheduler = DEFAULT_SCHEDULER
-        self.store = JobStore.in_state_dir(state_dir)
-        self.cache = StatusCache(self.store)
-        self.schedulers = Backends(session, state_dir, settings or {}, self.cache, tasks, entries)
-        self.closing = False
-        self.tasks = tasks
-        self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
-        self._submitting: set[asyncio.Future[JobRecord]] = set()
+    ) -> JobService:
+        """The job service of a state dir: its job store (jobs.db), a status cache over it,
+        and the schedulers with their `settings`."""
+        store = JobStore.in_state_dir(state_dir)
+        try:
+            cache = StatusCache(store)
+            backends = Backends(session, state_dir, settings or {}, cache, tasks, entries)
+        except BaseException:
+            store.close()
+            raise
+        return cls(session, store, cache, backends, tasks)
 
     # -- lifecycle --------------------------------------------------------------------------
 

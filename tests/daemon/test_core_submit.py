@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from txd.daemon.core import Core
+from txd.daemon.core import JobService
 from txd.daemon.tasks import Tasks
 from txd.schedulers.api import Described, DryRunInfo, Job, Scheduler, SubmitContext, Submitted
 from txd.schedulers.errors import InvalidArgument, NotFound
@@ -59,11 +59,11 @@ class ReusingIds(Scheduler[NoOpts, str]):
 
 
 @pytest.fixture
-async def core(tmp_path: Path) -> AsyncIterator[tuple[Core, ReusingIds]]:
+async def core(tmp_path: Path) -> AsyncIterator[tuple[JobService, ReusingIds]]:
     sched = ReusingIds()
     async with asyncio.TaskGroup() as tasks:
         entries = {"reuse": Entry("reuse", lambda: _factory(sched))}
-        c = Core(tmp_path, "s", tasks=Tasks(tasks), entries=entries)
+        c = JobService.open(tmp_path, "s", tasks=Tasks(tasks), entries=entries)
         try:
             yield c, sched
         finally:
@@ -84,7 +84,7 @@ def _run(name: str, request_id: str = "") -> RunRequest:
     )
 
 
-async def test_a_reused_app_id_gets_a_new_handle(core: tuple[Core, ReusingIds]) -> None:
+async def test_a_reused_app_id_gets_a_new_handle(core: tuple[JobService, ReusingIds]) -> None:
     c, _ = core
     first, _ = await c.run(_run("first"))
     second, second_id = await c.run(_run("second"))
@@ -98,7 +98,7 @@ async def test_a_reused_app_id_gets_a_new_handle(core: tuple[Core, ReusingIds]) 
 
 
 async def test_a_submission_that_cannot_be_recorded_is_cancelled(
-    core: tuple[Core, ReusingIds], monkeypatch: pytest.MonkeyPatch
+    core: tuple[JobService, ReusingIds], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     c, sched = core
 
@@ -112,7 +112,7 @@ async def test_a_submission_that_cannot_be_recorded_is_cancelled(
 
 
 async def test_short_ids_name_a_job_by_app_id_or_unique_prefix(
-    core: tuple[Core, ReusingIds],
+    core: tuple[JobService, ReusingIds],
 ) -> None:
     """Ids 42, 42.2, 42.3: an app id equal to the text wins over longer ones it begins."""
     c, _ = core
@@ -135,7 +135,7 @@ async def test_short_ids_name_a_job_by_app_id_or_unique_prefix(
 
 
 async def test_an_ambiguous_short_id_names_ten_jobs_and_counts_the_rest(
-    core: tuple[Core, ReusingIds],
+    core: tuple[JobService, ReusingIds],
 ) -> None:
     c, sched = core
     sched.next_ids = [f"7{i:02d}" for i in range(12)]
@@ -151,7 +151,7 @@ async def test_an_ambiguous_short_id_names_ten_jobs_and_counts_the_rest(
 
 
 async def test_a_submission_outlives_its_caller_and_a_retry_waits_for_it(
-    core: tuple[Core, ReusingIds],
+    core: tuple[JobService, ReusingIds],
 ) -> None:
     """A Run whose client gave up (its call cancelled) between spawning and recording still
     ends recorded; a retry with its request id meanwhile waits for that outcome."""
@@ -173,7 +173,7 @@ async def test_a_submission_outlives_its_caller_and_a_retry_waits_for_it(
 
 
 async def test_shutdown_waits_for_a_submission_under_way(
-    core: tuple[Core, ReusingIds],
+    core: tuple[JobService, ReusingIds],
 ) -> None:
     c, sched = core
     sched.gate = asyncio.Event()
