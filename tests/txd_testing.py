@@ -302,9 +302,9 @@ def kill_recorded_replicas(state_dir: Path) -> list[int]:
 
 
 class Daemon:
-    """A real `python -m txd.daemon` on a socket and state dir of its own.
-
-    Started in its own process group; readiness is the b"ready\\n" it writes to --ready-fd.
+    """A real `python -m txd.daemon` on a socket and state dir of its own, started as txctl
+    starts one (txd.client._daemon.spawn): in its own session, ready when it says so on its
+    --ready-fd pipe.
     """
 
     def __init__(
@@ -330,49 +330,27 @@ class Daemon:
     # lifecycle
 
     def start(self) -> Daemon:
+        from txd.client._daemon import spawn
+
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        read_end, write_end = os.pipe()
-        try:
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        *self.prefix,
-                        sys.executable,
-                        "-m",
-                        "txd.daemon",
-                        "--socket",
-                        str(self.socket),
-                        "--state-dir",
-                        str(self.state_dir),
-                        "--grace",
-                        str(self.grace),
-                        "--ready-fd",
-                        str(write_end),
-                        *self.args,
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(write_end,),
-                    start_new_session=True,
-                    cwd=self.root,
-                    env=self.env,
-                )
-        finally:
-            os.close(write_end)
-        try:
-            # EOF (the daemon died) or the timeout ends this wait as surely as "ready" does.
-            ready, _, _ = select.select([read_end], [], [], START_TIMEOUT)
-            data = os.read(read_end, 64) if ready else b""
-        finally:
-            os.close(read_end)
-        if data != b"ready\n":
+        # EOF (the daemon died) or the timeout ends the wait as surely as "ready" does.
+        self.proc, line = spawn(
+            self.socket,
+            self.state_dir,
+            self.log_path,
+            args=["--grace", str(self.grace), *self.args],
+            prefix=self.prefix,
+            env=self.env,
+            cwd=self.root,
+            timeout=START_TIMEOUT,
+        )
+        if line != "ready":
             rc = self.proc.poll()
             if rc is None:
                 self.proc.kill()
                 self.proc.wait()
             raise RuntimeError(
-                f"txd did not become ready (got {data!r}, exit code {rc}):\n{self.log()}"
+                f"txd did not become ready (got {line!r}, exit code {rc}):\n{self.log()}"
             )
         return self
 
