@@ -186,3 +186,18 @@ async def test_shutdown_waits_for_a_submission_under_way(
         sched.gate.set()
     handle, _ = run.result()
     assert c.store.get(handle) is not None
+
+
+async def test_a_whole_handle_is_parsed_and_a_malformed_one_refused(
+    core: tuple[JobService, ReusingIds],
+) -> None:
+    c, _ = core
+    handle, _ = await c.run(_run("named"))
+    assert c.resolve(handle) == handle == "reuse://s/42"
+    with pytest.raises(InvalidArgument) as malformed:
+        c.resolve("re:use://s/42")
+    assert str(malformed.value) == (
+        "app_handle: 're:use://s/42' is not of the form {scheduler}://{session}/{app_id}"
+    )
+    with pytest.raises(NotFound):
+        c.lookup("reuse://s/43")  # well formed, but no such job
