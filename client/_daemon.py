@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 START_TIMEOUT = 15.0
@@ -30,43 +31,66 @@ def connect_error(path: Path) -> OSError | None:
             return e
 
 
+def spawn(
+    socket_path: Path,
+    state_dir: Path,
+    log_path: Path,
+    *,
+    args: Sequence[str] = (),
+    prefix: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = START_TIMEOUT,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Starts `python -m txd.daemon` on `socket_path` and `state_dir` in a session of its own,
+    its output appended to `log_path`, and returns it with the first line it wrote on its
+    --ready-fd pipe: `ready`, `busy: ...` (another daemon serves, or is about to serve, this
+    socket) or `error: ...`; "" when it exited, or said nothing for `timeout` seconds. Nothing
+    polls: the pipe says. `args` go after txd's own; `prefix` is a command that execs its
+    arguments (the daemon keeps its pid). The one way txd is started: txctl's autostart and
+    the tests' (and the bench's) daemons alike."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    read_end, write_end = os.pipe()
+    try:
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    [
+                        *prefix,
+                        sys.executable,
+                        "-m",
+                        "txd.daemon",
+                        "--socket",
+                        str(socket_path),
+                        "--state-dir",
+                        str(state_dir),
+                        "--ready-fd",
+                        str(write_end),
+                        *args,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                    close_fds=True,
+                    cwd=cwd,
+                    env=env,
+                )
+        finally:
+            os.close(write_end)  # the daemon's copy is what is left: EOF when it exits
+        return proc, _read_line(read_end, timeout)
+    finally:
+        os.close(read_end)
+
+
 def start_daemon(path: Path, state_dir: Path) -> int | None:
     """Starts `txd` detached from this process, on `path` with `state_dir`, and returns its pid
     once it serves, or None when another daemon serves `path` (another client's autostart won
-    the race).
-
-    The daemon says how its start went on a pipe (--ready-fd), so nothing polls: `ready`, or
-    `busy: ...` (another daemon serves, or is about to serve, this socket), or `error: ...`.
-    Raises RuntimeError with the daemon's own reason, or with its log file when it gave none.
-    """
+    the race). Raises RuntimeError with the daemon's own reason, or with its log file when it
+    gave none."""
     log_path = state_dir / "txd.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    read_end, write_end = os.pipe()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "txd.daemon",
-                "--socket",
-                str(path),
-                "--state-dir",
-                str(state_dir),
-                "--ready-fd",
-                str(write_end),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            pass_fds=(write_end,),
-            start_new_session=True,
-            close_fds=True,
-        )
-    os.close(write_end)
-    try:
-        line = _read_line(read_end, START_TIMEOUT)
-    finally:
-        os.close(read_end)
+    proc, line = spawn(path, state_dir, log_path)
     if line == "ready":
         return proc.pid
     if line:

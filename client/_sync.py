@@ -1,29 +1,66 @@
-"""Client: the AsyncClient's methods, blocking, for scripts and notebooks without a loop."""
+"""Client: the AsyncClient's methods, blocking, for scripts and notebooks without a loop.
+
+Each method is made from AsyncClient's (`_blocking`, `_iterating`): the signatures are written
+once, there. mypy sees the same parameters (a ParamSpec carries them) with the result unwrapped,
+and help() and inspect.signature() show them with AsyncClient's docstrings.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import builtins
-import datetime as dt
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Mapping
+import functools
+import inspect
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from txd.cfgvalue import CfgVal
 from txd.client._async import DEFAULT_TIMEOUT, AsyncClient
-from txd.v1 import AppState
-from txd.v1 import runner_pb2 as pb
-from txd.v1.app_pb2 import AppDef, AppStatus
-from txd.v1.scheduler_pb2 import RunOpt
 
 T = TypeVar("T")
+P = ParamSpec("P")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """AsyncClient's `method`, run to its end on the Client's loop."""
+
+    @functools.wraps(method)
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._async, *args, **kwargs))
+
+    return _as_clients(call)
+
+
+def _iterating(
+    method: Callable[Concatenate[AsyncClient, P], AsyncIterator[T]],
+) -> Callable[Concatenate[Client, P], Iterator[T]]:
+    """AsyncClient's async iterator `method`, as a plain iterator (each item fetched on the
+    Client's loop; the stream closed when the iterator is, or runs out)."""
+
+    @functools.wraps(method)
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        return self._iterate(method(self._async, *args, **kwargs))
+
+    sig = inspect.signature(method)
+    returns = str(sig.return_annotation).replace("AsyncIterator[", "Iterator[", 1)
+    call.__signature__ = sig.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    call.__annotations__ = {**call.__annotations__, "return": returns}
+    return _as_clients(call)
+
+
+def _as_clients(call: F) -> F:
+    call.__qualname__ = f"Client.{call.__name__}"
+    call.__module__ = __name__
+    return call
 
 
 class Client:
     """Blocking twin of AsyncClient (same methods and arguments; see there), run on a private
-    event loop. logs() and watch() return plain iterators. Not for use inside a running event
-    loop: use AsyncClient there."""
+    event loop. logs(), list_iter() and watch() return plain iterators. Not for use inside a
+    running event loop: use AsyncClient there."""
 
     def __init__(
         self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
@@ -59,152 +96,23 @@ class Client:
         finally:
             self._run(agen.aclose())  # type: ignore[attr-defined]
 
-    def run(
-        self,
-        app: AppDef,
-        scheduler: str = "",
-        cfg: Mapping[str, CfgVal] | None = None,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        request_id: str = "",
-        workspace: str | None = None,
-    ) -> str:
-        return self._run(
-            self._async.run(
-                app, scheduler, cfg, cwd=cwd, env=env, request_id=request_id, workspace=workspace
-            )
-        )
+    # -- jobs (AsyncClient's, blocking) ----------------------------------------------------
 
-    def dryrun(
-        self,
-        app: AppDef,
-        scheduler: str = "",
-        cfg: Mapping[str, CfgVal] | None = None,
-        *,
-        cwd: str | None = None,
-        env: Mapping[str, str] | None = None,
-        workspace: str | None = None,
-    ) -> pb.DryRunResponse:
-        return self._run(
-            self._async.dryrun(app, scheduler, cfg, cwd=cwd, env=env, workspace=workspace)
-        )
+    run = _blocking(AsyncClient.run)
+    dryrun = _blocking(AsyncClient.dryrun)
+    status = _blocking(AsyncClient.status)
+    wait = _blocking(AsyncClient.wait)
+    watch = _iterating(AsyncClient.watch)
+    describe = _blocking(AsyncClient.describe)
+    list = _blocking(AsyncClient.list)
+    list_iter = _iterating(AsyncClient.list_iter)
+    list_page = _blocking(AsyncClient.list_page)
+    cancel = _blocking(AsyncClient.cancel)
+    delete = _blocking(AsyncClient.delete)
+    prune = _blocking(AsyncClient.prune)
+    logs = _iterating(AsyncClient.logs)
 
-    def status(self, handle: str) -> AppStatus:
-        return self._run(self._async.status(handle))
+    # -- schedulers ------------------------------------------------------------------------
 
-    def wait(self, handle: str, timeout: float | None = None) -> AppStatus:
-        return self._run(self._async.wait(handle, timeout))
-
-    def watch(self, handle: str) -> Iterator[AppStatus]:
-        return self._iterate(self._async.watch(handle))
-
-    def describe(self, handle: str) -> pb.DescribeResponse:
-        return self._run(self._async.describe(handle))
-
-    def list(
-        self,
-        scheduler: str = "",
-        backend: bool = False,
-        *,
-        states: Iterable[AppState] = (),
-        created_since: dt.datetime | None = None,
-        limit: int | None = None,
-        page_size: int = 0,
-    ) -> builtins.list[AppStatus]:
-        return self._run(
-            self._async.list(
-                scheduler,
-                backend,
-                states=states,
-                created_since=created_since,
-                limit=limit,
-                page_size=page_size,
-            )
-        )
-
-    def list_iter(
-        self,
-        scheduler: str = "",
-        backend: bool = False,
-        *,
-        states: Iterable[AppState] = (),
-        created_since: dt.datetime | None = None,
-        limit: int | None = None,
-        page_size: int = 0,
-    ) -> Iterator[AppStatus]:
-        return self._iterate(
-            self._async.list_iter(
-                scheduler,
-                backend,
-                states=states,
-                created_since=created_since,
-                limit=limit,
-                page_size=page_size,
-            )
-        )
-
-    def list_page(
-        self,
-        scheduler: str = "",
-        backend: bool = False,
-        *,
-        states: Iterable[AppState] = (),
-        created_since: dt.datetime | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-    ) -> pb.ListResponse:
-        return self._run(
-            self._async.list_page(
-                scheduler,
-                backend,
-                states=states,
-                created_since=created_since,
-                page_size=page_size,
-                page_token=page_token,
-            )
-        )
-
-    def cancel(self, handle: str) -> AppStatus:
-        return self._run(self._async.cancel(handle))
-
-    def delete(self, handle: str) -> None:
-        self._run(self._async.delete(handle))
-
-    def prune(
-        self, created_before: dt.datetime, scheduler: str = "", *, dry_run: bool = False
-    ) -> pb.PruneResponse:
-        return self._run(self._async.prune(created_before, scheduler, dry_run=dry_run))
-
-    def logs(
-        self,
-        handle: str,
-        role: str = "",
-        replica: int | None = None,
-        *,
-        regex: str = "",
-        since: dt.datetime | None = None,
-        until: dt.datetime | None = None,
-        follow: bool = False,
-        streams: str = "combined",
-        tail: int | None = None,
-    ) -> Iterator[pb.LogsResponse]:
-        return self._iterate(
-            self._async.logs(
-                handle,
-                role,
-                replica,
-                regex=regex,
-                since=since,
-                until=until,
-                follow=follow,
-                streams=streams,
-                tail=tail,
-            )
-        )
-
-    def schedulers(self) -> pb.SchedulersResponse:
-        return self._run(self._async.schedulers())
-
-    def runopts(self, scheduler: str = "") -> builtins.list[RunOpt]:
-        return self._run(self._async.runopts(scheduler))
+    schedulers = _blocking(AsyncClient.schedulers)
+    runopts = _blocking(AsyncClient.runopts)

@@ -98,24 +98,26 @@ def _columns(out: TextIO) -> int:
 
 async def follow(watch: AsyncIterator[AppStatus], progress: Progress) -> AppStatus:
     """The job's terminal status, showing progress meanwhile. The clock ticks only while the
-    Watch stream is open: the ticker is cancelled when it ends, however it ends."""
+    Watch stream is open: a timer of the loop (no task), cancelled when it ends, however it
+    ends."""
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None
 
-    async def ticker() -> None:
-        while True:  # bounded by the watch: cancelled in the finally below
-            await asyncio.sleep(TICK)
-            progress.tick()
+    def tick() -> None:
+        nonlocal timer
+        progress.tick()
+        timer = loop.call_later(TICK, tick)  # bounded by the watch: cancelled below
 
+    if progress.live:
+        timer = loop.call_later(TICK, tick)
     last: AppStatus | None = None
-    tick = asyncio.create_task(ticker()) if progress.live else None
     try:
         async for status in watch:
             last = status
             progress.update(status)
     finally:
-        if tick is not None:
-            tick.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await tick
+        if timer is not None:
+            timer.cancel()
         progress.end()
     if last is None or last.state not in TERMINAL_STATES:
         from txd.client._errors import UnavailableError

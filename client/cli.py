@@ -408,6 +408,7 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
 async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import app_text, status_text, to_dict
     from txd.client._waiting import interruptible
+    from txd.handle import Handle
 
     app, scheduler, cfg = args.submission
     workspace = args.workspace_dir
@@ -424,12 +425,8 @@ async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
     handle = await _cfg_checked(
         args, client.run(app, scheduler, cfg, request_id=args.request_id, workspace=workspace)
     )
-    # The handle's form is documented: SCHEDULER://SESSION/APP_ID.
-    info = {
-        "handle": handle,
-        "app_id": handle.rpartition("/")[2],
-        "scheduler": handle.partition("://")[0],
-    }
+    parsed = Handle.parse(handle)
+    info = {"handle": handle, "app_id": parsed.app_id, "scheduler": parsed.scheduler}
     if not args.json:
         print(handle, flush=True)
     if not (args.wait or args.log):

@@ -24,8 +24,10 @@ from txd.daemon.backends import Backends
 from txd.daemon.cache import StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
+from txd.daemon.tasks import Tasks
+from txd.handle import Handle
 from txd.schedulers import options, plugins
-from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted, TaskGroupLike
+from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted
 from txd.schedulers.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -56,28 +58,49 @@ PRUNE_BATCH = 1000
 MAX_DRYRUN_TEXT = 8 << 20
 
 
-def handle_of(scheduler: str, session: str, app_id: str) -> str:
-    return f"{scheduler}://{session}/{app_id}"
+class JobService:
+    """The job service over its collaborators, which it owns from then on (aclose closes
+    them): the job store, the status cache over it, the schedulers (Backends), and the
+    daemon's task group, where submissions run (see open())."""
 
-
-class Core:
     def __init__(
         self,
+        session: str,
+        store: JobStore,
+        cache: StatusCache,
+        schedulers: Backends,
+        tasks: Tasks,
+    ) -> None:
+        self.session = session
+        self.default_scheduler = DEFAULT_SCHEDULER
+        self.store = store
+        self.cache = cache
+        self.schedulers = schedulers
+        self.tasks = tasks
+        self.closing = False
+        self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
+        self._submitting: set[asyncio.Future[JobRecord]] = set()
+
+    @classmethod
+    def open(
+        cls,
         state_dir: Path,
         session: str,
         settings: dict[str, dict[str, Any]] | None = None,
         *,
-        tasks: TaskGroupLike,
+        tasks: Tasks,
         entries: dict[str, plugins.Entry] | None = None,
-    ) -> None:
-        self.session = session
-        self.default_scheduler = DEFAULT_SCHEDULER
-        self.store = JobStore(state_dir / "registry.db")
-        self.cache = StatusCache(self.store)
-        self.schedulers = Backends(session, state_dir, settings or {}, self.cache, tasks, entries)
-        self.closing = False
-        self._pending_runs: dict[str, asyncio.Task[JobRecord]] = {}  # by request id
-        self._submitting: set[asyncio.Task[JobRecord]] = set()
+    ) -> JobService:
+        """The job service of a state dir: its job store (jobs.db), a status cache over it,
+        and the schedulers with their `settings`."""
+        store = JobStore.in_state_dir(state_dir)
+        try:
+            cache = StatusCache(store)
+            backends = Backends(session, state_dir, settings or {}, cache, tasks, entries)
+        except BaseException:
+            store.close()
+            raise
+        return cls(session, store, cache, backends, tasks)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -161,17 +184,18 @@ class Core:
         new = await asyncio.shield(self._start_submit(req))
         return new.handle, new.app_id
 
-    def _start_submit(self, req: RunRequest) -> asyncio.Task[JobRecord]:
+    def _start_submit(self, req: RunRequest) -> asyncio.Future[JobRecord]:
         """The submission, as a task of its own: a caller that gives up (a client's deadline
         cancels its Run) does not stop it between spawning a job and recording it; it ends
         recorded and followed, or undone. Until then a Run with its request id waits for it."""
-        task = asyncio.get_running_loop().create_task(self._submit(req))
-        self._submitting.add(task)
-        task.add_done_callback(self._submitting.discard)
+        name = f"submission {req.request_id or req.app.name!r}"
+        submission = self.tasks.create_awaited(self._submit(req), name=name)
+        self._submitting.add(submission)
+        submission.add_done_callback(self._submitting.discard)
         if rid := req.request_id:
-            self._pending_runs[rid] = task
-            task.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
-        return task
+            self._pending_runs[rid] = submission
+            submission.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
+        return submission
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
         name, sched, app, _ = await self._prepare(req)
@@ -204,7 +228,7 @@ class Core:
         workspace = os.path.normpath(os.path.join(cwd, req.workspace)) if req.workspace else ""
         if workspace:
             check_dir(workspace)
-        handle_template = handle_of(name, self.session, "${app_id}")
+        handle_template = str(Handle(name, self.session, "${app_id}"))
         for role in app.roles:
             role.env.setdefault("TORCHX_JOB_ID", handle_template)
         return name, sched, app, SubmitContext(cwd=cwd, env=env, workspace=workspace)
@@ -266,7 +290,7 @@ class Core:
         app_id = submitted.app_id
         for n in range(2, MAX_ID_SUFFIX + 2):
             rec = JobRecord(
-                handle=handle_of(name, self.session, app_id),
+                handle=str(Handle(name, self.session, app_id)),
                 scheduler=name,
                 app_id=app_id,
                 created=time.time(),
@@ -298,8 +322,7 @@ class Core:
         jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
         validate.check_handle(text)
         if "://" in text:
-            validate.parse_handle(text)
-            return text
+            return str(validate.parse_handle(text))
         if not text:
             raise InvalidArgument("app_handle", "empty: give a handle, an app id or its prefix")
         found = self.store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
@@ -363,7 +386,7 @@ class Core:
             apps = await sched.list()
         for status in apps:
             status.scheduler = scheduler
-            status.app_handle = handle_of(scheduler, self.session, status.app_id)
+            status.app_handle = str(Handle(scheduler, self.session, status.app_id))
         return query.from_statuses(apps)
 
     def _latest(self, status: AppStatus) -> AppStatus:

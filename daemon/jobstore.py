@@ -8,6 +8,9 @@ A file that exists is checked before anything is written to it (see _check_file)
 not a readable regular file, is cut short or has damaged pages is refused with what is wrong
 and how to recover, never opened over and never rewritten.
 
+The file is <state dir>/jobs.db. Before it was named registry.db: `in_state_dir` renames such a
+file (with its -wal and -shm) on open.
+
 Schema versions: the file's `PRAGMA user_version`. Opening a file of an older version migrates
 it in place, in one transaction, through every step of _MIGRATIONS from its version on; a file
 of a newer version than this code knows is refused before anything is written to it. Every
@@ -107,9 +110,41 @@ class JobStoreError(Exception):
 def _recovery(path: Path) -> str:
     return (
         f"txd will not start over it. Move it away (with any {path.name}-wal and "
-        f"{path.name}-shm beside it) to start with an empty registry, or rescue its jobs with "
+        f"{path.name}-shm beside it) to start with an empty job store, or rescue its jobs with "
         f"`sqlite3 {path} .recover | sqlite3 {path}.recovered` and move that file in its place"
     )
+
+
+FILE_NAME = "jobs.db"
+OLD_FILE_NAME = "registry.db"  # its name before
+_SIDE_FILES = ("-wal", "-shm")  # SQLite finds them by the main file's name
+
+
+def adopt_old_name(state_dir: Path) -> None:
+    """Renames a state dir's registry.db, with its -wal and -shm, to jobs.db, so a state dir an
+    older txd made keeps its jobs. The -wal and -shm go first and the main file last: that
+    rename is the one that counts, so a crash on the way leaves a state dir this finishes (the
+    -wal found beside the main file whichever name it has). Refuses, touching nothing, when a
+    file of each name exists: which one holds the jobs is for the user to say."""
+    old, new = state_dir / OLD_FILE_NAME, state_dir / FILE_NAME
+    if not os.path.lexists(old):
+        return
+    moves = [(Path(f"{old}{side}"), Path(f"{new}{side}")) for side in _SIDE_FILES]
+    moves = [(src, dst) for src, dst in moves if os.path.lexists(src)] + [(old, new)]
+    for src, dst in moves:
+        if os.path.lexists(dst):
+            raise JobStoreError(
+                f"both {src} (named by an older txd) and {dst} exist: txd will not choose "
+                "between them. Move away the one whose jobs you do not want (with the -wal "
+                "and -shm beside it)"
+            )
+    for src, dst in moves:
+        os.rename(src, dst)
+    dir_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dir_fd)  # the new names outlive a power loss before SQLite writes again
+    finally:
+        os.close(dir_fd)
 
 
 def _wal_checksum(data: bytes, big: bool, s0: int, s1: int) -> tuple[int, int]:
@@ -161,7 +196,7 @@ def _check_wal(wal: Path, path: Path) -> None:
 
 
 def _check_file(path: Path) -> None:
-    """Refuses an existing registry that cannot be used as it is, before SQLite writes to it:
+    """Refuses an existing job store file that cannot be used as it is, before SQLite writes to it:
     not a regular file, not readable and writable, cut short (not a whole number of pages),
     or with damaged pages (PRAGMA quick_check, about 20 ms for 20,000 jobs) or write-ahead
     log (_check_wal)."""
@@ -172,12 +207,12 @@ def _check_file(path: Path) -> None:
     except IsADirectoryError:
         raise JobStoreError(
             f"{path} is a directory, not a job store file: txd will not start over it; move "
-            "it away to start with an empty registry"
+            "it away to start with an empty job store"
         ) from None
     except OSError as e:
         raise JobStoreError(
             f"cannot open {path} for reading and writing ({e.strerror}): give it back to the "
-            f"user txd runs as, or move it away to start with an empty registry"
+            f"user txd runs as, or move it away to start with an empty job store"
         ) from None
     try:
         size = os.fstat(fd).st_size
@@ -245,6 +280,12 @@ class Cursor:
 
 
 class JobStore:
+    @classmethod
+    def in_state_dir(cls, state_dir: Path) -> JobStore:
+        """The job store of a state dir, <state_dir>/jobs.db (see adopt_old_name)."""
+        adopt_old_name(state_dir)
+        return cls(state_dir / FILE_NAME)
+
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path

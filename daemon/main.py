@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--state-dir",
-        help=f"registry and logs (env {defaults.STATE_DIR_ENV}; default {defaults.state_dir()})",
+        help=f"job store and logs (env {defaults.STATE_DIR_ENV}; default {defaults.state_dir()})",
     )
     parser.add_argument(
         "--session",

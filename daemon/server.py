@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from txd import defaults
 from txd.daemon import reflection, wire
-from txd.daemon.core import Core
+from txd.daemon.core import JobService
 from txd.daemon.servicer import RunnerServicer
 from txd.daemon.tasks import Tasks
 from txd.v1 import runner_pb2
@@ -94,7 +94,7 @@ def _check_private(folder: Path) -> None:
 
 def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
     """Holds an exclusive lock on <state_dir>/txd.lock for the daemon's life (released by the
-    kernel when the process ends, however it ends): two daemons must never share a registry,
+    kernel when the process ends, however it ends): two daemons must never share a job store,
     or the second would "recover" the first one's running jobs. The file names the holder's
     pid and socket, for the refusal's message."""
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -135,9 +135,11 @@ SERVER_OPTIONS = [
 ]
 
 
-async def create_server(core: Core, socket_path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
+async def create_server(
+    service: JobService, socket_path: Path
+) -> tuple[grpc.aio.Server, HealthServicer]:
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    wire.add_runner(RunnerServicer(core), server)
+    wire.add_runner(RunnerServicer(service), server)
     health = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
@@ -167,14 +169,14 @@ async def serve(
     except BaseException:
         os.close(lock)
         raise
-    core: Core | None = None
+    service: JobService | None = None
     try:
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = Tasks(group)
                 try:
-                    core = Core(state_dir, session, settings, tasks=tasks)
-                    await _serve(core, socket_path, state_dir, grace, on_ready)
+                    service = JobService.open(state_dir, session, settings, tasks=tasks)
+                    await _serve(service, socket_path, state_dir, grace, on_ready)
                 finally:
                     tasks.cancel_all()
         except BaseExceptionGroup as group_error:
@@ -184,8 +186,8 @@ async def serve(
                 raise group_error.exceptions[0] from None
             raise
     finally:
-        if core is not None:
-            await core.aclose()
+        if service is not None:
+            await service.aclose()
         with contextlib.suppress(FileNotFoundError):
             socket_path.unlink()
         os.close(lock)
@@ -193,14 +195,14 @@ async def serve(
 
 
 async def _serve(
-    core: Core,
+    service: JobService,
     socket_path: Path,
     state_dir: Path,
     grace: float,
     on_ready: Callable[[], None] | None,
 ) -> None:
-    await core.start()
-    server, health = await create_server(core, socket_path)
+    await service.start()
+    server, health = await create_server(service, socket_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -208,11 +210,11 @@ async def _serve(
     log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
     if on_ready is not None:
         on_ready()
-    core.schedulers.preload()
+    service.schedulers.preload()
     await stop.wait()
     log.info("shutting down")
     try:
         await health.enter_graceful_shutdown()
-        await core.shutdown(grace)
+        await service.shutdown(grace)
     finally:
         await server.stop(grace)  # calls still running (waits, log follows) get `grace` seconds

@@ -13,7 +13,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from txd.daemon import wire
-from txd.daemon.core import Core, cfg_values
+from txd.daemon.core import JobService, cfg_values
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
 from txd.v1 import runner_pb2 as pb
@@ -38,7 +38,7 @@ BACKEND_KEY = "txd-backend"
 
 
 def _code(e: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
-    """(code, message, trailing metadata) for an exception raised by the core."""
+    """(code, message, trailing metadata) for an exception raised by the job service."""
     for cls, code in _CODES.items():
         if isinstance(e, cls):
             backend = getattr(e, "backend", "")
@@ -113,12 +113,12 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class RunnerServicer(runner_pb2_grpc.RunnerServicer):
-    def __init__(self, core: Core) -> None:
-        self.core = core
+    def __init__(self, service: JobService) -> None:
+        self.service = service
 
     @_mapped
     async def Run(self, request: pb.RunRequest, context: Any) -> pb.RunResponse:
-        handle, app_id = await self.core.run(request)
+        handle, app_id = await self.service.run(request)
         return pb.RunResponse(app_handle=handle, app_id=app_id)
 
     @_mapped
@@ -131,51 +131,51 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
             env=request.env,
             workspace=request.workspace,
         )
-        app, scheduler, text, workspace = await self.core.dryrun(run)
+        app, scheduler, text, workspace = await self.service.dryrun(run)
         return pb.DryRunResponse(app=app, scheduler=scheduler, request=text, workspace=workspace)
 
     @_mapped
     async def Status(self, request: pb.StatusRequest, context: Any) -> pb.StatusResponse:
-        return pb.StatusResponse(status=self.core.status(request.app_handle))
+        return pb.StatusResponse(status=self.service.status(request.app_handle))
 
     @_mapped
     async def Wait(self, request: pb.WaitRequest, context: Any) -> pb.WaitResponse:
-        return pb.WaitResponse(status=await self.core.wait(request.app_handle))
+        return pb.WaitResponse(status=await self.service.wait(request.app_handle))
 
     @_mapped
     async def Watch(
         self, request: pb.WatchRequest, context: Any
     ) -> AsyncIterator[pb.WatchResponse]:
-        async for status in self.core.watch(request.app_handle):
+        async for status in self.service.watch(request.app_handle):
             yield pb.WatchResponse(status=status)
 
     @_mapped
     async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
-        rec = self.core.lookup(request.app_handle)
+        rec = self.service.lookup(request.app_handle)
         return pb.DescribeResponse(app=rec.app, status=rec.status, cfg=cfg_values(rec.cfg))
 
     @_mapped
     async def List(self, request: pb.ListRequest, context: Any) -> pb.ListResponse:
-        apps, next_page_token = await self.core.list(request)
+        apps, next_page_token = await self.service.list(request)
         return pb.ListResponse(apps=apps, next_page_token=next_page_token)
 
     @_mapped
     async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
-        return pb.CancelResponse(status=await self.core.cancel(request.app_handle))
+        return pb.CancelResponse(status=await self.service.cancel(request.app_handle))
 
     @_mapped
     async def Delete(self, request: pb.DeleteRequest, context: Any) -> pb.DeleteResponse:
-        await self.core.delete(request.app_handle)
+        await self.service.delete(request.app_handle)
         return pb.DeleteResponse()
 
     @_mapped
     async def Prune(self, request: pb.PruneRequest, context: Any) -> pb.PruneResponse:
-        pruned, failed, more = await self.core.prune(request)
+        pruned, failed, more = await self.service.prune(request)
         return pb.PruneResponse(pruned=pruned, failed=failed, more=more)
 
     @_mapped
     async def Logs(self, request: pb.LogsRequest, context: Any) -> AsyncIterator[pb.LogsResponse]:
-        async for chunk in self.core.logs(request):
+        async for chunk in self.service.logs(request):
             yield chunk
 
     @_mapped
@@ -183,11 +183,11 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         self, request: pb.SchedulersRequest, context: Any
     ) -> pb.SchedulersResponse:
         return pb.SchedulersResponse(
-            schedulers=await self.core.scheduler_infos(),
-            default_scheduler=self.core.default_scheduler,
+            schedulers=await self.service.scheduler_infos(),
+            default_scheduler=self.service.default_scheduler,
         )
 
     @_mapped
     async def RunOpts(self, request: pb.RunOptsRequest, context: Any) -> pb.RunOptsResponse:
-        opts = await self.core.run_opts(request.scheduler)
+        opts = await self.service.run_opts(request.scheduler)
         return pb.RunOptsResponse(scheduler=request.scheduler, opts=opts)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd import resources
+from txd.handle import Handle
 from txd.schedulers.errors import InvalidArgument
 from txd.v1.app_pb2 import AppDef, Role
 from txd.v1.scheduler_pb2 import CfgValue
@@ -21,7 +22,6 @@ from txd.v1.scheduler_pb2 import CfgValue
 # Names end up in app ids, file paths and native job names: keep them portable. (fullmatch:
 # `$` would let a trailing newline through.) The rule is stated in app.proto; keep them equal.
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_HANDLE = re.compile(r"^(?P<scheduler>[^:/]+)://(?P<session>.*)/(?P<app_id>[^/]+)$")
 MAX_REQUEST_ID = 128
 
 # Limits; each is stated in the proto comment of its field, with why it is enough.
@@ -262,15 +262,13 @@ def _check_mount(field: str, mount) -> None:  # type: ignore[no-untyped-def]
         raise InvalidArgument(f"{field}.{kind}.dst_path", "must not be empty")
 
 
-def parse_handle(handle: str) -> tuple[str, str, str]:
-    """(scheduler, session, app_id) of `{scheduler}://{session}/{app_id}`."""
+def parse_handle(handle: str) -> Handle:
+    """The handle `handle` spells, `{scheduler}://{session}/{app_id}`."""
     check_handle(handle)
-    m = _HANDLE.match(handle)
-    if not m:
-        raise InvalidArgument(
-            "app_handle", f"{handle!r} is not of the form {{scheduler}}://{{session}}/{{app_id}}"
-        )
-    return m["scheduler"], m["session"], m["app_id"]
+    try:
+        return Handle.parse(handle)
+    except ValueError as e:
+        raise InvalidArgument("app_handle", str(e)) from None
 
 
 def check_handle(text: str) -> None:

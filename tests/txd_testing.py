@@ -272,10 +272,10 @@ class PidWatch:
 
 
 def recorded_replicas(state_dir: Path) -> list[dict[str, Any]]:
-    """Every replica local_cwd recorded in the registry under state_dir (pid, start_ticks ...:
+    """Every replica local_cwd recorded in the job store under state_dir (pid, start_ticks ...:
     the job's `native` facts)."""
     out = []
-    db = state_dir / "registry.db"
+    db = state_dir / "jobs.db"
     if not db.exists():
         return out
     with contextlib.closing(sqlite3.connect(db)) as conn:
@@ -302,9 +302,9 @@ def kill_recorded_replicas(state_dir: Path) -> list[int]:
 
 
 class Daemon:
-    """A real `python -m txd.daemon` on a socket and state dir of its own.
-
-    Started in its own process group; readiness is the b"ready\\n" it writes to --ready-fd.
+    """A real `python -m txd.daemon` on a socket and state dir of its own, started as txctl
+    starts one (txd.client._daemon.spawn): in its own session, ready when it says so on its
+    --ready-fd pipe.
     """
 
     def __init__(
@@ -330,49 +330,27 @@ class Daemon:
     # lifecycle
 
     def start(self) -> Daemon:
+        from txd.client._daemon import spawn
+
         assert self.proc is None or self.proc.poll() is not None, "already running"
-        read_end, write_end = os.pipe()
-        try:
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [
-                        *self.prefix,
-                        sys.executable,
-                        "-m",
-                        "txd.daemon",
-                        "--socket",
-                        str(self.socket),
-                        "--state-dir",
-                        str(self.state_dir),
-                        "--grace",
-                        str(self.grace),
-                        "--ready-fd",
-                        str(write_end),
-                        *self.args,
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(write_end,),
-                    start_new_session=True,
-                    cwd=self.root,
-                    env=self.env,
-                )
-        finally:
-            os.close(write_end)
-        try:
-            # EOF (the daemon died) or the timeout ends this wait as surely as "ready" does.
-            ready, _, _ = select.select([read_end], [], [], START_TIMEOUT)
-            data = os.read(read_end, 64) if ready else b""
-        finally:
-            os.close(read_end)
-        if data != b"ready\n":
+        # EOF (the daemon died) or the timeout ends the wait as surely as "ready" does.
+        self.proc, line = spawn(
+            self.socket,
+            self.state_dir,
+            self.log_path,
+            args=["--grace", str(self.grace), *self.args],
+            prefix=self.prefix,
+            env=self.env,
+            cwd=self.root,
+            timeout=START_TIMEOUT,
+        )
+        if line != "ready":
             rc = self.proc.poll()
             if rc is None:
                 self.proc.kill()
                 self.proc.wait()
             raise RuntimeError(
-                f"txd did not become ready (got {data!r}, exit code {rc}):\n{self.log()}"
+                f"txd did not become ready (got {line!r}, exit code {rc}):\n{self.log()}"
             )
         return self
 
@@ -614,7 +592,7 @@ class Gates:
 
 def recorded_native(state_dir: Path, handle: str) -> dict[str, Any]:
     """The native facts the daemon under state_dir recorded for a job."""
-    with contextlib.closing(sqlite3.connect(state_dir / "registry.db")) as conn:
+    with contextlib.closing(sqlite3.connect(state_dir / "jobs.db")) as conn:
         [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
     out: dict[str, Any] = json.loads(native)
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shlex
 
+from txd import resources
 from txd.client.components._mounts import parse_mounts
 from txd.client.components.utils import DEFAULT_IMAGE
 from txd.v1 import AppDef, Resource, Role
@@ -20,45 +21,13 @@ _DEBUG_ENV = {
     "TORCH_SHOW_CPP_STACKTRACES": "1",
 }
 
-# GPUs per host of the named resources, so `spmd -j N` can infer processes per node on the
-# client (the daemon owns the full definitions; these counts only mirror them).
-_GPUS: dict[str, int] = {
-    "gpu.small": 1,
-    "gpu.medium": 2,
-    "gpu.large": 4,
-    "gpu.xlarge": 8,
-    "aws_p3.2xlarge": 1,
-    "aws_p3.8xlarge": 4,
-    "aws_p3.16xlarge": 8,
-    "aws_p3dn.24xlarge": 8,
-    "aws_p4d.24xlarge": 8,
-    "aws_p4de.24xlarge": 8,
-    "aws_p5.48xlarge": 8,
-    "aws_p5en.48xlarge": 8,
-    "aws_g4dn.xlarge": 1,
-    "aws_g4dn.2xlarge": 1,
-    "aws_g4dn.4xlarge": 1,
-    "aws_g4dn.8xlarge": 1,
-    "aws_g4dn.12xlarge": 4,
-    "aws_g4dn.16xlarge": 1,
-    "aws_g4dn.metal": 8,
-    "aws_g5.xlarge": 1,
-    "aws_g5.2xlarge": 1,
-    "aws_g5.4xlarge": 1,
-    "aws_g5.8xlarge": 1,
-    "aws_g5.12xlarge": 4,
-    "aws_g5.16xlarge": 1,
-    "aws_g5.24xlarge": 4,
-    "aws_g5.48xlarge": 8,
-    "aws_g6e.xlarge": 1,
-    "aws_g6e.2xlarge": 1,
-    "aws_g6e.4xlarge": 1,
-    "aws_g6e.8xlarge": 1,
-    "aws_g6e.12xlarge": 4,
-    "aws_g6e.16xlarge": 1,
-    "aws_g6e.24xlarge": 4,
-    "aws_g6e.48xlarge": 8,
-}
+
+def _gpus_per_host(named: str) -> int | None:
+    """The GPUs of a named resource (txd.resources, which the daemon uses too), None if unknown."""
+    try:
+        return resources.lookup(named).gpu
+    except KeyError:
+        return None
 
 
 class _Raw(str):
@@ -229,9 +198,9 @@ def spmd(
     """
     min_nodes, max_nodes, nproc = _parse_j(j, bare_is_nodes=True)
     if nproc is None:
-        gpus = _GPUS.get(h)
+        gpus = _gpus_per_host(h)
         if not gpus:
-            reason = "has no GPUs" if h in _GPUS or h.startswith("cpu.") else "is not known here"
+            reason = "is not known here" if gpus is None else "has no GPUs"
             raise ValueError(
                 f"cannot infer processes per node: named resource {h!r} {reason}; "
                 "use -j NODESxPROCS"

@@ -282,6 +282,16 @@ def test_spmd_explicit_procs_and_cpu_host_errors() -> None:
         resolve("dist.spmd", ["-m", "a.b", "-j", "2", "-h", "cpu.small"])
 
 
+def test_spmd_takes_gpus_per_host_from_the_named_resources() -> None:
+    """Every named resource the daemon knows (txd.resources), AWS shapes included."""
+    role = resolve("dist.spmd", ["-m", "a.b", "-j", "2", "-h", "aws_g5.12xlarge"]).roles[0]
+    assert "--nnodes 2 --nproc_per_node 4 " in role.args[1]
+    with pytest.raises(ComponentError, match=r"'aws_t3\.medium' has no GPUs"):
+        resolve("dist.spmd", ["-m", "a.b", "-j", "2", "-h", "aws_t3.medium"])
+    with pytest.raises(ComponentError, match=r"'gpu\.huge' is not known"):
+        resolve("dist.spmd", ["-m", "a.b", "-j", "2", "-h", "gpu.huge"])
+
+
 # -- argument parsing ---------------------------------------------------------------------------
 
 _KITCHEN_SINK = '''

@@ -19,7 +19,7 @@ from txd.daemon.jobstore import JobStore
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[JobStore]:
-    s = JobStore(tmp_path / "registry.db")
+    s = JobStore(tmp_path / "jobs.db")
     yield s
     s.close()
 

@@ -98,7 +98,7 @@ def test_autostart_on_default_socket(auto: AutostartEnv, workdir: Path) -> None:
     handle = first_line(proc.stdout)
     proc = auto.txctl("logs", handle, cwd=workdir)
     assert proc.stdout == "auto\n"
-    assert (auto.state_home / "txd" / "registry.db").exists()
+    assert (auto.state_home / "txd" / "jobs.db").exists()
     assert auto.daemons() == [pid]
 
     # SIGTERM: it exits (cleanly, removing its socket).
@@ -170,8 +170,8 @@ def test_private_daemons_each_with_a_state_dir(auto: AutostartEnv, workdir: Path
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         handle_c = first_line(proc.stdout)
-        assert (state_b / "registry.db").exists() and (state_b / "txd.log").exists()
-        assert (state_c / "registry.db").exists()
+        assert (state_b / "jobs.db").exists() and (state_b / "txd.log").exists()
+        assert (state_c / "jobs.db").exists()
         listed_b = auto.txctl("--socket", str(sock_b), "--no-autostart", "list", cwd=workdir)
         assert handle_b in listed_b.stdout and handle_c not in listed_b.stdout
         logs_c = subprocess.run(

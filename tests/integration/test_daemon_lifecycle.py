@@ -333,7 +333,7 @@ async def test_crash_recovery_never_kills_a_reused_pid(daemon: Any, workdir: Pat
         assert watch.wait(5) == []
     decoy = await asyncio.to_thread(subprocess.Popen, ["sleep", "300"], start_new_session=True)
     try:
-        db = daemon.state_dir / "registry.db"
+        db = daemon.state_dir / "jobs.db"
         with contextlib.closing(sqlite3.connect(db)) as conn:
             [(native,)] = conn.execute("SELECT native FROM jobs WHERE handle = ?", (handle,))
         data = json.loads(native)

@@ -122,7 +122,7 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             assert await read_logs(c, again) == b"fine\n"
     d.stop()
     assert not log_alarms(d.log()), d.log()
-    registry = d.state_dir / "registry.db"
+    registry = d.state_dir / "jobs.db"
     with contextlib.closing(sqlite3.connect(registry)) as db:
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         names = sorted(r[0] for r in db.execute("SELECT app FROM jobs"))

@@ -1,5 +1,6 @@
-"""The job store's file: a registry written before schema versions opens, migrated in place;
-a file from a newer txd is refused untouched; a migration is all or nothing."""
+"""The job store's file: a file written before schema versions opens, migrated in place; a file
+from a newer txd is refused untouched; a migration is all or nothing; a state dir whose file has
+its old name (registry.db) opens renamed to jobs.db."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
 import sqlite3
 import sys
@@ -265,13 +267,15 @@ async def test_daemon_lists_and_serves_the_jobs_of_a_version_0_file(
         again = await c.run(first["app"], first["scheduler"], request_id=first["request_id"])
     assert again == first["handle"]
     d.stop()
-    assert _user_version(d.state_dir / "registry.db") == jobstore.SCHEMA_VERSION
+    # The file has its new name, migrated in place; the old name is gone.
+    assert _user_version(d.state_dir / "jobs.db") == jobstore.SCHEMA_VERSION
+    assert not (d.state_dir / "registry.db").exists()
 
 
 def test_daemon_refuses_a_newer_file_with_a_clear_error(unstarted_daemon: Any) -> None:
     d = unstarted_daemon
     d.state_dir.mkdir(mode=0o700)
-    path = d.state_dir / "registry.db"
+    path = d.state_dir / "jobs.db"
     JobStore(path).close()
     with contextlib.closing(sqlite3.connect(path)) as db:
         db.execute("PRAGMA user_version = 99")
@@ -280,3 +284,91 @@ def test_daemon_refuses_a_newer_file_with_a_clear_error(unstarted_daemon: Any) -
     assert f"txd: {path} has job store schema version 99" in str(info.value)
     assert "Traceback" not in d.log()
     assert _user_version(path) == 99
+
+
+# -- registry.db, the file's old name -----------------------------------------------------------
+
+CRASHED_JOBS = 50
+
+
+def _crash_image(directory: Path, name: str) -> None:
+    """`name` with its -wal and -shm, every job in the -wal: what a killed daemon leaves (the
+    files copied while the store is open, between two writes)."""
+    live = directory / "live"
+    store = JobStore(live / "jobs.db")
+    try:
+        store._db.execute("PRAGMA wal_autocheckpoint=0")  # every job stays in the -wal
+        store.insert_many(
+            JobRecord(**{**V0.RECORDS[0], "handle": f"local_cwd://txd/w-{i}", "app_id": f"w-{i}",
+                         "request_id": None})
+            for i in range(CRASHED_JOBS)
+        )  # fmt: skip
+        for side in ("", "-wal", "-shm"):
+            shutil.copy(live / f"jobs.db{side}", directory / f"{name}{side}")
+    finally:
+        store.close()
+    shutil.rmtree(live)
+    assert (directory / f"{name}-wal").stat().st_size > CRASHED_JOBS * 1024
+
+
+def _files(directory: Path) -> dict[str, str]:
+    return {p.name: _digest(p) for p in sorted(directory.iterdir())}
+
+
+def _count(store: JobStore) -> int:
+    try:
+        return len(store.page(10 * CRASHED_JOBS))
+    finally:
+        store.close()
+
+
+def test_old_name_is_renamed_with_its_wal_and_every_job_opens(tmp_path: Path) -> None:
+    _crash_image(tmp_path, "registry.db")
+    before = _files(tmp_path)
+    assert _count(JobStore.in_state_dir(tmp_path)) == CRASHED_JOBS
+    after = _files(tmp_path)
+    assert "registry.db" not in after and "registry.db-wal" not in after
+    assert before["registry.db-wal"] != after.get("jobs.db-wal")  # SQLite went on with it
+
+
+def test_rename_cut_short_by_a_crash_is_finished(tmp_path: Path) -> None:
+    """A daemon killed after moving the -wal and -shm, before the main file: the -wal is found
+    under its new name once the main file follows."""
+    _crash_image(tmp_path, "registry.db")
+    for side in ("-wal", "-shm"):
+        os.rename(tmp_path / f"registry.db{side}", tmp_path / f"jobs.db{side}")
+    assert _count(JobStore.in_state_dir(tmp_path)) == CRASHED_JOBS
+    assert not (tmp_path / "registry.db").exists()
+
+
+@pytest.mark.parametrize("clash", ["jobs.db", "jobs.db-wal"])
+def test_both_names_are_refused_untouched(tmp_path: Path, clash: str) -> None:
+    """A jobs.db (or its -wal) beside a registry.db: which one holds the jobs is the user's
+    call. The error names both files; not a byte or a name changes."""
+    _crash_image(tmp_path, "registry.db")
+    (tmp_path / clash).write_bytes(b"")
+    before = _files(tmp_path)
+    with pytest.raises(JobStoreError) as info:
+        JobStore.in_state_dir(tmp_path)
+    old = tmp_path / ("registry.db" if clash == "jobs.db" else "registry.db-wal")
+    assert str(info.value).startswith(
+        f"both {old} (named by an older txd) and {tmp_path / clash} exist: txd will not choose"
+    )
+    assert _files(tmp_path) == before
+
+
+def test_daemon_refuses_a_state_dir_with_both_names(unstarted_daemon: Any) -> None:
+    d = unstarted_daemon
+    d.state_dir.mkdir(mode=0o700)
+    shutil.copy(V0.DB, d.state_dir / "registry.db")
+    JobStore(d.state_dir / "jobs.db").close()
+    before = _files(d.state_dir)
+    with pytest.raises(RuntimeError, match="did not become ready") as info:
+        d.start()
+    assert (
+        f"txd: both {d.state_dir / 'registry.db'} (named by an older txd) and "
+        f"{d.state_dir / 'jobs.db'} exist" in str(info.value)
+    )
+    after = _files(d.state_dir)
+    assert after.pop("txd.lock")  # the state dir's lock, taken first; nothing else changes
+    assert after == before

@@ -64,7 +64,7 @@ def _snapshot(directory: Path) -> dict[str, tuple[str, int]]:
 
 def _damaged_copy(registry: Path, into: Path, damage: str, where: float) -> Path:
     into.mkdir(parents=True, exist_ok=True)
-    path = into / "registry.db"
+    path = into / "jobs.db"
     shutil.copy(registry, path)
     size = path.stat().st_size
     at = int(size * where)
@@ -144,11 +144,11 @@ def test_daemon_refuses_a_damaged_registry(
 
 def test_daemon_refuses_a_directory_in_place_of_the_registry(root: Path) -> None:
     state = root / "state"
-    (state / "registry.db").mkdir(parents=True)
+    (state / "jobs.db").mkdir(parents=True)
     line = _refused(_start(state, root), root)
     assert line == (
-        f"txd: {state / 'registry.db'} is a directory, not a job store file: txd will not "
-        "start over it; move it away to start with an empty registry"
+        f"txd: {state / 'jobs.db'} is a directory, not a job store file: txd will not "
+        "start over it; move it away to start with an empty job store"
     )
 
 
@@ -161,7 +161,7 @@ def test_daemon_refuses_an_unreadable_registry(registry: Path, root: Path) -> No
         pytest.skip("needs setpriv (util-linux)")
     state = root / "state"
     state.mkdir(mode=0o700)
-    path = state / "registry.db"
+    path = state / "jobs.db"
     shutil.copy(registry, path)
     path.chmod(0o000)
     before = _snapshot(state)
@@ -170,7 +170,7 @@ def test_daemon_refuses_an_unreadable_registry(registry: Path, root: Path) -> No
     line = _refused(_start(state, root, *drop), root)
     assert line == (
         f"txd: cannot open {path} for reading and writing (Permission denied): give it back to "
-        "the user txd runs as, or move it away to start with an empty registry"
+        "the user txd runs as, or move it away to start with an empty job store"
     )
     after = _snapshot(state)
     assert after.pop("txd.lock")
