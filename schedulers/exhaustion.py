@@ -23,9 +23,9 @@ def exhausted(e: BaseException) -> str | None:
         sqlite3.SQLITE_FULL,
         sqlite3.SQLITE_NOMEM,
     ):
-        return f"the job registry cannot be written: {e}"
+        return f"the job store cannot be written: {e}"
     if isinstance(e, sqlite3.OperationalError) and "unable to open" in str(e):
-        return f"the job registry cannot be opened: {e}"
+        return f"the job store cannot be opened: {e}"
     if isinstance(e, OSError) and e.errno in EXHAUSTED_ERRNOS:
         where = f" ({e.filename})" if e.filename else ""
         return f"{EXHAUSTED_ERRNOS[e.errno]}: {e.strerror}{where}"

@@ -177,7 +177,7 @@ def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
 
 
 def as_cfg(opts: object) -> dict[str, CfgValue]:
-    """The resolved options as a cfg map (what the registry stores and Describe returns)."""
+    """The resolved options as a cfg map (what the job store keeps and Describe returns)."""
     return {
         f.name: to_cfg_value(getattr(opts, f.name))
         for f in dataclasses.fields(opts)  # type: ignore[arg-type]
