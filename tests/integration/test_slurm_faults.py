@@ -2,10 +2,11 @@
 
 The daemon's slurm scheduler finds stand-in `sbatch`, `squeue`, `scancel` and `sacct` programs
 first on its PATH (the real Slurm cluster is never touched): shell scripts that answer in the
-formats of Slurm 22.05 (schedulers/hpc/slurm.py's squeue_argv, tests/slurm's recorded output) or
-misbehave as the test's control files say. A RUNNING job must stay RUNNING, marked stale with a
-reason naming the command, while another scheduler's job runs and is watched unaffected; when
-the commands answer again the job is fresh again by itself, and its real end is seen once.
+formats of Slurm 22.05 (schedulers/hpc/slurm_status.py's squeue_argv, tests/slurm's recorded
+output) or misbehave as the test's control files say. A RUNNING job must stay RUNNING, marked
+stale with a reason naming the command, while another scheduler's job runs and is watched
+unaffected; when the commands answer again the job is fresh again by itself, and its real end
+is seen once.
 """
 
 from __future__ import annotations
