@@ -19,7 +19,9 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.hpc.hosts import SshTarget
-from txd.schedulers.hpc.lsf import BHOSTS, BJOBS, RANK0_PLACEHOLDER, LsfScheduler, create_scheduler
+from txd.schedulers.hpc.lsf import LsfScheduler, create_scheduler
+from txd.schedulers.hpc.lsf_script import BHOSTS, RANK0_PLACEHOLDER
+from txd.schedulers.hpc.lsf_status import BJOBS
 from txd.schedulers.options import to_cfg_value
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role, Stream
 
