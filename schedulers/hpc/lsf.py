@@ -140,7 +140,7 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
             failed = req.jobs[min(len(ids), len(req.jobs) - 1)].name
             undone = f"; killed the {len(ids)} job(s) already submitted" if ids else ""
             raise FailedPrecondition(f"bsub of {failed} failed: {result.error()}{undone}")
-        # job_ids are for people reading the registry: bjobs finds the jobs by project.
+        # job_ids are for people reading the job record: bjobs finds the jobs by project.
         return Submitted(req.app_id, {**native_of(req), "job_ids": ids})
 
     async def _kill_quietly(self, host: Host, ids: list[str]) -> None:
