@@ -1,6 +1,7 @@
-"""The shared base of command-driven batch schedulers (slurm, lsf): commands run on this host or
-on login nodes over SSH (schedulers.hosts), status comes from one query per login node per
-poll, and logs are files the batch system writes, read where they lie (hpc.logs).
+"""The base of the HPC schedulers driven by a batch system's commands (slurm, lsf): the commands
+run on this host or on login nodes over SSH (hpc.hosts), status comes from one query per login
+node per poll, and logs are files the batch system writes, read where they lie (hpc.logs).
+(AWS Batch, a service behind an API, is unrelated: aws.aws_batch.)
 
 A subclass writes only what differs: build and submit the request, `_query` (the statuses of
 the jobs on one host, from one command), `_log_files` and `cancel`.

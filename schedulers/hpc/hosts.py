@@ -37,6 +37,8 @@ FEED_TIMEOUT = 600.0
 CONNECT_TIMEOUT = 10.0
 # How long a streamed command gets to end after its stdin is closed, before it is killed.
 STOP_GRACE = 2.0
+# Host.stream reads up to this many bytes at a time: a shorter read took all there was
+# (hpc.logs says "caught up" after one).
 CHUNK = 64 * 1024
 # The shell's "command not found" exit status (POSIX).
 NOT_FOUND = 127

@@ -4,21 +4,19 @@ on this host or on a login node, through the scheduler's Host.
 Reading is `cat`; following is `tail -F`, which wakes on inotify where the files are, so bytes
 reach clients as they are written. A file the job has not created yet is waited for by checking
 every POLL_MISSING seconds; the tail starts once it exists. A follow ends once the job is
-terminal: the tail is stopped and whatever it had not delivered yet is read from the byte
-offset it reached, so no byte is lost or repeated.
+terminal (aiters.JobEnd cuts the tail there): whatever the tail had not delivered yet is read
+from the byte offset it reached, so no byte is lost or repeated.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import cast
 
-from txd.schedulers.aiters import merge
-from txd.schedulers.api import LogQuery, compile_regex
+from txd.schedulers.aiters import JobEnd, merge
+from txd.schedulers.api import Ended, LogQuery, compile_regex
 from txd.schedulers.errors import Unsupported
-from txd.schedulers.hpc.hosts import Host
+from txd.schedulers.hpc.hosts import CHUNK, Host
 from txd.schedulers.logfiles import batched, filter_lines
 
 # Chunks buffered per followed file: bounds memory when the client reads slowly.
@@ -38,19 +36,16 @@ FOLLOW = (
 
 
 async def read_files(
-    host: Host,
-    paths: Sequence[str],
-    query: LogQuery,
-    until_done: Callable[[], Coroutine[Any, Any, None]],
+    host: Host, paths: Sequence[str], query: LogQuery, ended: Ended
 ) -> AsyncIterator[bytes]:
     """The bytes of `paths` (one after the other, or interleaved as written when following),
-    filtered by query.regex. `until_done` returns once the job is terminal."""
+    filtered by query.regex. `ended` returns once the job is terminal."""
     if query.since or query.until:
         raise Unsupported("these log files carry no timestamps: since/until cannot be applied")
     regex = compile_regex(query.regex)
 
     def one(path: str) -> AsyncIterator[bytes]:
-        raw = _follow(host, path, until_done) if query.follow else _read(host, path)
+        raw = _follow(host, path, ended) if query.follow else _read(host, path)
         if regex is None:
             return raw
         # Lines are filtered per file, so a last line without "\n" never joins the next file's.
@@ -71,64 +66,31 @@ async def _read(host: Host, path: str, offset: int = 0) -> AsyncIterator[bytes]:
         yield chunk
 
 
-class _Ended:
-    """Queue items of a follow that are not bytes: who ended."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-
-
-_TAIL_ENDED, _JOB_ENDED = _Ended("the tail"), _Ended("the job")
-
-
-async def _follow(
-    host: Host, path: str, until_done: Callable[[], Coroutine[Any, Any, None]]
-) -> AsyncIterator[bytes]:
+async def _follow(host: Host, path: str, ended: Ended) -> AsyncIterator[bytes]:
     """The file as it grows, until the job is terminal; then whatever the tail had not yet
-    delivered, read from the offset reached. Two tasks feed one bounded queue: the tail's
-    chunks, and the job's end (or why either failed)."""
-    queue: asyncio.Queue[bytes | _Ended | BaseException] = asyncio.Queue(QUEUE_CHUNKS)
-
-    async def pump() -> None:
-        try:
-            async for chunk in host.stream(["sh", "-c", FOLLOW, "txd-follow", path]):
-                await queue.put(chunk)
-            await queue.put(_TAIL_ENDED)
-        except Exception as e:  # a lost connection, say: the reader raises it
-            await queue.put(e)
-
-    async def watch() -> None:
-        try:
-            await until_done()
-            await queue.put(_JOB_ENDED)
-        except Exception as e:  # the daemon is shutting down, say
-            await queue.put(e)
-
-    loop = asyncio.get_running_loop()
-    tasks = [loop.create_task(pump()), loop.create_task(watch())]
+    delivered, read from the offset reached."""
     sent = 0
-    try:
-        while (item := await queue.get()) is not _JOB_ENDED:
-            if isinstance(item, BaseException):
-                raise item
-            if isinstance(item, bytes):
-                sent += len(item)
-                yield item
-                if queue.empty():
-                    yield b""  # caught up with the writer: flush
-            # _TAIL_ENDED: nothing more can come from it; the job's end is still to come.
-        tasks[0].cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await tasks[0]
-        while not queue.empty():  # what the tail delivered before it was stopped
-            if isinstance(item := queue.get_nowait(), bytes):
-                sent += len(item)
-                yield item
-        async for chunk in _read(host, path, sent):
-            yield chunk
-    finally:
-        for task in tasks:
-            task.cancel()
+    async with JobEnd(ended) as end:
+        tail = _caught_up(host.stream(["sh", "-c", FOLLOW, "txd-follow", path]))
+        chunks = cast(AsyncGenerator[bytes, None], end.until(tail, QUEUE_CHUNKS))
+        try:
+            async for chunk in chunks:
+                sent += len(chunk)
+                yield chunk
+        finally:  # a reader that stops first stops the tail now, not when chunks is collected
+            await chunks.aclose()
+    async for chunk in _read(host, path, sent):
+        yield chunk
+
+
+async def _caught_up(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The chunks, each one shorter than CHUNK followed by b"": Host.stream reads up to CHUNK
+    bytes of what the command has written, so a shorter read took everything written so far.
+    The empty chunk tells logfiles.batched to send what it holds (Scheduler.log_iter, rule 7)."""
+    async for chunk in chunks:
+        yield chunk
+        if len(chunk) < CHUNK:
+            yield b""
 
 
 async def _chain(iters: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:

@@ -2,10 +2,11 @@
 
 The daemon's slurm scheduler finds stand-in `sbatch`, `squeue`, `scancel` and `sacct` programs
 first on its PATH (the real Slurm cluster is never touched): shell scripts that answer in the
-formats of Slurm 22.05 (schedulers/hpc/slurm.py's squeue_argv, tests/slurm's recorded output) or
-misbehave as the test's control files say. A RUNNING job must stay RUNNING, marked stale with a
-reason naming the command, while another scheduler's job runs and is watched unaffected; when
-the commands answer again the job is fresh again by itself, and its real end is seen once.
+formats of Slurm 22.05 (schedulers/hpc/slurm_status.py's squeue_argv, tests/slurm's recorded
+output) or misbehave as the test's control files say. A RUNNING job must stay RUNNING, marked
+stale with a reason naming the command, while another scheduler's job runs and is watched
+unaffected; when the commands answer again the job is fresh again by itself, and its real end
+is seen once.
 """
 
 from __future__ import annotations
@@ -111,18 +112,18 @@ class Slurm:
         self._hung = os.open(self.ctl / "hung", os.O_RDWR | os.O_NONBLOCK)
 
     def squeue(self, mode: str) -> None:
-        (self.ctl / "squeue.mode").write_text(mode)
+        _put(self.ctl / "squeue.mode", mode)
 
     def sacct(self, mode: str, job_id: str = "") -> None:
-        (self.ctl / "sacct.job").write_text(job_id)
-        (self.ctl / "sacct.mode").write_text(mode)
+        _put(self.ctl / "sacct.job", job_id)
+        _put(self.ctl / "sacct.mode", mode)
 
     def set_job(self, job_id: str, state: str | None) -> None:
         path = self.ctl / "jobs" / job_id
         if state is None:
             path.unlink()
         else:
-            path.write_text(state)
+            _put(path, state)
 
     async def hung(self) -> tuple[int, int]:
         """(the hung squeue's pid, its child's), told through the FIFO once a squeue hangs."""
@@ -142,6 +143,15 @@ class Slurm:
 
     def close(self) -> None:
         os.close(self._hung)
+
+
+def _put(path: Path, text: str) -> None:
+    """Writes the file whole, in one rename: the stand-ins read their files while the daemon
+    polls, and a file being rewritten in place reads empty for a moment (an empty squeue mode
+    answered no job, so the job was taken for one Slurm had forgotten: UNKNOWN)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _wake(future: asyncio.Future[None]) -> None:

@@ -2,7 +2,7 @@
 installed here). It answers the commands lsf.py runs in the formats of recorded/ and keeps each
 job's state; its jobs do what a suite Script says instead of running docker.
 
-- `/bin/bash -s` with a submit script (lsf.build_request): every `bsub ... << 'EOF'` block is
+- `/bin/bash -s` with a submit script (lsf_script.build_request): every `bsub ... << 'EOF'` block is
   read back (-P, -J, -q, -m, -w started("..."), -R select[hname!='...']); the docker command
   of its body must be `--entrypoint ENTRYPOINT` with `script_args` arguments, and its
   `> out 2> err` redirections are where the job writes. Answers one "Job <id> is submitted to
@@ -10,7 +10,7 @@ job's state; its jobs do what a suite Script says instead of running docker.
 - `bjobs -noheader [-a] -o "<fields> delimiter='|'"`: rows as bjobs_apps.stdout, in the
   fields asked for; "No job found" (bjobs_no_job.stderr) when there is none.
 - `bkill <id>...`: bkill_terminated.stdout's line for a live job, bkill_finished.stderr's for an
-  ended one, "No matching job found" (lsf.py's wording; not recorded) for an unknown id.
+  ended one, "No matching job found" (lsf_status.NO_JOB's wording; not recorded) for an unknown id.
 - `bhosts`: recorded/bhosts.txt.
 
 Time is mbatchd's scheduling cycle, run once per bjobs call (the scheduler's poll is the clock),
@@ -37,7 +37,7 @@ from suite import Output, Script
 ENTRYPOINT = "txd-contract-job"
 _STARTED = re.compile(r'^started\("([^"]+)"\)$')
 _NOT_ON = re.compile(r"hname!='([^']+)'")
-# bhosts.txt's hosts with job slots, in its order (the first is the rank-0 host lsf.py picks).
+# bhosts.txt's hosts with job slots, in its order (the first is the rank-0 host lsf picks).
 HOSTS = [f[0] for f in map(str.split, recorded("bhosts.txt").decode().splitlines()) if f[1] != "0"]
 
 
@@ -112,7 +112,7 @@ class LsfSim:
             words = shlex.split(line, comments=True)
             if not words or words[0] == "set" or words[:3] == ["mkdir", "-p", "--"]:
                 continue
-            assert words[0] == "bsub" and words[-2] == "<<", f"not a line lsf.py writes: {line}"
+            assert words[0] == "bsub" and words[-2] == "<<", f"not a line lsf_script writes: {line}"
             body = "\n".join(iter(lines.__next__, words[-1]))  # the here-document
             opts = _options(words[1:-2])
             job = self._bsub(opts, shlex.split(body))

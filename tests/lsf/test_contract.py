@@ -2,8 +2,8 @@
 that answers in the recorded formats: no LSF can be installed on this machine.
 
 Every job is a docker container whose args carry the Script (lsf_sim.script_args); the
-simulator reads them back out of the submit script, so what is checked is the script lsf.py
-writes, its parsing of bjobs / bkill / bsub answers, and its log reads through the Host.
+simulator reads them back out of the submit script, so what is checked is the script hpc.lsf
+submits, its parsing of bjobs / bkill / bsub answers, and its log reads through the Host.
 The harness can express every Script, so no check is skipped for its sake; the suite itself
 skips three by lsf's capabilities: pushed changes (lsf is polled), unclaimed cancel (cancel is
 claimed) and since/until (not claimed; the Unsupported check covers it).

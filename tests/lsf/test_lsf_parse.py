@@ -6,13 +6,8 @@ import re
 
 import lsf_fakes
 import pytest
-from txd.schedulers.hpc.lsf import (
-    BjobsRow,
-    clean_name,
-    parse_bjobs,
-    pick_rank0_host,
-    replica_state,
-)
+from txd.schedulers.hpc.lsf_script import clean_name, pick_rank0_host
+from txd.schedulers.hpc.lsf_status import BjobsRow, parse_bjobs, replica_state
 from txd.v1 import AppState
 
 

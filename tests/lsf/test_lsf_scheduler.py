@@ -18,8 +18,10 @@ from txd.schedulers.errors import (
     NotFound,
     Unsupported,
 )
-from txd.schedulers.hpc.hosts import SshTarget
-from txd.schedulers.hpc.lsf import BHOSTS, BJOBS, RANK0_PLACEHOLDER, LsfScheduler, create_scheduler
+from txd.schedulers.hpc.hosts import CHUNK, SshTarget
+from txd.schedulers.hpc.lsf import LsfScheduler, create_scheduler
+from txd.schedulers.hpc.lsf_script import BHOSTS, RANK0_PLACEHOLDER
+from txd.schedulers.hpc.lsf_status import BJOBS
 from txd.schedulers.options import to_cfg_value
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role, Stream
 
@@ -608,6 +610,26 @@ async def test_a_follow_ends_once_the_app_is_over_with_every_byte(
         assert await collect(chunks) == last_words
     assert ("tail", "-c", "+8", "--", path) in local.streams  # the rest, from where it stopped
     assert local.argvs("bjobs") == []  # the end came from the daemon, not from asking LSF
+
+
+async def test_a_follow_says_it_caught_up_only_once_it_has_every_byte_written(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    """An empty chunk says "caught up" (Scheduler.log_iter, rule 7): the daemon shows a tail's
+    lines then. It comes after what was written so far, never in the middle of a burst."""
+    job = await submit(sched, make_app("echo", APPS["echo"]), jobdir=JOBDIR)
+    path = f"{JOBDIR}/{job.app_id}-hello-0.out"
+    local.files[path] = b"line 1\n"
+    chunks = logs(sched, job, "hello", 0, follow=True, stream=Stream.STDOUT)  # the job runs on
+    burst = b"x" * (2 * CHUNK) + b"end\n"
+    async with asyncio.timeout(FOLLOW_DEADLINE):
+        assert await anext(chunks) == b"line 1\n"
+        assert await anext(chunks) == b""
+        local.write(path, burst)  # tail reads it as two full chunks and the rest
+        got = [await anext(chunks) for _ in range(3)]
+        assert got == [burst[:CHUNK], burst[CHUNK : 2 * CHUNK], b"end\n"]
+        assert await anext(chunks) == b""
+    await chunks.aclose()
 
 
 # -- restart, lifecycle -------------------------------------------------------------------------

@@ -13,14 +13,15 @@ from lsf_sim import ENTRYPOINT, LsfSim, script_args
 from suite import Output, Script
 from txd.schedulers.errors import BackendUnavailable
 from txd.schedulers.hpc.logs import FOLLOW
-from txd.schedulers.hpc.lsf import BJOBS, LsfOpts, build_request
+from txd.schedulers.hpc.lsf_script import LsfOpts, build_request
+from txd.schedulers.hpc.lsf_status import BJOBS
 from txd.v1 import AppDef, Role
 
 
 async def submit(
     host: FakeHost, script: Script, jobdir: str | None = None, queue: str | None = None
 ) -> list[str]:
-    """Runs lsf.py's submit script for a 2-replica app on the simulator; returns bsub's lines."""
+    """Runs the submit script of a 2-replica app on the simulator; returns what bsub said."""
     role = Role(name="w", image="i", entrypoint=ENTRYPOINT, args=script_args(script))
     role.num_replicas = 2
     req = build_request(
@@ -104,7 +105,7 @@ async def test_bjobs_without_jobs_and_without_a_backend(sim: LsfSim, host: FakeH
 
 
 async def test_a_follow_gets_each_write_until_the_reader_stops(host: FakeHost) -> None:
-    argv = ["sh", "-c", FOLLOW, "txd-follow", "/j/x.out"]  # as remotelogs follows
+    argv = ["sh", "-c", FOLLOW, "txd-follow", "/j/x.out"]  # as hpc.logs follows
     follow = cast(AsyncGenerator[bytes, None], host.stream(argv))
     host.write("/j/x.out", b"one\n")
     assert await anext(follow) == b"one\n"

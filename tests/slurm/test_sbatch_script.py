@@ -11,10 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from txd.schedulers.hpc.slurm import (
-    SlurmJob,
-    SlurmOpts,
-    build_script,
+from txd.schedulers.hpc.slurm_script import SlurmJob, SlurmOpts, build_script
+from txd.schedulers.hpc.slurm_status import (
     exit_code,
     parse_sacct,
     parse_squeue,
