@@ -2,7 +2,8 @@
 
 Without a Volcano `queue` an app is a headless Service (the root) and one batch/v1 Job per
 replica owned by it (an Indexed Job per role on Kubernetes >= 1.21), so it runs on any cluster;
-with a queue it is one Volcano Job, exactly as TorchX makes it (txd.schedulers.kubernetes.objects).
+with a queue it is one Volcano Job, exactly as TorchX makes it (txd.schedulers.kubernetes.objects,
+crds).
 App ids are `<namespace>:<name>`, as TorchX's.
 
 Status is pushed: while the daemon listens (`changes`), one Informer per namespace and
@@ -52,9 +53,10 @@ from txd.schedulers.errors import (
     NotFound,
     Unsupported,
 )
-from txd.schedulers.kubernetes import objects
+from txd.schedulers.kubernetes import crds, names, objects
 from txd.schedulers.kubernetes.client import Kube, KubeError
 from txd.schedulers.kubernetes.informer import SYNCED, Event, Informer
+from txd.schedulers.kubernetes.opts import KubernetesOpts
 from txd.schedulers.kubernetes.status import (
     CANCELLED_ANNOTATION,
     app_id_of,
@@ -97,7 +99,7 @@ class Collection:
 PODS = Collection("v1", "pods")
 SERVICES = Collection("v1", "services")
 JOBS = Collection("batch/v1", "jobs")
-VOLCANO_JOBS = Collection(objects.VOLCANO_API, "jobs")
+VOLCANO_JOBS = Collection(crds.VOLCANO_API, "jobs")
 _PLURALS = {"Service": "services", "Job": "jobs", "AppWrapper": "appwrappers", "Pod": "pods"}
 
 
@@ -168,7 +170,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         push_status=True,
         workspace=True,
     )
-    Opts: ClassVar[type] = objects.KubernetesOpts
+    Opts: ClassVar[type] = KubernetesOpts
     Settings = KubeSettings
 
     def __init__(self, session_name: str, settings: Mapping[str, Any] | None = None) -> None:
@@ -237,7 +239,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def _submit_dryrun(
         self, app: AppDef, opts: Any, ctx: SubmitContext
     ) -> DryRunInfo[KubeRequest]:
-        name = objects.app_id_for(app.name, app.roles)
+        name = names.app_id_for(app.name, app.roles)
         kw = {"scheduler": self.name, "session": self.session_name}
         shape, objs = await self._objects(app, name, opts, kw)
         ns = await self._namespace(opts.namespace)
@@ -255,7 +257,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self, app: AppDef, name: str, opts: Any, kw: dict[str, str]
     ) -> tuple[str, list[dict[str, Any]]]:
         if opts.queue:
-            return "volcano", objects.volcano_objects(app, name, opts, **kw)
+            return "volcano", crds.volcano_objects(app, name, opts, **kw)
         if await self._server_version() >= (1, 21):
             return "indexed", objects.indexed_objects(app, name, opts, **kw)
         return "plain", objects.plain_objects(app, name, opts, **kw)
@@ -313,7 +315,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
                 self._informers[key] = Informer(
                     typing.cast(Kube, self._kube),
                     coll.path(ns),
-                    f"{objects.SCHEDULER_LABEL}={self.name}",
+                    f"{names.SCHEDULER_LABEL}={self.name}",
                     f"{coll.plural} in {ns}",
                 )
                 self._synced[key] = asyncio.Event()
@@ -365,7 +367,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
                 [
                     o
                     for o in store.values()
-                    if (o["metadata"].get("labels") or {}).get(objects.APP_ID_LABEL) == name
+                    if (o["metadata"].get("labels") or {}).get(names.APP_ID_LABEL) == name
                 ]
             )
         status = app_status(app_id, found[0], found[1])
@@ -482,7 +484,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
 
     async def list(self) -> list[AppStatus]:
         ns = await self._namespace("")
-        selector = {"labelSelector": f"{objects.SCHEDULER_LABEL}={self.name}"}
+        selector = {"labelSelector": f"{names.SCHEDULER_LABEL}={self.name}"}
         pods = (await self._call("GET", PODS.path(ns), query=selector)).get("items") or []
         out = []
         for coll in self._listed_owners():
@@ -499,7 +501,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             for app_id, owned_objs in groups.items():
                 name = app_id.partition(":")[2]
                 app_pods = [
-                    p for p in pods if p["metadata"]["labels"].get(objects.APP_ID_LABEL) == name
+                    p for p in pods if p["metadata"]["labels"].get(names.APP_ID_LABEL) == name
                 ]
                 for p in app_pods:
                     p["metadata"]["namespace"] = ns
@@ -525,9 +527,9 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def _pod_of(self, job: Job, role: str, k: int) -> dict[str, Any] | None:
         """The replica's newest pod, or None when it has none yet."""
         ns, name = str(job.native["namespace"]), str(job.native["name"])
-        query = {"labelSelector": f"{objects.APP_ID_LABEL}={name}"}
+        query = {"labelSelector": f"{names.APP_ID_LABEL}={name}"}
         pods = (await self._call("GET", PODS.path(ns), query=query)).get("items") or []
-        roles = {role: role, objects.dns_name(role): role}
+        roles = {role: role, names.dns_name(role): role}
         mine = [p for p in pods if pod_key(p, roles) == (role, k)]
         return newest(mine) if mine else None
 
@@ -611,7 +613,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             return
         # Plain and indexed Jobs: parallelism 0 has the job controller delete their pods, and
         # the annotation tells a cancel from a failure; the objects stay, as the record.
-        query = {"labelSelector": f"{objects.APP_ID_LABEL}={name}"}
+        query = {"labelSelector": f"{names.APP_ID_LABEL}={name}"}
         found = await self._call("GET", JOBS.path(ns), query=query)
         patch = {
             "metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}},

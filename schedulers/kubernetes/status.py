@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from txd.schedulers.fold import fold, group_replicas
-from txd.schedulers.kubernetes.objects import (
+from txd.schedulers.kubernetes.names import (
     APP_ID_LABEL,
     REPLICA_LABEL,
     ROLE_LABEL,
