@@ -14,9 +14,10 @@ from typing import Any, ClassVar
 
 from txd.schedulers.api import Job
 from txd.schedulers.kubernetes import crds, names
-from txd.schedulers.kubernetes.kubernetes import PODS, SERVICES, Collection, KubernetesScheduler
+from txd.schedulers.kubernetes.kubernetes import KubernetesScheduler
 from txd.schedulers.kubernetes.opts import McadOpts
 from txd.schedulers.kubernetes.status import CANCELLED_ANNOTATION
+from txd.schedulers.kubernetes.watching import PODS, SERVICES, Collection
 
 NAME = "kubernetes_mcad"
 APPWRAPPERS = [Collection(api, "appwrappers") for api in crds.APPWRAPPER_APIS.values()]
