@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from txd.schedulers import fold
 from txd.schedulers.aws.batch_request import ROLE_NAME_ENV, TAG_ROLES
-from txd.schedulers.fold import fold, group_replicas
 from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1.app_pb2 import AppStatus, ReplicaStatus
 
@@ -134,12 +134,12 @@ def app_status(
     failed = any(r.state == AppState.FAILED for r in replicas)
     if state == AppState.FAILED and not cancelled and replicas and not failed:
         replicas[0].state = AppState.FAILED  # the main node decides the job's state
-    out = AppStatus(app_id=app_id_of(job), state=fold([r.state for r in replicas]))
+    out = fold.app_status(
+        app_id_of(job), replicas, msg=_message(status, reason, replicas, cancelled)
+    )
     attempts = len(job.get("attempts") or [])
     out.num_restarts = max(attempts - 1, 0) if out.state in TERMINAL_STATES else attempts
-    out.msg = _message(status, reason, replicas, cancelled)
     out.ui_url = ui_url(job)
-    out.roles.extend(group_replicas(replicas))
     return out
 
 

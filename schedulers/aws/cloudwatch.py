@@ -16,11 +16,11 @@ lives (AWS creates it with the container's first output); once the job is over i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+from txd.schedulers.aiters import JobEnd
 from txd.schedulers.api import Ended, LogQuery
 from txd.schedulers.aws.client import Aws
 from txd.schedulers.errors import NotFound
@@ -44,32 +44,6 @@ def read_stream(
     """The stream's bytes as `query` selects them, in chunks (see the module docstring)."""
     # since/until are applied here, on the events' whole ms; selected() applies the regex.
     return selected(_pieces(aws, group, stream, query, ended, poll), LogQuery(regex=query.regex))
-
-
-class _Over:
-    """Whether the job is over, from the daemon's `ended()` (which returns once it is), asked
-    without blocking, and waited for with a time limit."""
-
-    def __init__(self, ended: Ended) -> None:
-        self._task: asyncio.Task[None] = asyncio.ensure_future(ended())
-
-    async def now(self) -> bool:
-        await asyncio.sleep(0)  # ended() returns on its first step once the job is over
-        return self._done()
-
-    def _done(self) -> bool:
-        if not self._task.done():
-            return False
-        self._task.result()  # ShuttingDown: the follow ends with it
-        return True
-
-    async def wait(self, timeout: float) -> None:
-        await asyncio.wait({self._task}, timeout=timeout)
-
-    async def aclose(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
 
 
 def _ms(t: dt.datetime | None) -> int | None:
@@ -97,14 +71,14 @@ async def _pieces(
 ) -> AsyncIterator[tuple[bytes, int]]:
     """(bytes, time in ns) of the stream's events, a page at a time, with caught-up marks."""
     client = await aws.client("logs")
-    over = _Over(ended)
     name = stream if isinstance(stream, str) else ""
     token: str | None = None
     missing_after_end = 0
     since, until, window = _window(query)
-    try:
+    async with JobEnd(ended) as end:
         while True:
-            job_over = await over.now()  # before the read: a read after the end is final
+            await asyncio.sleep(0)  # ended() returns on its first step once the job is over
+            job_over = end.over()  # before the read: a read after the end is final
             if not name and not isinstance(stream, str):
                 name = await stream()
             new = False
@@ -153,11 +127,9 @@ async def _pieces(
                 return
             yield _CAUGHT_UP
             if not job_over:
-                await over.wait(poll)
+                await end.wait(poll)
             elif not new:
                 await asyncio.sleep(poll)  # the stream is still missing after the end
-    finally:
-        await over.aclose()
 
 
 def _by_time(events: list[dict[str, Any]]) -> Iterator[tuple[bytes, int]]:

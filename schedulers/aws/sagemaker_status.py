@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from txd.schedulers.fold import group_replicas
+from txd.schedulers import fold
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppStatus, ReplicaStatus
 
@@ -94,13 +94,9 @@ def app_status(job: Mapping[str, Any], *, role: str, instances: int | None = Non
         ReplicaStatus(id=k, role=role, state=state, hostname=f"algo-{k + 1}")
         for k in range(int(count))
     ]
-    out = AppStatus(
-        state=state,
-        app_id=str(job.get("TrainingJobName", "")),
-        msg=message(job),
-        ui_url=ui_url(str(job.get("TrainingJobArn", ""))),
-        roles=group_replicas(replicas),
-    )
+    app_id = str(job.get("TrainingJobName", ""))
+    out = fold.app_status(app_id, replicas, state=state, msg=message(job))
+    out.ui_url = ui_url(str(job.get("TrainingJobArn", "")))
     if state == AppState.FAILED and job.get("FailureReason"):
         out.structured_error_msg = str(job["FailureReason"])
     if isinstance(created := job.get("CreationTime"), dt.datetime):

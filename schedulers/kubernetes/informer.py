@@ -106,7 +106,9 @@ class Informer:
     /apis/batch.volcano.sh/v1alpha1/namespaces/NS/jobs), objects matching label `selector`.
 
     `kind` names the collection in messages ("pods"). `store` holds the current objects by
-    metadata.name; `resource_version` is the last version seen. Counters: `lists` (every LIST
+    metadata.name; `resource_version` is the last version seen. With `index_label`, the
+    objects are also indexed by that label's value (`labelled`: one app's objects without a
+    scan of the whole store). Counters: `lists` (every LIST
     of the whole collection), `relists` (those after the first, each followed by a diff),
     `gone` (410 Gone answers), `watches` (WATCH requests made).
 
@@ -123,12 +125,15 @@ class Informer:
         timeout_seconds: int = 300,
         retry_attempts: int = 12,
         retry_seconds: float = 30.0,
+        index_label: str = "",
     ) -> None:
         self.kube, self.path, self.selector, self.kind = kube, path, selector, kind
         # The apiserver ends each watch after about this long; the informer then resumes it.
         self.timeout_seconds = timeout_seconds
         self.retry_attempts, self.retry_seconds = retry_attempts, retry_seconds
         self.store: dict[str, dict[str, Any]] = {}
+        self.index_label = index_label
+        self._index: dict[str, dict[str, dict[str, Any]]] = {}  # label value -> name -> object
         self.resource_version = ""
         self.lists = self.relists = self.gone = self.watches = 0
         self._listed = False
@@ -156,7 +161,8 @@ class Informer:
                 retries.reset()
                 changes = diff(self.store, found) if self._listed else []
                 self.relists += int(self._listed)
-                self.store, self.resource_version, self._listed = found, version, True
+                self._replace(found)
+                self.resource_version, self._listed = version, True
                 for change in changes:
                     yield change
                 yield SYNCED
@@ -186,7 +192,34 @@ class Informer:
     async def refresh(self) -> None:
         """One LIST that replaces the store, for a caller that is not watching (a later
         events() reports the changes since, as after any relist)."""
-        self.store, self.resource_version = await self._list()
+        found, self.resource_version = await self._list()
+        self._replace(found)
+
+    def labelled(self, value: str) -> list[dict[str, Any]]:
+        """The stored objects whose `index_label` label is `value`."""
+        return list(self._index.get(value, {}).values())
+
+    def _replace(self, store: dict[str, dict[str, Any]]) -> None:
+        self.store, self._index = store, {}
+        for name, obj in store.items():
+            self._indexed(name, obj, add=True)
+
+    def _label(self, obj: Mapping[str, Any]) -> str:
+        if not self.index_label:
+            return ""
+        return str((obj.get("metadata", {}).get("labels") or {}).get(self.index_label) or "")
+
+    def _indexed(self, name: str, obj: dict[str, Any], *, add: bool) -> None:
+        """Adds the object to the index, or removes it."""
+        value = self._label(obj)
+        if not value:
+            return
+        if add:
+            self._index.setdefault(value, {})[name] = obj
+        elif (group := self._index.get(value)) is not None:
+            group.pop(name, None)
+            if not group:
+                del self._index[value]
 
     async def _list(self) -> tuple[dict[str, dict[str, Any]], str]:
         """The whole collection by name, and the resourceVersion it was read at."""
@@ -254,10 +287,14 @@ class Informer:
             if held is None:
                 return None
             del self.store[name]
+            self._indexed(name, held, add=False)
         elif kind in ("ADDED", "MODIFIED"):
             if held is not None and _version(held) == _version(obj):
                 return None
+            if held is not None and self._label(held) != self._label(obj):
+                self._indexed(name, held, add=False)
             self.store[name] = obj
+            self._indexed(name, obj, add=True)  # in place when held: the store's order
         else:
             return None
         return Event(kind, obj)

@@ -2,15 +2,18 @@
 
 Without a Volcano `queue` an app is a headless Service (the root) and one batch/v1 Job per
 replica owned by it (an Indexed Job per role on Kubernetes >= 1.21), so it runs on any cluster;
-with a queue it is one Volcano Job, exactly as TorchX makes it (txd.schedulers.kubernetes.objects).
-App ids are `<namespace>:<name>`, as TorchX's.
+with a queue it is one Volcano Job, exactly as TorchX makes it (txd.schedulers.kubernetes.objects
+and crds). App ids are `<namespace>:<name>`, as TorchX's.
 
 Status is pushed: while the daemon listens (`changes`), one Informer per namespace and
 collection (pods, and the apps' controller objects: Jobs, Volcano Jobs, AppWrappers) keeps
-every txd object of this scheduler in memory, whatever the number of jobs and clients; each
-change is folded into the app's status (txd.schedulers.kubernetes.status) from those stores, and
-describe_many answers from them without an API call. A watch whose version was compacted away
-(410 Gone) lists again and reports only the differences (txd.schedulers.kubernetes.informer).
+every txd object of this scheduler in memory, whatever the number of jobs and clients
+(txd.schedulers.kubernetes.watching); each change is folded into the app's status
+(txd.schedulers.kubernetes.status) from the app's objects in those stores, and describe_many
+answers from them without an API call. A watch whose version was compacted away (410 Gone)
+lists again and reports only the differences (txd.schedulers.kubernetes.informer). An app
+deleted outside txd is reported as no answer (its last status kept, marked stale). Logs come
+from the pod log API (txd.schedulers.kubernetes.logs).
 
 The cluster is the daemon's (the contract's credential rule): `kubeconfig` and `context` in the
 scheduler's settings, else $KUBECONFIG, ~/.kube/config, or the in-cluster service account.
@@ -20,14 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import logging
 import re
 import time
 import typing
 from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from txd.schedulers.api import (
@@ -52,15 +53,24 @@ from txd.schedulers.errors import (
     NotFound,
     Unsupported,
 )
-from txd.schedulers.kubernetes import objects
+from txd.schedulers.kubernetes import crds, logs, names, objects
 from txd.schedulers.kubernetes.client import Kube, KubeError
-from txd.schedulers.kubernetes.informer import SYNCED, Event, Informer
+from txd.schedulers.kubernetes.opts import KubernetesOpts
 from txd.schedulers.kubernetes.status import (
     CANCELLED_ANNOTATION,
-    app_id_of,
     app_status,
+    listed_statuses,
     newest,
     pod_key,
+)
+from txd.schedulers.kubernetes.watching import (
+    JOBS,
+    PODS,
+    VOLCANO_JOBS,
+    Collection,
+    Key,
+    Watches,
+    collection_of,
 )
 from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
@@ -69,40 +79,11 @@ from txd.v1 import TERMINAL_STATES, AppState, Stream
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
-log = logging.getLogger(__name__)
-
 NAME = "kubernetes"
 REMOVED = "its objects were deleted outside txd; the last recorded state is kept"
 RECENT_DELETED = 1024  # app ids deleted through txd (see local_docker)
 SYNC_TIMEOUT = 30.0  # how long describe_many waits for a new watch's first list
 UNSEEN_GRACE = 60.0  # a submitted app the watch has not shown yet is SUBMITTED this long
-_TS = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?Z ")
-_TS_INNER = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z ")
-PARTIAL = 16 * 1024  # Docker's json-file log driver splits longer lines (see _timed)
-
-
-@dataclass(frozen=True)
-class Collection:
-    """A namespaced collection of the API, such as pods or batch/v1 jobs."""
-
-    api: str  # "v1", "batch/v1", "batch.volcano.sh/v1alpha1" ...
-    plural: str
-
-    def path(self, namespace: str, name: str = "") -> str:
-        prefix = "/api/v1" if self.api == "v1" else f"/apis/{self.api}"
-        tail = f"/{name}" if name else ""
-        return f"{prefix}/namespaces/{namespace}/{self.plural}{tail}"
-
-
-PODS = Collection("v1", "pods")
-SERVICES = Collection("v1", "services")
-JOBS = Collection("batch/v1", "jobs")
-VOLCANO_JOBS = Collection(objects.VOLCANO_API, "jobs")
-_PLURALS = {"Service": "services", "Job": "jobs", "AppWrapper": "appwrappers", "Pod": "pods"}
-
-
-def collection_of(obj: Mapping[str, Any]) -> Collection:
-    return Collection(str(obj["apiVersion"]), _PLURALS[str(obj["kind"])])
 
 
 @dataclass
@@ -142,15 +123,6 @@ class KubeRequest:
         return objects.render_yaml(self.objects, header=head)
 
 
-@dataclass
-class _Feed:
-    """The informers' tasks while a changes() generator listens, and what they report."""
-
-    queue: asyncio.Queue[str | KubeError] = field(default_factory=asyncio.Queue)
-    tasks: dict[tuple[str, Collection], asyncio.Task[None]] = field(default_factory=dict)
-    probe: asyncio.Task[None] | None = None  # see _probe
-
-
 class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     name = NAME
     description = "Kubernetes: batch/v1 Jobs, or Volcano Jobs with a queue, one watch for all"
@@ -165,10 +137,10 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         distributed=True,
         mounts=True,
         retries=True,
-        push_status=True,
+        push_status=True,  # the contract suite checks the claim against changes()
         workspace=True,
     )
-    Opts: ClassVar[type] = objects.KubernetesOpts
+    Opts: ClassVar[type] = KubernetesOpts
     Settings = KubeSettings
 
     def __init__(self, session_name: str, settings: Mapping[str, Any] | None = None) -> None:
@@ -176,10 +148,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self._kube: Kube | None = None
         self._connecting = asyncio.Lock()
         self._version: tuple[int, int] | None = None
-        self._informers: dict[tuple[str, Collection], Informer] = {}
-        self._synced: dict[tuple[str, Collection], asyncio.Event] = {}
-        self._feed: _Feed | None = None
-        self._pods_changed = asyncio.Condition()
+        self._watches = Watches(self.name)
         self._unseen: dict[str, float] = {}  # app id -> when submitted, until a watch shows it
         self._deleted: OrderedDict[str, None] = OrderedDict()
         self._images = images.Builder(typing.cast(KubeSettings, self.settings).docker_host)
@@ -237,7 +206,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def _submit_dryrun(
         self, app: AppDef, opts: Any, ctx: SubmitContext
     ) -> DryRunInfo[KubeRequest]:
-        name = objects.app_id_for(app.name, app.roles)
+        name = names.app_id_for(app.name, app.roles)
         kw = {"scheduler": self.name, "session": self.session_name}
         shape, objs = await self._objects(app, name, opts, kw)
         ns = await self._namespace(opts.namespace)
@@ -255,7 +224,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         self, app: AppDef, name: str, opts: Any, kw: dict[str, str]
     ) -> tuple[str, list[dict[str, Any]]]:
         if opts.queue:
-            return "volcano", objects.volcano_objects(app, name, opts, **kw)
+            return "volcano", crds.volcano_objects(app, name, opts, **kw)
         if await self._server_version() >= (1, 21):
             return "indexed", objects.indexed_objects(app, name, opts, **kw)
         return "plain", objects.plain_objects(app, name, opts, **kw)
@@ -294,7 +263,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             "root": [root_coll.api, root_coll.plural],
             "owners": [req.owners.api, req.owners.plural],
         }
-        self._want(req.namespace, req.owners)
+        self._watches.want(await self.kube(), req.namespace, req.owners)
         return Submitted(req.app_id, native)
 
     # -- observation ------------------------------------------------------------------------
@@ -304,71 +273,14 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         api, plural = job.native.get("owners") or ("batch/v1", "jobs")
         return Collection(str(api), str(plural))
 
-    def _want(self, namespace: str, owners: Collection) -> list[tuple[str, Collection]]:
-        """Makes sure the namespace's pods and `owners` are watched while the daemon listens."""
-        keys = [(namespace, PODS), (namespace, owners)]
-        for key in keys:
-            if key not in self._informers:
-                ns, coll = key
-                self._informers[key] = Informer(
-                    typing.cast(Kube, self._kube),
-                    coll.path(ns),
-                    f"{objects.SCHEDULER_LABEL}={self.name}",
-                    f"{coll.plural} in {ns}",
-                )
-                self._synced[key] = asyncio.Event()
-            if self._feed is not None and key not in self._feed.tasks:
-                self._start(self._feed, key)
-        return keys
-
-    def _start(self, feed: _Feed, key: tuple[str, Collection]) -> None:
-        feed.tasks[key] = asyncio.get_running_loop().create_task(
-            self._pump(feed, key), name=f"{self.name} watch {key[1].plural} in {key[0]}"
-        )
-
-    async def _pump(self, feed: _Feed, key: tuple[str, Collection]) -> None:
-        """Feeds one informer's changes to the queue, as the app ids they concern."""
-        informer = self._informers[key]
-        pods = key[1] == PODS
-        try:
-            # aclosing: a cancelled pump closes its watch's connection at once, not at GC.
-            async with contextlib.aclosing(informer.events()) as events:
-                async for item in events:
-                    if item is SYNCED:  # a (re)list: what it found is reported too
-                        self._synced[key].set()
-                        for obj in informer.store.values():
-                            if app_id := app_id_of(obj):
-                                feed.queue.put_nowait(app_id)
-                        continue
-                    assert isinstance(item, Event)
-                    if app_id := app_id_of(item.obj):
-                        feed.queue.put_nowait(app_id)
-                    if pods:
-                        async with self._pods_changed:
-                            self._pods_changed.notify_all()
-        except KubeError as e:
-            self._synced[key].clear()
-            feed.queue.put_nowait(e)
-        except Exception as e:  # an answer it cannot read: changes() ends, the daemon resyncs
-            log.warning("%s: the watch of %s in %s failed: %r", self.name, key[1].plural, key[0], e)
-            self._synced[key].clear()
-            feed.queue.put_nowait(KubeError(0, type(e).__name__, str(e)))
-
     def _status(self, app_id: str, namespace: str, owners: Collection) -> AppStatus | None:
-        """The app's status from the informers' stores."""
+        """The app's status from the watches' stores (its objects only)."""
         name = app_id.partition(":")[2]
-        found = []
-        for coll in (owners, PODS):
-            informer = self._informers.get((namespace, coll))
-            store = informer.store if informer is not None else {}
-            found.append(
-                [
-                    o
-                    for o in store.values()
-                    if (o["metadata"].get("labels") or {}).get(objects.APP_ID_LABEL) == name
-                ]
-            )
-        status = app_status(app_id, found[0], found[1])
+        status = app_status(
+            app_id,
+            self._watches.objects(namespace, owners, name),
+            self._watches.objects(namespace, PODS, name),
+        )
         if status is not None:
             self._unseen.pop(app_id, None)
         return status
@@ -376,8 +288,8 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     def _status_any(self, app_id: str) -> AppStatus | None:
         """The app's status from whichever controller collection of its namespace holds it."""
         ns = app_id.partition(":")[0]
-        for n, coll in [*self._informers]:
-            if n == ns and coll != PODS and (status := self._status(app_id, ns, coll)):
+        for coll in self._watches.controllers(ns):
+            if status := self._status(app_id, ns, coll):
                 return status
         return None
 
@@ -393,26 +305,24 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
         if not jobs:
             return {}
-        await self.kube()
-        keys = set()
+        kube = await self.kube()
+        keys: set[Key] = set()
         for job in jobs:
-            keys.update(self._want(str(job.native.get("namespace", "")), self._owners(job)))
-        if self._feed is not None:
+            ns = str(job.native.get("namespace", ""))
+            keys.update(self._watches.want(kube, ns, self._owners(job)))
+        if self._watches.listening:
             # The watches answer: wait (bounded) for the first list of a new one.
             try:
-                async with asyncio.timeout(SYNC_TIMEOUT):
-                    for key in keys:
-                        await self._synced[key].wait()
+                await self._watches.synced(keys, SYNC_TIMEOUT)
             except TimeoutError:
                 raise BackendUnavailable(
                     f"{self.name}: the watch did not list its objects in {SYNC_TIMEOUT:.0f} s"
                 ) from None
         else:  # nobody listens: one list per collection answers for every job
-            for key in keys:
-                try:
-                    await self._informers[key].refresh()
-                except KubeError as e:
-                    raise BackendUnavailable(f"{self.name}: {e}") from e
+            try:
+                await self._watches.refresh(keys)
+            except KubeError as e:
+                raise BackendUnavailable(f"{self.name}: {e}") from e
         out: dict[str, Described] = {}
         for job in jobs:
             ns = str(job.native.get("namespace", ""))
@@ -420,69 +330,43 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             out[job.app_id] = status if status is not None else self._absent(job)
         return out
 
-    async def _probe(self, kube: Kube, feed: _Feed) -> None:
-        """Checks every api_timeout seconds that the API server answers (Kube.answers), and
-        reports the first check that fails, ending the feed: a watch cannot tell a quiet
-        collection from a hung server before its own read timeout (timeoutSeconds + 30)."""
-        timeout = typing.cast(KubeSettings, self.settings).api_timeout
-        while True:
-            await asyncio.sleep(timeout)
-            try:
-                await kube.answers(timeout)
-            except KubeError as e:
-                feed.queue.put_nowait(e)
-                return
-
     async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
         kube = await self.kube()
-        feed = _Feed()
-        self._feed = feed
-        last: dict[str, AppStatus] = {}
-        try:
-            feed.probe = asyncio.get_running_loop().create_task(
-                self._probe(kube, feed), name=f"{self.name} probe"
-            )
-            for key in list(self._informers):
-                self._start(feed, key)
+        timeout = typing.cast(KubeSettings, self.settings).api_timeout
+        last: dict[str, Described] = {}
+        async with self._watches.listening_to(kube, timeout, self.spawn) as listener:
             yield SUBSCRIBED
             while True:
-                apps = {await feed.queue.get()}
-                while not feed.queue.empty():
-                    apps.add(feed.queue.get_nowait())
-                errors = [a for a in apps if isinstance(a, KubeError)]
-                if errors:
-                    raise BackendUnavailable(f"{self.name}: {errors[0]}")
-                vanished = False
-                for app_id in sorted(typing.cast(set[str], apps)):
-                    status = self._status_any(app_id)
-                    if status is None:
-                        # Gone for good only when every watch of its namespace has listed
-                        # (and not just submitted: a pod may be seen before its Job).
-                        ns = app_id.partition(":")[0]
-                        listed = all(e.is_set() for (n, _), e in self._synced.items() if n == ns)
-                        vanished = vanished or (
-                            listed and app_id not in self._deleted and app_id not in self._unseen
-                        )
+                try:
+                    apps = await listener.changed()
+                except KubeError as e:
+                    raise BackendUnavailable(f"{self.name}: {e}") from None
+                for app_id in sorted(apps):
+                    found = self._status_any(app_id)
+                    status: Described = found
+                    if found is None and self._vanished(app_id):
+                        status = NoAnswer(REMOVED)
+                    elif found is None:
                         last.pop(app_id, None)
-                    elif status.roles and last.get(app_id) != status:
+                        continue
+                    elif not found.roles:
+                        continue
+                    if last.get(app_id) != status:
                         last[app_id] = status
                         yield Change(app_id, status)
-                if vanished:  # deleted outside txd: a resync has describe_many mark them
-                    yield SUBSCRIBED
-        finally:
-            self._feed = None
-            tasks = [*feed.tasks.values(), *([feed.probe] if feed.probe else [])]
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            for event in self._synced.values():
-                event.clear()
+
+    def _vanished(self, app_id: str) -> bool:
+        """Whether an app none of whose objects the watches hold was deleted outside txd: only
+        once every watch of its namespace has listed, and not just submitted (a pod may be
+        seen before its Job)."""
+        ns = app_id.partition(":")[0]
+        return (
+            self._watches.listed(ns) and app_id not in self._deleted and app_id not in self._unseen
+        )
 
     async def list(self) -> list[AppStatus]:
         ns = await self._namespace("")
-        selector = {"labelSelector": f"{objects.SCHEDULER_LABEL}={self.name}"}
+        selector = {"labelSelector": f"{names.SCHEDULER_LABEL}={self.name}"}
         pods = (await self._call("GET", PODS.path(ns), query=selector)).get("items") or []
         out = []
         for coll in self._listed_owners():
@@ -490,21 +374,11 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             found = await self._call(
                 "GET", coll.path(ns), query=selector, missing_ok=True, forbidden_ok=True
             )
-            groups: dict[str, list[dict[str, Any]]] = {}
-            for obj in found.get("items") or []:
-                obj["metadata"]["namespace"] = ns
+            items = found.get("items") or []
+            for obj in items:
                 obj.setdefault("kind", str(found.get("kind", "")).removesuffix("List"))
                 obj.setdefault("apiVersion", coll.api)
-                groups.setdefault(app_id_of(obj), []).append(obj)
-            for app_id, owned_objs in groups.items():
-                name = app_id.partition(":")[2]
-                app_pods = [
-                    p for p in pods if p["metadata"]["labels"].get(objects.APP_ID_LABEL) == name
-                ]
-                for p in app_pods:
-                    p["metadata"]["namespace"] = ns
-                if (status := app_status(app_id, owned_objs, app_pods)) is not None:
-                    out.append(status)
+            out.extend(listed_statuses(ns, items, pods))
         return out
 
     def _listed_owners(self) -> Sequence[Collection]:
@@ -525,62 +399,29 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def _pod_of(self, job: Job, role: str, k: int) -> dict[str, Any] | None:
         """The replica's newest pod, or None when it has none yet."""
         ns, name = str(job.native["namespace"]), str(job.native["name"])
-        query = {"labelSelector": f"{objects.APP_ID_LABEL}={name}"}
+        query = {"labelSelector": f"{names.APP_ID_LABEL}={name}"}
         pods = (await self._call("GET", PODS.path(ns), query=query)).get("items") or []
-        roles = {role: role, objects.dns_name(role): role}
+        roles = {role: role, names.dns_name(role): role}
         mine = [p for p in pods if pod_key(p, roles) == (role, k)]
         return newest(mine) if mine else None
 
     async def _log_pieces(
         self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
     ) -> AsyncGenerator[tuple[bytes, int], None]:
-        ns = str(job.native["namespace"])
-        pod = await self._wait_started(job, role, k, query, ended)
-        if pod is None:
-            return
-        params: dict[str, Any] = {"timestamps": "true"}
-        if query.follow:
-            params["follow"] = "true"
-        if query.since is not None:  # whole seconds: the exact cut is selected's
-            params["sinceTime"] = query.since.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if query.tail is not None and not query.regex and query.until is None:
-            params["tailLines"] = query.tail
-        path = PODS.path(ns, pod["metadata"]["name"]) + "/log"
-        kube = await self.kube()
-        try:
-            async with kube.stream(path, params) as chunks:
-                async for piece in _timed_lines(chunks):
-                    yield piece
-        except KubeError as e:
-            raise BackendUnavailable(f"{self.name}: logs of {role}/{k}: {e}") from e
-        if query.follow:
-            await ended()
-
-    async def _wait_started(
-        self, job: Job, role: str, k: int, query: LogQuery, ended: Ended
-    ) -> dict[str, Any] | None:
-        """The replica's pod once its container has started (or ended); None if it never
-        will (not following, or the job ended first)."""
         known = any(r == role and k < n for r, n in (self._shape_of(job) or [(role, k + 1)]))
         if not known:
             raise NotFound(f"{job.app_id} has no replica {role}/{k}")
-        done = asyncio.ensure_future(ended())
-        try:
-            for _ in range(10_000):  # bounded: a watch event (or 2 s) per round
-                over = done.done()  # before the look: a pod that started first is still found
-                pod = await self._pod_of(job, role, k)
-                if pod is not None and _started(pod):
-                    return pod
-                if over:
-                    done.result()  # ended() failing is its error, not "the job is over"
-                if over or not query.follow:
-                    return None
-                async with self._pods_changed:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._pods_changed.wait(), 2.0)
-            return None
-        finally:
-            done.cancel()
+        kube = await self.kube()
+        async for piece in logs.pieces(
+            kube,
+            str(job.native["namespace"]),
+            lambda: self._pod_of(job, role, k),
+            self._watches.pods_changed,
+            query,
+            ended,
+            f"{self.name}: logs of {role}/{k}",
+        ):
+            yield piece
 
     def _shape_of(self, job: Job) -> Sequence[tuple[str, int]]:
         ns = str(job.native.get("namespace", ""))
@@ -611,7 +452,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             return
         # Plain and indexed Jobs: parallelism 0 has the job controller delete their pods, and
         # the annotation tells a cancel from a failure; the objects stay, as the record.
-        query = {"labelSelector": f"{objects.APP_ID_LABEL}={name}"}
+        query = {"labelSelector": f"{names.APP_ID_LABEL}={name}"}
         found = await self._call("GET", JOBS.path(ns), query=query)
         patch = {
             "metadata": {"annotations": {CANCELLED_ANNOTATION: "true"}},
@@ -663,44 +504,6 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         calls = Counter(self._kube.calls if self._kube is not None else {})
         calls.update(self._images.calls)
         return dict(calls)
-
-
-def _started(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod's container has started, so that its log can be read."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    state = (statuses[0] if statuses else {}).get("state") or {}
-    return "running" in state or "terminated" in state
-
-
-async def _timed_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes, int]]:
-    """The log API's `<RFC 3339 time> <line>` lines (timestamps=true) as (line, ns) pieces,
-    and (b"", 0) after each chunk read: caught up with what has arrived (logfiles.batched
-    sends what it holds then, so a followed log flows line by line)."""
-    rest = b""
-    async for chunk in chunks:
-        rest += chunk
-        *lines, rest = rest.split(b"\n")
-        for line in lines:
-            yield _timed(line + b"\n")
-        yield b"", 0
-    if rest:
-        yield _timed(rest)
-
-
-def _timed(line: bytes) -> tuple[bytes, int]:
-    m = _TS.match(line)
-    if m is None:
-        return line, 0
-    body = line[m.end() :]
-    # Docker's json-file driver stores a line over 16 KiB in pieces, and the log API prefixes
-    # each piece with its own time: those inner stamps are not the program's bytes.
-    at = PARTIAL
-    while at < len(body) and (inner := _TS_INNER.match(body, at)) is not None:
-        body = body[:at] + body[inner.end() :]
-        at += PARTIAL
-    when = dt.datetime.strptime(m.group(1).decode(), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.UTC)
-    frac = (m.group(2) or b"0").decode().ljust(9, "0")
-    return body, int(when.timestamp()) * 1_000_000_000 + int(frac)
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> KubernetesScheduler:

@@ -3,7 +3,7 @@
 The AppWrapper (workload.codeflare.dev/v1beta2 by default, mcad.ibm.com/v1beta1 for older
 installations: the `appwrapper_version` option) holds a Pod per replica, named with its role
 (TorchX's `<id>-<k>` collides across roles), the headless Service and, with a coscheduler, a
-PodGroup per role (txd.schedulers.kubernetes.objects). Status comes from the same single watch per
+PodGroup per role (txd.schedulers.kubernetes.crds). Status comes from the same single watch per
 namespace and kind as kubernetes', with every AppWrapper phase mapped (kubernetes.status).
 """
 
@@ -13,23 +13,25 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from txd.schedulers.api import Job
-from txd.schedulers.kubernetes import objects
-from txd.schedulers.kubernetes.kubernetes import PODS, SERVICES, Collection, KubernetesScheduler
+from txd.schedulers.kubernetes import crds, names
+from txd.schedulers.kubernetes.kubernetes import KubernetesScheduler
+from txd.schedulers.kubernetes.opts import McadOpts
 from txd.schedulers.kubernetes.status import CANCELLED_ANNOTATION
+from txd.schedulers.kubernetes.watching import PODS, SERVICES, Collection
 
 NAME = "kubernetes_mcad"
-APPWRAPPERS = [Collection(api, "appwrappers") for api in objects.APPWRAPPER_APIS.values()]
+APPWRAPPERS = [Collection(api, "appwrappers") for api in crds.APPWRAPPER_APIS.values()]
 
 
 class McadScheduler(KubernetesScheduler):
     name = NAME
     description = "Kubernetes: the pods of an app in an MCAD AppWrapper, one watch for all"
-    Opts: ClassVar[type] = objects.McadOpts
+    Opts: ClassVar[type] = McadOpts
 
     async def _objects(
         self, app: Any, name: str, opts: Any, kw: dict[str, str]
     ) -> tuple[str, list[dict[str, Any]]]:
-        return "appwrapper", objects.appwrapper_objects(app, name, opts, **kw)
+        return "appwrapper", crds.appwrapper_objects(app, name, opts, **kw)
 
     def _listed_owners(self) -> Sequence[Collection]:
         return APPWRAPPERS
@@ -65,7 +67,7 @@ class McadScheduler(KubernetesScheduler):
         )
 
     async def _delete_labelled(self, ns: str, name: str, colls: list[Collection]) -> None:
-        query = {"labelSelector": f"{objects.APP_ID_LABEL}={name}"}
+        query = {"labelSelector": f"{names.APP_ID_LABEL}={name}"}
         for coll in colls:
             if coll == SERVICES:  # services have no deletecollection: one by one
                 found = await self._call("GET", coll.path(ns), query=query)

@@ -10,28 +10,37 @@ Shapes:
   1.21): the replica id comes from the downward API, so `${replica_id}` becomes
   `$(JOB_COMPLETION_INDEX)`, which Kubernetes expands in args and env (every `$` of the
   app's own is doubled, so Kubernetes passes its values on as given: `_literal`).
-- `volcano_objects`: one batch.volcano.sh/v1alpha1 Job with a task per replica, as TorchX.
-- `appwrapper_objects`: one MCAD AppWrapper (v1beta2 components or v1beta1 GenericItems)
-  wrapping a Pod per replica, the headless Service and optional coscheduler PodGroups.
+The Volcano Job and MCAD AppWrapper shapes wrap these pods (txd.schedulers.kubernetes.crds).
 
 Every object carries the labels of K8S-SHARED (managed-by, scheduler, session, app id; per
-replica also role and replica id); the root is annotated with the app's shape (`txd.dev/roles`).
+replica also role and replica id); the root is annotated with the app's shape (`txd.dev/roles`):
+txd.schedulers.kubernetes.names.
 Objects carry no namespace: the scheduler posts them to a namespaced URL.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from txd.schedulers.api import Macros, make_unique, num_replicas
+from txd.schedulers.api import Macros, num_replicas
 from txd.schedulers.errors import InvalidArgument
-from txd.schedulers.options import opt
+from txd.schedulers.kubernetes.names import (
+    APP_ID_LABEL,
+    MAX_NAME,
+    ROLES_ANNOTATION,
+    app_labels,
+    check_label,
+    replica_labels,
+    role_dns,
+    roles_json,
+    root_meta,
+)
+from txd.schedulers.kubernetes.opts import KubernetesOpts, McadOpts
 from txd.v1.app_pb2 import AppDef, Role
 
 Obj = dict[str, Any]
@@ -43,90 +52,21 @@ DEFAULT_PORT = 29500  # TorchX's c10d port, the Service's when no role names one
 RESERVED_MILLICPU = 100
 RESERVED_MEMMB = 1024
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
-MAX_APP_ID = 42
-MAX_NAME = 63  # a DNS-1123 label: pod, job and host names
-ID_SUFFIX = 12  # make_unique's random part
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-SCHEDULER_LABEL = "txd.dev/scheduler"
-SESSION_LABEL = "txd.dev/session"
-APP_ID_LABEL = "txd.dev/app-id"
-ROLE_LABEL = "txd.dev/role"
-REPLICA_LABEL = "txd.dev/replica-id"
-ROLES_ANNOTATION = "txd.dev/roles"
 COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
 COMPLETION_INDEX_PATH = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 # TorchX's env rule: a value starting with this is a downward-API field path, not a value.
 FIELD_PATH = "[FIELD_PATH]"
 
-VOLCANO_API = "batch.volcano.sh/v1alpha1"
-APPWRAPPER_APIS = {"v1beta2": "workload.codeflare.dev/v1beta2", "v1beta1": "mcad.ibm.com/v1beta1"}
-PODGROUP_API = "scheduling.sigs.k8s.io/v1alpha1"
-# AppWrapper v1beta2 takes its retry count from an annotation (v1beta1: schedulingSpec).
-RETRY_LIMIT_ANNOTATION = "workload.codeflare.dev.appwrapper/retryLimit"
 MULTUS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
 # A sidecar that never exits would keep every replica's pod running after its program ended.
 ISTIO_ANNOTATION = "sidecar.istio.io/inject"
 
-_DNS_DROP = re.compile(r"[^a-z0-9-]")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
-_LABEL_BAD = re.compile(r"[^-A-Za-z0-9_.]")
 _PORT_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?")
 _EXTENDED = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _TOLERATION = re.compile(r"(?P<key>[^=:]+)(=(?P<value>[^:]*))?(:(?P<effect>\w+))?")
-
-
-@dataclass
-class KubernetesOpts:
-    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
-    queue: str | None = opt(
-        None, "a Volcano queue: run as one Volcano Job, as TorchX (default: plain batch/v1 Jobs)"
-    )
-    service_account: str | None = opt(None, "the service account of every pod")
-    priority_class: str | None = opt(None, "the PriorityClass of every pod")
-    image_repo: str | None = opt(
-        None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
-    )
-    host_network: bool = opt(False, "run the pods in the node's network namespace")
-    image_pull_policy: str | None = opt(
-        None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
-    )
-    image_secret: str | None = opt(None, "the name of an image pull secret for every pod")
-    node_selector: dict[str, str] = opt({}, "node labels every pod requires (label:value,...)")
-    tolerations: list[str] = opt(
-        [], "taints every pod tolerates: key=value:Effect, key:Effect (any value) or key"
-    )
-
-
-@dataclass
-class McadOpts:
-    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
-    image_repo: str | None = opt(
-        None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
-    )
-    service_account: str | None = opt(None, "the service account of every pod")
-    priority: int | None = opt(
-        None, "the AppWrapper's priority, higher first (AppWrapper v1beta1 only)"
-    )
-    priority_class_name: str | None = opt(None, "the PriorityClass of every pod")
-    image_secret: str | None = opt(None, "the name of an image pull secret for every pod")
-    coscheduler_name: str | None = opt(
-        None, "a coscheduler: every pod gets this schedulerName and each role a PodGroup"
-    )
-    network: str | None = opt(
-        None, "an additional pod network (the Multus annotation k8s.v1.cni.cncf.io/networks)"
-    )
-    host_network: bool = opt(False, "run the pods in the node's network namespace")
-    image_pull_policy: str | None = opt(
-        None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
-    )
-    appwrapper_version: str = opt(
-        "v1beta2",
-        "v1beta2 (workload.codeflare.dev, the AppWrapper controller) or v1beta1 (mcad.ibm.com, "
-        "older MCAD installations)",
-    )
 
 
 @dataclass(frozen=True)
@@ -152,7 +92,7 @@ def _pods(opts: KubernetesOpts | McadOpts) -> _Pods:
         )
     if isinstance(opts, KubernetesOpts):
         for key, value in opts.node_selector.items():
-            _check_label("cfg.node_selector", key, value)
+            check_label("cfg.node_selector", key, value)
         return _Pods(
             service_account=opts.service_account,
             priority_class=opts.priority_class,
@@ -171,92 +111,6 @@ def _pods(opts: KubernetesOpts | McadOpts) -> _Pods:
         scheduler_name=opts.coscheduler_name,
         network=opts.network,
     )
-
-
-# -- names and labels --------------------------------------------------------------------------
-
-
-def dns_name(text: str) -> str:
-    """TorchX's normal form of a name in Kubernetes: lowercase, only [a-z0-9-], no leading '-'
-    (so `trainer_foo` is `trainerfoo`, as in TorchX's Volcano task names)."""
-    return _DNS_DROP.sub("", text.lower()).lstrip("-")
-
-
-def role_dns(app: AppDef, i: int) -> str:
-    """Role i's name in object and host names; InvalidArgument when it has none, or shares it
-    with an earlier role."""
-    name = dns_name(app.roles[i].name)
-    if not name:
-        raise InvalidArgument(
-            f"app.roles[{i}].name",
-            f"{app.roles[i].name!r} has no letter or digit to name Kubernetes objects with",
-        )
-    for j in range(i):
-        if dns_name(app.roles[j].name) == name:
-            raise InvalidArgument(
-                f"app.roles[{i}].name",
-                f"{app.roles[i].name!r} and roles[{j}] {app.roles[j].name!r} have the same "
-                f"Kubernetes name {name!r}",
-            )
-    return name
-
-
-def label_value(text: str) -> str:
-    """text if it is a valid label value, else a valid one made from it (bad characters as
-    '-', at most 63, starting and ending with a letter or digit)."""
-    if _LABEL_VALUE.fullmatch(text):
-        return text
-    return _LABEL_BAD.sub("-", text)[:63].strip("-_.")
-
-
-def _check_label(field: str, key: str, value: str) -> None:
-    if not _LABEL_VALUE.fullmatch(value):
-        raise InvalidArgument(field, f"{value!r} (of {key!r}) is not a valid label value")
-
-
-def app_id_for(name: str, roles: Sequence[Role] = ()) -> str:
-    """A new app id: `<name part>-<random>`, a DNS-1123 label starting with a letter, at most
-    42 characters, with the name part cut so that `<app_id>-<role>-<k>` fits 63 for each of
-    the roles; InvalidArgument naming the role whose name cannot fit."""
-    budget = MAX_APP_ID
-    for i, role in enumerate(roles):
-        longest = len(f"-{dns_name(role.name)}-{num_replicas(role) - 1}")
-        if MAX_NAME - longest < ID_SUFFIX:
-            raise InvalidArgument(
-                f"app.roles[{i}].name",
-                f"too long for Kubernetes names: at most {MAX_NAME - ID_SUFFIX - 3} characters "
-                f"of [a-z0-9-] ({role.name!r})",
-            )
-        budget = min(budget, MAX_NAME - longest)
-    part = dns_name(name).lstrip("-0123456789")[: budget - ID_SUFFIX - 1].rstrip("-")
-    return make_unique(part, ID_SUFFIX)
-
-
-def _labels(scheduler: str, session: str, app_id: str) -> dict[str, str]:
-    return {
-        MANAGED_BY: "txd",
-        SCHEDULER_LABEL: scheduler,
-        SESSION_LABEL: label_value(session),
-        APP_ID_LABEL: app_id,
-    }
-
-
-def _replica_labels(base: Mapping[str, str], role: Role, k: int | None) -> dict[str, str]:
-    name = role.name if _LABEL_VALUE.fullmatch(role.name) else dns_name(role.name)
-    out = {**base, ROLE_LABEL: name}
-    if k is not None:
-        out[REPLICA_LABEL] = str(k)
-    return out
-
-
-def _shape(app: AppDef) -> str:
-    """The app's shape, `[["role", replicas], ...]`: on the root, and on every Job (the status
-    of plain and indexed Jobs is read from the Jobs, not their Service)."""
-    return json.dumps([[r.name, num_replicas(r)] for r in app.roles])
-
-
-def _root_meta(app: AppDef, name: str, labels: Mapping[str, str]) -> Obj:
-    return {"name": name, "labels": dict(labels), "annotations": {ROLES_ANNOTATION: _shape(app)}}
 
 
 # -- pods --------------------------------------------------------------------------------------
@@ -476,11 +330,11 @@ def pod_spec(
     annotations = {ISTIO_ANNOTATION: "false"}
     if pods.network:
         annotations[MULTUS_ANNOTATION] = pods.network
-    labels = _replica_labels(_labels(scheduler, session, app_id), role, k)
+    labels = replica_labels(app_labels(scheduler, session, app_id), role, k)
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
 
 
-def _check_app(app: AppDef, app_id: str) -> None:
+def check_app(app: AppDef, app_id: str) -> None:
     if not app.roles:
         raise InvalidArgument("app.roles", "an app needs at least one role")
     for i, role in enumerate(app.roles):
@@ -499,7 +353,7 @@ def _check_app(app: AppDef, app_id: str) -> None:
 # -- the headless Service ----------------------------------------------------------------------
 
 
-def _service(app: AppDef, app_id: str, labels: Mapping[str, str]) -> Obj:
+def headless_service(app: AppDef, app_id: str, labels: Mapping[str, str]) -> Obj:
     """The app's headless Service: `<role>-<k>.<app_id>` (the pods' hostname.subdomain) resolves
     to each replica, before it is ready too (rendezvous happens before readiness)."""
     ports: list[Obj] = []
@@ -518,7 +372,7 @@ def _service(app: AppDef, app_id: str, labels: Mapping[str, str]) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _root_meta(app, app_id, labels),
+        "metadata": root_meta(app, app_id, labels),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -536,16 +390,16 @@ def plain_objects(
 ) -> list[Obj]:
     """The headless Service (root), then a batch/v1 Job `<app_id>-<role>-<k>` per replica;
     backoffLimit retries that replica's pod max_retries times."""
-    _check_app(app, app_id)
-    labels = _labels(scheduler, session, app_id)
-    out = [_service(app, app_id, labels)]
+    check_app(app, app_id)
+    labels = app_labels(scheduler, session, app_id)
+    out = [headless_service(app, app_id, labels)]
     for i, role in enumerate(app.roles):
         for k in range(num_replicas(role)):
             template = pod_spec(app, i, k, app_id, opts, scheduler=scheduler, session=session)
             meta = {
                 "name": f"{app_id}-{role_dns(app, i)}-{k}",
-                "labels": _replica_labels(labels, role, k),
-                "annotations": {ROLES_ANNOTATION: _shape(app)},
+                "labels": replica_labels(labels, role, k),
+                "annotations": {ROLES_ANNOTATION: roles_json(app)},
             }
             spec = {
                 "backoffLimit": role.max_retries,
@@ -562,9 +416,9 @@ def indexed_objects(
 ) -> list[Obj]:
     """The headless Service (root), then an Indexed Job `<app_id>-<role>` per role (Kubernetes
     >= 1.21): one template for every replica, backoffLimit max_retries for each of them."""
-    _check_app(app, app_id)
-    labels = _labels(scheduler, session, app_id)
-    out = [_service(app, app_id, labels)]
+    check_app(app, app_id)
+    labels = app_labels(scheduler, session, app_id)
+    out = [headless_service(app, app_id, labels)]
     for i, role in enumerate(app.roles):
         n = num_replicas(role)
         template = pod_spec(
@@ -572,8 +426,8 @@ def indexed_objects(
         )
         meta = {
             "name": f"{app_id}-{role_dns(app, i)}",
-            "labels": _replica_labels(labels, role, None),
-            "annotations": {ROLES_ANNOTATION: _shape(app)},
+            "labels": replica_labels(labels, role, None),
+            "annotations": {ROLES_ANNOTATION: roles_json(app)},
         }
         spec = {
             "completionMode": "Indexed",
@@ -604,143 +458,6 @@ def owned(objects: Sequence[Obj], root: Obj, uid: str) -> list[Obj]:
         c["metadata"]["ownerReferences"] = [dict(ref)]
         out.append(c)
     return out
-
-
-# -- Volcano -----------------------------------------------------------------------------------
-
-# TorchX's retry policies per Role.RetryPolicy (APPLICATION=0, REPLICA=1, ROLE=2). TorchX has no
-# ROLE entry (a KeyError); Volcano's RestartTask restarts the failed replica's task.
-_VOLCANO_POLICIES: dict[int, list[dict[str, str]]] = {
-    0: [
-        {"event": "PodEvicted", "action": "RestartJob"},
-        {"event": "PodFailed", "action": "RestartJob"},
-    ],
-    1: [],
-    2: [
-        {"event": "PodEvicted", "action": "RestartTask"},
-        {"event": "PodFailed", "action": "RestartTask"},
-    ],
-}
-
-
-def volcano_objects(
-    app: AppDef, app_id: str, opts: KubernetesOpts, *, scheduler: str, session: str
-) -> list[Obj]:
-    """One Volcano Job as TorchX makes it: a task `<role>-<k>` per replica (macros differ per
-    replica), the svc and env plugins, maxRetry the smallest max_retries."""
-    _check_app(app, app_id)
-    if not opts.queue:
-        raise InvalidArgument("cfg.queue", "a Volcano Job needs a queue")
-    labels = _labels(scheduler, session, app_id)
-    tasks = []
-    for i, role in enumerate(app.roles):
-        for k in range(num_replicas(role)):
-            template = pod_spec(
-                app, i, k, app_id, opts, scheduler=scheduler, session=session, shape="volcano"
-            )
-            task: Obj = {"replicas": 1, "name": f"{role_dns(app, i)}-{k}", "template": template}
-            if role.max_retries > 0:
-                task["maxRetry"] = role.max_retries
-                task["policies"] = _VOLCANO_POLICIES[role.retry_policy]
-            if role.HasField("min_replicas"):  # elastic: the first min_replicas are required
-                task["minAvailable"] = 1 if k < role.min_replicas else 0
-            tasks.append(task)
-    spec: Obj = {
-        "schedulerName": "volcano",
-        "queue": opts.queue,
-        # What Volcano's admission webhook would set: every task's minimum.
-        "minAvailable": sum(t.get("minAvailable", 1) for t in tasks),
-        "maxRetry": min(r.max_retries for r in app.roles),
-        # svc: a headless Service and VC_<TASK>_HOSTS; publish before ready (volcano#533).
-        "plugins": {"svc": ["--publish-not-ready-addresses"], "env": []},
-        "tasks": tasks,
-    }
-    if opts.priority_class:
-        spec["priorityClassName"] = opts.priority_class
-    return [
-        {
-            "apiVersion": VOLCANO_API,
-            "kind": "Job",
-            "metadata": _root_meta(app, app_id, labels),
-            "spec": spec,
-        }
-    ]
-
-
-# -- MCAD AppWrapper ---------------------------------------------------------------------------
-
-
-def appwrapper_objects(
-    app: AppDef, app_id: str, opts: McadOpts, *, scheduler: str, session: str
-) -> list[Obj]:
-    """One AppWrapper wrapping, in order: a PodGroup per role (with a coscheduler), a Pod
-    `<app_id>-<role>-<k>` per replica (TorchX's `<app_id>-<k>` collides across roles) and the
-    headless Service."""
-    _check_app(app, app_id)
-    api = APPWRAPPER_APIS.get(opts.appwrapper_version)
-    if api is None:
-        raise InvalidArgument(
-            "cfg.appwrapper_version",
-            f"expected {' or '.join(APPWRAPPER_APIS)}, got {opts.appwrapper_version!r}",
-        )
-    v1beta2 = opts.appwrapper_version == "v1beta2"
-    if v1beta2 and opts.priority is not None:
-        raise InvalidArgument(
-            "cfg.priority", "AppWrapper v1beta2 has no priority: use priority_class_name"
-        )
-    labels = _labels(scheduler, session, app_id)
-    items: list[tuple[Obj, int]] = []  # (object, pods in it)
-    if opts.coscheduler_name:
-        for i, role in enumerate(app.roles):
-            group = {
-                "apiVersion": PODGROUP_API,
-                "kind": "PodGroup",
-                "metadata": {"name": f"{app_id}-pg{i}", "labels": dict(labels)},
-                "spec": {"minMember": num_replicas(role)},
-            }
-            items.append((group, 0))
-    for i, role in enumerate(app.roles):
-        for k in range(num_replicas(role)):
-            pod = pod_spec(
-                app, i, k, app_id, opts, scheduler=scheduler, session=session, shape="mcad"
-            )
-            pod["metadata"] = {"name": f"{app_id}-{role_dns(app, i)}-{k}", **pod["metadata"]}
-            if opts.coscheduler_name:
-                pod["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"] = f"{app_id}-pg{i}"
-            items.append(({"apiVersion": "v1", "kind": "Pod", **pod}, 1))
-    service = _service(app, app_id, labels)
-    service["metadata"].pop("annotations")  # the AppWrapper is the root
-    items.append((service, 0))
-    meta = _root_meta(app, app_id, labels)
-    retries = min(r.max_retries for r in app.roles)
-    spec: Obj
-    if v1beta2:
-        meta["annotations"][RETRY_LIMIT_ANNOTATION] = str(retries)
-        spec = {
-            "components": [
-                {"podSets": [{"replicas": 1, "path": "template"}] if n else [], "template": obj}
-                for obj, n in items
-            ]
-        }
-    else:
-        spec = {
-            "resources": {
-                "GenericItems": [{"replicas": 1, "generictemplate": obj} for obj, _ in items]
-            }
-        }
-        if opts.priority is not None:
-            spec["priority"] = opts.priority
-        if retries > 0:  # as TorchX: requeue the whole wrapper, with exponential back-off
-            spec["schedulingSpec"] = {
-                "minAvailable": sum(n for _, n in items),
-                "requeuing": {
-                    "timeInSeconds": 300,
-                    "maxTimeInSeconds": 0,
-                    "growthType": "exponential",
-                    "maxNumRequeuings": retries,
-                },
-            }
-    return [{"apiVersion": api, "kind": "AppWrapper", "metadata": meta, "spec": spec}]
 
 
 # -- YAML --------------------------------------------------------------------------------------

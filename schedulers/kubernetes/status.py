@@ -6,7 +6,7 @@ app, its Volcano Job, or its AppWrapper) and its pods. The app's shape comes fro
 `txd.dev/roles` annotation every controller object carries, so replicas with no pod yet are
 reported too. Replica states come from pods (phase, exit code, waiting reasons such as
 ImagePullBackOff); the app's state is folded from them by the one rule
-(txd.schedulers.fold.fold). A Volcano Job's or AppWrapper's controller has the last word on a
+(txd.schedulers.fold.app_status). A Volcano Job's or AppWrapper's controller has the last word on a
 failed pod (a policy may restart it): its phase decides that replica's state
 (_controlled_replica), so the app fails only once the controller says so.
 """
@@ -18,8 +18,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from txd.schedulers.fold import fold, group_replicas
-from txd.schedulers.kubernetes.objects import (
+from txd.schedulers import fold
+from txd.schedulers.kubernetes.names import (
     APP_ID_LABEL,
     REPLICA_LABEL,
     ROLE_LABEL,
@@ -233,8 +233,8 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
         if (key := pod_key(pod, roles)) is not None:
             by_key.setdefault(key, []).append(pod)
     kind, api = owners[0].get("kind", ""), str(owners[0].get("apiVersion", ""))
-    out = AppStatus(app_id=app_id)
     replicas: list[ReplicaStatus] = []
+    restarts, said = 0, ""
     if kind == "Job" and api == "batch/v1":
         jobs: dict[tuple[str, int], Obj] = {}
         for owner in owners:
@@ -251,8 +251,7 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
                 replicas.append(
                     _job_replica(role, k, jobs.get((role, k)), by_key.get((role, k), []))
                 )
-        out.num_restarts = max((_restarts(j) for j in owners), default=0)
-        out.state = fold([r.state for r in replicas])
+        restarts = max((_restarts(j) for j in owners), default=0)
     else:
         owner = owners[0]
         status = owner.get("status") or {}
@@ -264,21 +263,42 @@ def app_status(app_id: str, owners: Sequence[Obj], pods: Sequence[Obj]) -> AppSt
         else:  # a Volcano Job
             phase = (status.get("state") or {}).get("phase") or ""
             phase_state = VOLCANO_PHASES.get(phase, AppState.PENDING)
-            out.num_restarts = int(status.get("retryCount") or 0)
+            restarts = int(status.get("retryCount") or 0)
         for role, n in shape:
             for k in range(n):
                 found = by_key.get((role, k))
                 replicas.append(_controlled_replica(role, k, found, phase_state))
-        out.state = fold([r.state for r in replicas])
         if phase:
-            out.msg = f"{kind} phase {phase}"
-    out.roles.extend(group_replicas(replicas))
+            said = f"{kind} phase {phase}"
+    out = fold.app_status(app_id, replicas, msg=said)
+    out.num_restarts = restarts
     if out.state == AppState.CANCELLED:
         out.msg = "cancelled by request"
     elif notes := [_note(r) for r in replicas if r.state == AppState.FAILED or (
         r.state == AppState.PENDING and r.structured_error_msg
     )]:  # fmt: skip
         out.msg = "; ".join(notes)
+    return out
+
+
+def listed_statuses(
+    namespace: str, owners: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]]
+) -> list[AppStatus]:
+    """The statuses of the apps whose controller objects one LIST of the namespace found
+    (`owners`, kind and apiVersion set), from those and the namespace's pods (another LIST)."""
+    by_app: dict[str, list[dict[str, Any]]] = {}
+    for obj in owners:
+        obj["metadata"]["namespace"] = namespace
+        by_app.setdefault(app_id_of(obj), []).append(obj)
+    by_name: dict[str | None, list[dict[str, Any]]] = {}
+    for pod in pods:
+        pod["metadata"]["namespace"] = namespace
+        by_name.setdefault((_meta(pod).get("labels") or {}).get(APP_ID_LABEL), []).append(pod)
+    out = []
+    for app_id, objs in by_app.items():
+        found = by_name.get(app_id.partition(":")[2], [])
+        if (status := app_status(app_id, objs, found)) is not None:
+            out.append(status)
     return out
 
 

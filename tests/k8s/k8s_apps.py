@@ -6,14 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from txd.schedulers.kubernetes.objects import (
-    KubernetesOpts,
-    McadOpts,
-    appwrapper_objects,
-    indexed_objects,
-    plain_objects,
-    volcano_objects,
-)
+from txd.schedulers.kubernetes.crds import appwrapper_objects, volcano_objects
+from txd.schedulers.kubernetes.objects import indexed_objects, plain_objects
+from txd.schedulers.kubernetes.opts import KubernetesOpts, McadOpts
 from txd.v1.app_pb2 import AppDef, BindMount, DeviceMount, Mount, Resource, Role, VolumeMount
 
 APP_ID = "demo-bcdfghjklmnp"

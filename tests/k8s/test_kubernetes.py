@@ -7,6 +7,7 @@ list. Every pod uses the node's network and the engine's test images (k8s_testin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 from pathlib import Path
@@ -16,7 +17,9 @@ import pytest
 import yaml
 from docker_testing import BUSYBOX
 from k8s_testing import K8S_CFG, Cluster, gated_role, sh_role
-from txd.v1 import AppDef, AppState, AppStatus, BindMount, Mount, Role
+from txd.schedulers.api import SUBSCRIBED, Change, NoAnswer, SubmitContext, Subscribed
+from txd.schedulers.kubernetes import kubernetes
+from txd.v1 import AppDef, AppState, AppStatus, BindMount, CfgValue, Mount, Role
 from txd_testing import Daemon, read_logs, read_logs_by_replica, repeated_statuses, unique
 
 SCHED = "kubernetes"
@@ -169,6 +172,63 @@ async def test_delete_leaves_no_object(
     with pytest.raises(Exception) as e:
         await k8s_client.status(handle)
     assert getattr(e.value, "code", "") == "NOT_FOUND", e.value
+
+
+async def test_an_app_deleted_outside_txd_keeps_its_last_state_marked_stale(
+    k8s_client: Any, k8s_cluster: Cluster, k8s_namespace: str
+) -> None:
+    app = AppDef(name="behind", roles=[sleeper("main")])
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
+    name = app_name(handle)
+    await wait_running(k8s_client, handle)
+    # The root goes behind txd's back; the garbage collector takes the rest.
+    k8s_cluster.kubectl("delete", "service", "-n", k8s_namespace, name, "--wait=false")
+    wait_until_gone(k8s_cluster, k8s_namespace, name, "services,jobs,pods")
+    seen = []
+    async with asyncio.timeout(60):
+        async for status in k8s_client.watch(handle):  # pushed by the watch, no resync
+            seen.append(status)
+            if status.stale_msg:
+                break
+    assert seen and "deleted outside txd" in seen[-1].stale_msg, seen
+    assert seen[-1].state == AppState.RUNNING, seen[-1]  # the last state known, kept
+
+
+async def test_the_change_stream_pushes_no_answer_for_an_app_deleted_outside_txd(
+    k8s_cluster: Cluster, k8s_namespace: str
+) -> None:
+    """The scheduler's own stream says what describe_many would (NoAnswer: the last state
+    kept), instead of a second SUBSCRIBED that has the daemon describe every job."""
+    settings = {"kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace}
+    sched = kubernetes.create_scheduler("changes", settings=settings)
+    cfg = {
+        k: CfgValue(bool=v) if isinstance(v, bool) else CfgValue(str=v) for k, v in K8S_CFG.items()
+    }
+    seen: list[Change | Subscribed] = []
+    async with asyncio.TaskGroup() as tasks:
+        await sched.start(tasks)
+        try:
+            app = AppDef(name="behind", roles=[sleeper("main")])
+            info = await sched.submit_dryrun(app, cfg, SubmitContext(cwd="/", env={}))
+            app_id = (await sched.schedule(info)).app_id
+            deleted = False
+            async with asyncio.timeout(180), contextlib.aclosing(sched.changes()) as changes:
+                async for item in changes:
+                    seen.append(item)
+                    if not isinstance(item, Change) or item.app_id != app_id:
+                        continue
+                    if isinstance(item.status, NoAnswer):
+                        break
+                    if not deleted and item.status and item.status.state == AppState.RUNNING:
+                        deleted = True  # behind txd's back: the collector takes the rest
+                        await asyncio.to_thread(
+                            k8s_cluster.kubectl,
+                            "delete", "service", "-n", k8s_namespace, app_id.partition(":")[2],
+                        )  # fmt: skip
+        finally:
+            await sched.aclose()
+    assert [i for i in seen if isinstance(i, Subscribed)] == [SUBSCRIBED], seen
+    assert seen[-1] == Change(app_id, NoAnswer(kubernetes.REMOVED)), seen
 
 
 async def test_logs_followed_while_running_then_since_until_and_one_stream_unimplemented(

@@ -205,6 +205,54 @@ async def test_objects_outside_the_selector_are_never_seen(kube: Kube, label: st
         assert set(informer.store) == {"mine", "end"}
 
 
+async def test_the_index_holds_the_objects_of_each_label_value(kube: Kube, label: str) -> None:
+    """With index_label, labelled(v) is the store's objects whose label is v, after the list,
+    each event (a relabelled object moves) and a refresh: one app's objects without a scan."""
+    group = "txd.dev/test-group"
+
+    async def create(name: str, value: str) -> None:
+        labels = {LABEL: label, group: value}
+        body = {"metadata": {"name": name, "labels": labels}, "data": {"v": "0"}}
+        await kube.request("POST", cms(label), body=body)
+
+    async def relabel(name: str, value: str) -> None:
+        await kube.request(
+            "PATCH",
+            f"{cms(label)}/{name}",
+            body={"metadata": {"labels": {group: value}}},
+            content_type="application/merge-patch+json",
+        )
+
+    objs = Objects(kube, label)
+    await create("a1", "a")
+    await create("b1", "b")
+    informer = Informer(kube, cms(label), f"{LABEL}={label}", "configmaps", index_label=group)
+
+    def names(value: str) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in informer.labelled(value))
+
+    async with contextlib.aclosing(informer.events()) as events:
+        assert await anext(events) is SYNCED
+        assert (names("a"), names("b")) == (["a1"], ["b1"])
+        await create("a2", "a")
+        await objs.change("b1", "1")
+        await relabel("a1", "b")
+        await objs.create("end")  # without the indexed label: in the store, not the index
+        await take(events, "end")
+        assert (names("a"), names("b")) == (["a2"], ["a1", "b1"])
+        assert [o["data"] for o in informer.labelled("b") if o["metadata"]["name"] == "b1"] == [
+            {"v": "1"}
+        ]
+        await objs.delete("a1")
+        await create("end2", "c")
+        await take(events, "end2")
+        assert (names("a"), names("b"), names("c")) == (["a2"], ["b1"], ["end2"])
+    await relabel("a2", "b")  # while nobody watches: the next list indexes it anew
+    await informer.refresh()
+    assert (names("a"), names("b"), names("c")) == ([], ["a2", "b1"], ["end2"])
+    assert sum(len(informer.labelled(v)) for v in "abc") == len(informer.store) - 1
+
+
 async def test_410_after_compaction_relists_and_yields_each_difference_once(
     k8s_cluster: Cluster, kube: Kube, label: str
 ) -> None:

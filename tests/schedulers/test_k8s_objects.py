@@ -1,5 +1,5 @@
-"""The Kubernetes objects txd builds (schedulers/kubernetes/objects.py), without a
-cluster: golden YAML for every shape, every object checked against a current Kubernetes
+"""The Kubernetes objects txd builds (schedulers/kubernetes/objects.py, crds.py, names.py),
+without a cluster: golden YAML for every shape, every object checked against a current Kubernetes
 release's JSON schemas (kubernetes-validate, strict: an unknown field fails), TorchX parity,
 and bad input.
 
@@ -22,6 +22,7 @@ import yaml
 from k8s_apps import APP_ID, SHAPES, build, two_role_app
 from torchx.util.strings import normalize_str
 from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.kubernetes import crds, names
 from txd.schedulers.kubernetes import objects as ko
 from txd.v1.app_pb2 import AppDef, BindMount, Mount, Resource, Role, VolumeMount
 
@@ -50,7 +51,7 @@ def _as_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
         else:
             inner = [g["generictemplate"] for g in obj["spec"]["resources"]["GenericItems"]]
         return [o for o in inner if o["kind"] != "PodGroup"]
-    if obj["apiVersion"] == ko.VOLCANO_API:
+    if obj["apiVersion"] == crds.VOLCANO_API:
         return [{"apiVersion": "v1", "kind": "Pod", **t["template"]} for t in obj["spec"]["tasks"]]
     return [obj]
 
@@ -269,15 +270,15 @@ def test_appwrapper_pods_named_by_role_and_replica() -> None:
 
 def test_app_id_fits_every_name() -> None:
     long_role = Role(name="r" * 40, image="i", entrypoint="e", num_replicas=10)
-    app_id = ko.app_id_for("My_Very.Long-Application-Name-" + "x" * 60, [long_role])
+    app_id = names.app_id_for("My_Very.Long-Application-Name-" + "x" * 60, [long_role])
     assert re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", app_id), app_id
     assert len(f"{app_id}-{'r' * 40}-9") == 63  # the name part is cut to fit, no shorter
     assert app_id.startswith("myveryl-")
-    roomy = ko.app_id_for("My_Very.Long-Application-Name-" + "x" * 60, [Role(name="w")])
+    roomy = names.app_id_for("My_Very.Long-Application-Name-" + "x" * 60, [Role(name="w")])
     assert len(roomy) == 42 and roomy.startswith("myverylong-application-name-")
-    short = ko.app_id_for("7up", [])
+    short = names.app_id_for("7up", [])
     assert re.fullmatch(r"up-[a-z0-9]{12}", short), short
-    assert re.fullmatch(r"[b-z][a-z0-9]{11}", ko.app_id_for("___", []))
+    assert re.fullmatch(r"[b-z][a-z0-9]{11}", names.app_id_for("___", []))
 
 
 def _role0(**fields: Any) -> Callable[[AppDef], None]:
@@ -367,7 +368,7 @@ def test_bad_input_names_the_field(
 
 def test_a_role_name_too_long_for_any_app_id() -> None:
     with pytest.raises(InvalidArgument, match=r"app.roles\[1\].name: too long"):
-        ko.app_id_for("x", [Role(name="a"), Role(name="b" * 50)])
+        names.app_id_for("x", [Role(name="a"), Role(name="b" * 50)])
 
 
 def test_render_yaml_header_and_order() -> None:

@@ -1,0 +1,59 @@
+"""The run options (a Run's cfg) of the schedulers kubernetes (`KubernetesOpts`) and
+kubernetes_mcad (`McadOpts`); txd.schedulers.kubernetes.objects and crds build from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from txd.schedulers.options import opt
+
+
+@dataclass
+class KubernetesOpts:
+    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
+    queue: str | None = opt(
+        None, "a Volcano queue: run as one Volcano Job, as TorchX (default: plain batch/v1 Jobs)"
+    )
+    service_account: str | None = opt(None, "the service account of every pod")
+    priority_class: str | None = opt(None, "the PriorityClass of every pod")
+    image_repo: str | None = opt(
+        None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
+    )
+    host_network: bool = opt(False, "run the pods in the node's network namespace")
+    image_pull_policy: str | None = opt(
+        None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
+    )
+    image_secret: str | None = opt(None, "the name of an image pull secret for every pod")
+    node_selector: dict[str, str] = opt({}, "node labels every pod requires (label:value,...)")
+    tolerations: list[str] = opt(
+        [], "taints every pod tolerates: key=value:Effect, key:Effect (any value) or key"
+    )
+
+
+@dataclass
+class McadOpts:
+    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
+    image_repo: str | None = opt(
+        None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
+    )
+    service_account: str | None = opt(None, "the service account of every pod")
+    priority: int | None = opt(
+        None, "the AppWrapper's priority, higher first (AppWrapper v1beta1 only)"
+    )
+    priority_class_name: str | None = opt(None, "the PriorityClass of every pod")
+    image_secret: str | None = opt(None, "the name of an image pull secret for every pod")
+    coscheduler_name: str | None = opt(
+        None, "a coscheduler: every pod gets this schedulerName and each role a PodGroup"
+    )
+    network: str | None = opt(
+        None, "an additional pod network (the Multus annotation k8s.v1.cni.cncf.io/networks)"
+    )
+    host_network: bool = opt(False, "run the pods in the node's network namespace")
+    image_pull_policy: str | None = opt(
+        None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
+    )
+    appwrapper_version: str = opt(
+        "v1beta2",
+        "v1beta2 (workload.codeflare.dev, the AppWrapper controller) or v1beta1 (mcad.ibm.com, "
+        "older MCAD installations)",
+    )
