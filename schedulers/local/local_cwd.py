@@ -4,7 +4,7 @@ The daemon supervises the processes itself: it reads their stdout/stderr through
 indexed log files (schedulers.logfiles) and learns of every exit from the event loop at once,
 so state changes are pushed, never polled. Replicas cannot outlive the daemon: on shutdown they
 are stopped (SIGTERM to the group, SIGKILL after a grace period), and after a crash the next
-daemon finds the ones still alive by pid and start time, and stops them.
+daemon finds the ones still alive by pid and start time, and stops them (local.recovery).
 
 Ignored, as in TorchX: image (the caller's cwd is the image root), resources, retries, mounts.
 """
@@ -37,13 +37,13 @@ from txd.schedulers.api import (
     SubmitContext,
     Submitted,
     Subscribed,
-    is_terminal,
     make_unique,
     num_replicas,
 )
 from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
 from txd.schedulers.exhaustion import exhausted
 from txd.schedulers.fold import fold, group_replicas
+from txd.schedulers.local.recovery import REPLICA_ENV, killpg, settle_after_crash, start_ticks
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.schedulers.options import opt
 from txd.v1 import AppState
@@ -53,9 +53,6 @@ from txd.v1.scheduler_pb2 import Capabilities
 log = logging.getLogger(__name__)
 
 RANK0_ENV = "TORCHX_RANK0_HOST"
-# Set in every replica's environment to its log path (unique to it): a daemon that died before
-# it recorded a replica's pid leaves the next one this way to find the replica's processes.
-REPLICA_ENV = "TXD_LOCAL_REPLICA"
 # Stopping an app (on cancel, or once its last replica has exited and leftover children may
 # still hold its pipes): SIGTERM to each group, SIGKILL after this many seconds, and the pipes
 # closed after as long again. Daemon shutdown uses its own --grace instead.
@@ -99,25 +96,6 @@ class PopenRequest:
 
 def _exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process start time (clock ticks since boot) from /proc, to tell a reused pid apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Field 22; the command name (field 2) may contain spaces, so count from its closing paren.
-    return int(stat[stat.rindex(b")") + 2 :].split()[19])
-
-
-def _killpg(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 class _Replica(asyncio.SubprocessProtocol):
@@ -224,11 +202,11 @@ class _App:
         """SIGTERM to every replica's group, SIGKILL after `grace`; returns once every replica
         has exited and its pipes are closed."""
         for r in self.replicas:
-            _killpg(r.pid, signal.SIGTERM)
+            killpg(r.pid, signal.SIGTERM)
         if await self._ended_within(grace):
             return
         for r in self.replicas:
-            _killpg(r.pid, signal.SIGKILL)
+            killpg(r.pid, signal.SIGKILL)
         if not await self._ended_within(grace):
             # A process that left the group (setsid) still holds a pipe: stop reading from it.
             for r in self.replicas:
@@ -509,7 +487,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     async def recover(self, jobs: Sequence[tuple[Job, AppStatus]]) -> dict[str, AppStatus]:
         """Jobs the previous daemon left running: their replicas cannot outlive it, so stop
         whatever of them still runs, and record what happened."""
-        return {job.app_id: await _settle_after_crash(job, status) for job, status in jobs}
+        return {
+            job.app_id: await settle_after_crash(job, status, DRAIN_GRACE) for job, status in jobs
+        }
 
     async def shutdown(self, grace: float) -> None:
         live = list(self._apps.values())
@@ -522,128 +502,6 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             for r in app.replicas:
                 if r.transport is not None:
                     r.transport.close()
-
-
-async def _settle_after_crash(job: Job, status: AppStatus) -> AppStatus:
-    """Stops every recorded process group that still has a member, and records why."""
-    groups: dict[str, tuple[list[int], list[int]]] = {}  # replica -> (pgids, live members)
-    replicas = job.native.get("replicas", [])
-    unrecorded = {r["log"] for r in replicas if not r.get("pid")}
-    by_env = _processes_by_replica_env(unrecorded) if unrecorded else {}
-    for r in replicas:
-        name = f"{r['role']}/{r['replica_id']}"
-        if not r.get("pid"):  # started, or about to be, when the daemon died
-            if found := by_env.get(r["log"]):
-                pgids = sorted({pgid for _, pgid in found})
-                groups[name] = (pgids, [pid for pid, _ in found])
-        elif members := _group_members(r["pid"], r.get("start_ticks")):
-            groups[name] = ([r["pid"]], members)
-    members = [pid for _, live in groups.values() for pid in live]
-    await _stop_strangers([pgid for pgids, _ in groups.values() for pgid in pgids], members)
-    out = AppStatus()
-    out.CopyFrom(status)
-    if groups:
-        out.state = AppState.CANCELLED
-        out.msg = (
-            f"txd restarted after a crash; stopped {len(members)} process(es) of replica(s) "
-            f"{', '.join(groups)} still running from before"
-        )
-    elif unrecorded:
-        out.state = AppState.FAILED
-        out.msg = "txd stopped unexpectedly while it started the job; it may not have run"
-    else:
-        out.state = AppState.FAILED
-        out.msg = "txd stopped unexpectedly while the job ran; its outcome is unknown"
-    for role in out.roles:
-        for replica in role.replicas:
-            if not is_terminal(replica.state):
-                replica.state = out.state
-    return out
-
-
-def _group_members(pgid: int | None, leader_ticks: int | None) -> list[int]:
-    """The live processes of the process group a replica led. Its leader may have exited while
-    others of the group run on; the group's id cannot be handed to a new process while any
-    member lives, so members found are the replica's. Only a leader alive with another start
-    time is a stranger: the pid was reused after the whole group had gone."""
-    if pgid is None or leader_ticks is None:
-        return []
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and _pgrp(int(entry.name)) == pgid:
-            members.append(int(entry.name))
-    if pgid in members and _start_ticks(pgid) != leader_ticks:
-        return []
-    return members
-
-
-def _processes_by_replica_env(logs: set[str]) -> dict[str, list[tuple[int, int]]]:
-    """(pid, process group) of the live processes whose environment sets REPLICA_ENV to one
-    of `logs`, by that value: a replica's processes whose pid was never recorded."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    prefix = f"{REPLICA_ENV}=".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:  # gone, or another user's
-            continue
-        for var in env:
-            if var.startswith(prefix) and (log := os.fsdecode(var[len(prefix) :])) in logs:
-                pid = int(entry.name)
-                if (pgid := _pgrp(pid)) is not None:
-                    out.setdefault(log, []).append((pid, pgid))
-                break
-    return out
-
-
-def _pgrp(pid: int) -> int | None:
-    """The process group of a live process; None for a zombie (it has ended, only its exit
-    status waits to be collected) or a process that is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Fields 3 and 5; the command name (field 2) may contain spaces: count from its paren.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return None if fields[0] == b"Z" else int(fields[2])
-
-
-async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:
-    """SIGTERM, then SIGKILL after the grace period, to process groups that are not our
-    children; the exits of their members are awaited through pidfds, which the loop watches
-    (no polling)."""
-    loop = asyncio.get_running_loop()
-    waits = []
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        gone = loop.create_future()
-        loop.add_reader(fd, _resolve, gone)
-        waits.append((fd, gone))
-    for pgid in pgids:
-        _killpg(pgid, signal.SIGTERM)
-    # asyncio.wait, not gather under a timeout: that would cancel the futures at the first
-    # timeout, and the wait after SIGKILL would then end at once with CancelledError.
-    pending: set[asyncio.Future[None]] = {g for _, g in waits}
-    try:
-        for sig in (signal.SIGKILL, None):
-            if pending:
-                _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)
-            if not pending:
-                return
-            if sig is not None:
-                for pgid in pgids:
-                    _killpg(pgid, sig)
-    finally:
-        for fd, _ in waits:
-            loop.remove_reader(fd)
-            os.close(fd)
 
 
 def _native(req: PopenRequest, replicas: list[_Replica]) -> dict[str, Any]:
@@ -659,7 +517,7 @@ def _native(req: PopenRequest, replicas: list[_Replica]) -> dict[str, Any]:
                 "replica_id": spec.replica_id,
                 "log": spec.log,
                 "pid": pid,
-                "start_ticks": _start_ticks(pid) if pid else None,
+                "start_ticks": start_ticks(pid) if pid else None,
             }
         )
     return {"app_dir": req.app_dir, "replicas": out}
@@ -691,11 +549,6 @@ def _closed(writer: LogWriter) -> Callable[[], bool]:
 
 def _factory(replica: _Replica) -> Callable[[], _Replica]:
     return lambda: replica
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 def _join_path(role_path: str, caller_path: str, cwd: str, *, prepend_cwd: bool) -> str:
