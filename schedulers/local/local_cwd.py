@@ -12,15 +12,12 @@ Ignored, as in TorchX: image (the caller's cwd is the image root), resources, re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import pprint
 import shutil
 import signal
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +29,25 @@ from txd.schedulers.api import (
     Ended,
     Job,
     LogQuery,
-    Macros,
     Scheduler,
     SubmitContext,
     Submitted,
     Subscribed,
     make_unique,
-    num_replicas,
 )
 from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
 from txd.schedulers.exhaustion import exhausted
 from txd.schedulers.fold import fold, group_replicas
-from txd.schedulers.local.recovery import REPLICA_ENV, killpg, settle_after_crash, start_ticks
+from txd.schedulers.local import request
+from txd.schedulers.local.recovery import killpg, settle_after_crash
+from txd.schedulers.local.request import LocalOpts, PopenRequest, ReplicaSpec
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
-from txd.schedulers.options import opt
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)
 
-RANK0_ENV = "TORCHX_RANK0_HOST"
 # Stopping an app (on cancel, or once its last replica has exited and leftover children may
 # still hold its pipes): SIGTERM to each group, SIGKILL after this many seconds, and the pipes
 # closed after as long again. Daemon shutdown uses its own --grace instead.
@@ -60,38 +55,6 @@ DRAIN_GRACE = 2.0
 # Final statuses kept after an app ends, for a describe that races its end (a job that ends
 # before the daemon follows it). The daemon records the final status; this is only a buffer.
 RECENT_FINISHED = 1024
-
-
-@dataclass
-class LocalOpts:
-    log_dir: str | None = opt(
-        None, "directory for the replicas' log files (default: under the daemon's state dir)"
-    )
-    prepend_cwd: bool = opt(
-        False, "put the working directory first on the replicas' PATH (default: last)"
-    )
-    auto_set_cuda_visible_devices: bool = opt(
-        False,
-        "give each GPU-requesting replica its own CUDA_VISIBLE_DEVICES; does nothing when the "
-        "host has fewer GPUs than requested",
-    )
-
-
-@dataclass
-class ReplicaSpec:
-    role: str
-    replica_id: int
-    args: list[str]
-    env: dict[str, str]
-    cwd: str
-    log: str  # the replica's log files are <log>.log and <log>.idx
-
-
-@dataclass
-class PopenRequest:
-    app_id: str
-    app_dir: str
-    replicas: list[ReplicaSpec]
 
 
 def _exit_code(returncode: int) -> int:
@@ -294,73 +257,15 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         if not base.is_absolute():
             base = Path(ctx.cwd) / base
         app_dir = base / self.session_name / app_id
-        cuda = await self._cuda_devices(app) if opts.auto_set_cuda_visible_devices else {}
-        replicas = []
-        for i, role in enumerate(app.roles):
-            for k in range(num_replicas(role)):
-                macros = Macros(
-                    img_root=ctx.cwd, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV
-                )
-                r = macros.apply(role)
-                log = app_dir / f"{role.name}.{k}"
-                env = dict(ctx.env)
-                env.update(r.env)
-                env[RANK0_ENV] = "localhost"
-                env.setdefault("PYTHONUNBUFFERED", "x")
-                env[REPLICA_ENV] = str(log)
-                env.setdefault("TORCHELASTIC_ERROR_FILE", f"{log}.error.json")
-                env["PATH"] = _join_path(
-                    r.env.get("PATH", ""),
-                    ctx.env.get("PATH", ""),
-                    ctx.cwd,
-                    prepend_cwd=opts.prepend_cwd,
-                )
-                if (role.name, k) in cuda:
-                    env["CUDA_VISIBLE_DEVICES"] = cuda[(role.name, k)]
-                if shutil.which(r.entrypoint, path=env["PATH"]) is None and not (
-                    "/" in r.entrypoint and os.access(Path(ctx.cwd, r.entrypoint), os.X_OK)
-                ):
-                    raise InvalidArgument(
-                        f"app.roles[{i}].entrypoint",
-                        f"{r.entrypoint!r} is not an executable found on the caller's PATH "
-                        f"or relative to {ctx.cwd}",
-                    )
-                replicas.append(
-                    ReplicaSpec(
-                        role=role.name,
-                        replica_id=k,
-                        args=[r.entrypoint, *r.args],
-                        env=env,
-                        cwd=ctx.cwd,
-                        log=str(log),
-                    )
-                )
-        req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
+        req = await request.build(app, opts, ctx, app_id, app_dir)
         return DryRunInfo(
             app=app,
             request=req,
             opts=opts,
-            render=lambda: _render(req, ctx.env),
+            render=lambda: request.render(req, ctx.env),
             app_id=app_id,
-            native=_native(req, []),  # no pids yet: recover() finds them by REPLICA_ENV
+            native=request.native(req, {}),  # no pids yet: recover() finds them by REPLICA_ENV
         )
-
-    async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
-        """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
-        wanted = [
-            (role.name, k, role.resource.gpu)
-            for role in app.roles
-            if role.resource.gpu > 0
-            for k in range(num_replicas(role))
-        ]
-        total = sum(n for _, _, n in wanted)
-        if total == 0 or total > await _gpu_count():
-            return {}
-        out, next_dev = {}, 0
-        for role_name, k, n in wanted:
-            out[(role_name, k)] = ",".join(str(d) for d in range(next_dev, next_dev + n))
-            next_dev += n
-        return out
 
     async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> Submitted:
         req = dryrun.request
@@ -397,7 +302,8 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         app.maybe_finish()  # every replica may have exited during the spawns
         # Crash recovery identifies a replica's process group by its leader's pid and start
         # time, so a reused pid is never hit.
-        return Submitted(req.app_id, _native(req, app.replicas))
+        pids = {(r.spec.role, r.spec.replica_id): r.pid for r in app.replicas}
+        return Submitted(req.app_id, request.native(req, pids))
 
     async def _abort(self, app: _App) -> None:
         """Undoes a half-done schedule: stops what started, then forgets the app and its logs."""
@@ -504,36 +410,6 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     r.transport.close()
 
 
-def _native(req: PopenRequest, replicas: list[_Replica]) -> dict[str, Any]:
-    """What the job store keeps: where the logs are, and each replica's process group (pid
-    None for one not started yet)."""
-    pids = {(r.spec.role, r.spec.replica_id): r.pid for r in replicas}
-    out = []
-    for spec in req.replicas:
-        pid = pids.get((spec.role, spec.replica_id))
-        out.append(
-            {
-                "role": spec.role,
-                "replica_id": spec.replica_id,
-                "log": spec.log,
-                "pid": pid,
-                "start_ticks": start_ticks(pid) if pid else None,
-            }
-        )
-    return {"app_dir": req.app_dir, "replicas": out}
-
-
-def _render(req: PopenRequest, caller_env: dict[str, str]) -> str:
-    """The request for people: the caller's environment is left out, only what txd adds or
-    changes in it is shown."""
-    replicas = []
-    for s in req.replicas:
-        env = {k: v for k, v in s.env.items() if caller_env.get(k) != v}
-        replicas.append({**asdict(s), "env": env})
-    data = {"app_id": req.app_id, "app_dir": req.app_dir, "replicas": replicas}
-    return pprint.pformat(data, width=100, sort_dicts=False)
-
-
 async def _until(chunks: AsyncIterator[bytes], ended: Ended | None) -> AsyncIterator[bytes]:
     """The chunks, then (following) the wait for the daemon to know the job is over: a follow
     ends with the job, not with one replica's output."""
@@ -549,26 +425,6 @@ def _closed(writer: LogWriter) -> Callable[[], bool]:
 
 def _factory(replica: _Replica) -> Callable[[], _Replica]:
     return lambda: replica
-
-
-def _join_path(role_path: str, caller_path: str, cwd: str, *, prepend_cwd: bool) -> str:
-    parts = [p for p in (role_path + ":" + caller_path).split(":") if p]
-    parts = [cwd, *parts] if prepend_cwd else [*parts, cwd]
-    return ":".join(dict.fromkeys(parts))
-
-
-async def _gpu_count() -> int:
-    """GPUs on this host, from `nvidia-smi -L` (0 when it is missing or fails)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    with contextlib.suppress(OSError):
-        proc = await asyncio.create_subprocess_exec(
-            "nvidia-smi", "-L", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-        )
-        out, _ = await proc.communicate()
-        if proc.returncode == 0:
-            return sum(1 for line in out.decode().splitlines() if line.startswith("GPU "))
-    return 0
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:
