@@ -21,6 +21,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Se
 from pathlib import Path
 from typing import Any
 
+from txd.schedulers.aiters import until
 from txd.schedulers.api import (
     SUBSCRIBED,
     Change,
@@ -37,7 +38,7 @@ from txd.schedulers.api import (
 )
 from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
 from txd.schedulers.exhaustion import exhausted
-from txd.schedulers.fold import fold, group_replicas
+from txd.schedulers.fold import app_status
 from txd.schedulers.local import request
 from txd.schedulers.local.recovery import killpg, settle_after_crash
 from txd.schedulers.local.request import LocalOpts, PopenRequest, ReplicaSpec
@@ -189,11 +190,11 @@ class _App:
 
     def status(self) -> AppStatus:
         replicas = [r.status() for r in self.replicas]
-        state = fold([r.state for r in replicas])
-        out = AppStatus(state=state, app_id=self.req.app_id, ui_url=f"file://{self.req.app_dir}")
-        if state == AppState.CANCELLED:
+        out = app_status(self.req.app_id, replicas)
+        out.ui_url = f"file://{self.req.app_dir}"
+        if out.state == AppState.CANCELLED:
             out.msg = self.cancel_msg
-        elif state == AppState.FAILED:
+        elif out.state == AppState.FAILED:
             out.msg = ", ".join(
                 f"{r.role}/{r.id} exited with {r.exit_code}"
                 for r in replicas
@@ -206,7 +207,6 @@ class _App:
                 for r in lost
             )
             out.msg = f"{out.msg}; {note}" if out.msg else note
-        out.roles.extend(group_replicas(replicas))
         return out
 
 
@@ -364,7 +364,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 if r.spec.role == role and r.spec.replica_id == k:
                     # The writer closes once the replica's pipes have: no byte can follow.
                     src = LogSource(Path(r.spec.log), r.writer.pulse, _closed(r.writer))
-                    return _until(read_log(src, query), ended if query.follow else None)
+                    return until(read_log(src, query), ended if query.follow else None)
         else:
             for rep in job.native.get("replicas", []):
                 if rep["role"] == role and rep["replica_id"] == k:
@@ -408,15 +408,6 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             for r in app.replicas:
                 if r.transport is not None:
                     r.transport.close()
-
-
-async def _until(chunks: AsyncIterator[bytes], ended: Ended | None) -> AsyncIterator[bytes]:
-    """The chunks, then (following) the wait for the daemon to know the job is over: a follow
-    ends with the job, not with one replica's output."""
-    async for chunk in chunks:
-        yield chunk
-    if ended is not None:
-        await ended()
 
 
 def _closed(writer: LogWriter) -> Callable[[], bool]:
