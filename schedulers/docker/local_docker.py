@@ -282,57 +282,32 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
 
     async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
         filters = {"type": ["container"], "label": [SCHEDULER_LABEL], "event": EVENTS}
-        async with self.engine.events(filters) as events:
+        async with self.engine.events(filters) as reads:
             yield SUBSCRIBED
-            # A reader queues the app ids events name; each batch is described with one listing,
-            # so a burst of events costs one engine call.
-            queue: asyncio.Queue[tuple[str, str, str, str] | BaseException | None]
-            queue = asyncio.Queue()
-
-            async def read() -> None:
-                try:
-                    async for event in events:
-                        actor = event.get("Actor") or {}
-                        attrs = actor.get("Attributes") or {}
-                        if app_id := attrs.get("txd.app_id"):
-                            action, code = event.get("Action", ""), attrs.get("exitCode", "")
-                            queue.put_nowait((app_id, actor.get("ID", ""), action, code))
-                    queue.put_nowait(None)
-                except Exception as e:  # the engine went away: the consumer raises it
-                    queue.put_nowait(e)
-
-            reader = asyncio.get_running_loop().create_task(read(), name="local_docker events")
             # Exit codes from die events, by container id, kept until the app is terminal: the
             # engine's listing shows an exit only a while after its die event.
             died: dict[str, tuple[str, int]] = {}
-            try:
-                while True:
-                    batch = Batch()
-                    batch.add(await queue.get())
-                    while not queue.empty():
-                        batch.add(queue.get_nowait())
-                    for container in batch.restarted:
-                        died.pop(container, None)
-                    died.update(batch.codes)
-                    if batch.apps:
-                        codes = {c: code for c, (_, code) in died.items()}
-                        found = await self._statuses(batch.apps, batch.exited, codes)
-                        gone = [a for a in batch.apps if a not in found and a not in self._deleted]
-                        for app_id, status in found.items():
-                            if is_terminal(status.state):
-                                died = {c: v for c, v in died.items() if v[0] != app_id}
-                            yield Change(app_id, status)
-                        if gone:
-                            # Removed outside txd: a resync has describe_many mark them.
-                            yield SUBSCRIBED
-                    if batch.error is not None:
-                        raise batch.error
-                    if batch.ended:
-                        return
-            finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+            # Each read's events (all that came while the last batch was answered) make one
+            # batch, described with one listing: a burst of events costs one engine call.
+            async for events in reads:
+                batch = Batch()
+                for event in events:
+                    batch.add(event)
+                for container in batch.restarted:
+                    died.pop(container, None)
+                died.update(batch.codes)
+                if not batch.apps:
+                    continue
+                codes = {c: code for c, (_, code) in died.items()}
+                found = await self._statuses(batch.apps, batch.exited, codes)
+                gone = [a for a in batch.apps if a not in found and a not in self._deleted]
+                for app_id, status in found.items():
+                    if is_terminal(status.state):
+                        died = {c: v for c, v in died.items() if v[0] != app_id}
+                    yield Change(app_id, status)
+                if gone:
+                    # Removed outside txd: a resync has describe_many mark them.
+                    yield SUBSCRIBED
 
     async def list(self) -> list[AppStatus]:
         groups = by_app(await self.engine.containers([SCHEDULER_LABEL]))

@@ -118,32 +118,31 @@ def by_app(containers: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[st
 
 @dataclass
 class Batch:
-    """Events read since the last look: the apps they name (in order), the containers that
-    exited, and whether the stream ended, or failed."""
+    """Events read together: the apps they name (in order), the containers that exited, the
+    exit codes their die events gave, and the containers a retry started again."""
 
     apps: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)
     codes: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> (app, die code)
     restarted: list[str] = field(default_factory=list)  # containers a retry started again
-    ended: bool = False
-    error: BaseException | None = None
 
-    def add(self, item: tuple[str, str, str, str] | BaseException | None) -> None:
-        """Adds one event: (app id, container id, action, the die event's exit code)."""
-        if item is None:
-            self.ended = True
-        elif isinstance(item, BaseException):
-            self.error = item
-        else:
-            app_id, container, action, code = item
-            if app_id not in self.apps:
-                self.apps.append(app_id)
-            if action in ("die", "oom") and container not in self.exited:
-                self.exited.append(container)
-            if action == "die" and code.lstrip("-").isdigit():
-                self.codes[container] = (app_id, int(code))
-            elif action in ("start", "restart"):  # a retry: it runs again
-                self.codes.pop(container, None)
-                self.restarted.append(container)
-                if container in self.exited:
-                    self.exited.remove(container)
+    def add(self, event: Mapping[str, Any]) -> None:
+        """Adds one container event of the engine's (those of containers without txd's app id
+        label are ignored)."""
+        actor = event.get("Actor") or {}
+        attrs = actor.get("Attributes") or {}
+        if not (app_id := attrs.get("txd.app_id")):
+            return
+        container, action = actor.get("ID", ""), event.get("Action", "")
+        code = attrs.get("exitCode", "")  # a die event's
+        if app_id not in self.apps:
+            self.apps.append(app_id)
+        if action in ("die", "oom") and container not in self.exited:
+            self.exited.append(container)
+        if action == "die" and code.lstrip("-").isdigit():
+            self.codes[container] = (app_id, int(code))
+        elif action in ("start", "restart"):  # a retry: it runs again
+            self.codes.pop(container, None)
+            self.restarted.append(container)
+            if container in self.exited:
+                self.exited.remove(container)
