@@ -300,14 +300,14 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
                     continue
                 codes = {c: code for c, (_, code) in died.items()}
                 found = await self._statuses(batch.apps, batch.exited, codes)
-                gone = [a for a in batch.apps if a not in found and a not in self._deleted]
                 for app_id, status in found.items():
                     if is_terminal(status.state):
                         died = {c: v for c, v in died.items() if v[0] != app_id}
                     yield Change(app_id, status)
-                if gone:
-                    # Removed outside txd: a resync has describe_many mark them.
-                    yield SUBSCRIBED
+                for app_id in batch.apps:
+                    if app_id not in found and app_id not in self._deleted:
+                        # Its containers were removed outside txd: as describe_many says.
+                        yield Change(app_id, NoAnswer(REMOVED))
 
     async def list(self) -> list[AppStatus]:
         groups = by_app(await self.engine.containers([SCHEDULER_LABEL]))
