@@ -4,7 +4,7 @@ The daemon supervises the processes itself: it reads their stdout/stderr through
 indexed log files (schedulers.logfiles) and learns of every exit from the event loop at once,
 so state changes are pushed, never polled. Replicas cannot outlive the daemon: on shutdown they
 are stopped (SIGTERM to the group, SIGKILL after a grace period), and after a crash the next
-daemon finds the ones still alive by pid and start time, and stops them.
+daemon finds the ones still alive by pid and start time, and stops them (local.recovery).
 
 Ignored, as in TorchX: image (the caller's cwd is the image root), resources, retries, mounts.
 """
@@ -12,18 +12,16 @@ Ignored, as in TorchX: image (the caller's cwd is the image root), resources, re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import pprint
 import shutil
 import signal
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from txd.schedulers.aiters import until
 from txd.schedulers.api import (
     SUBSCRIBED,
     Change,
@@ -32,30 +30,25 @@ from txd.schedulers.api import (
     Ended,
     Job,
     LogQuery,
-    Macros,
     Scheduler,
     SubmitContext,
     Submitted,
     Subscribed,
-    is_terminal,
     make_unique,
-    num_replicas,
 )
 from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
 from txd.schedulers.exhaustion import exhausted
-from txd.schedulers.fold import fold, group_replicas
+from txd.schedulers.fold import app_status
+from txd.schedulers.local import request
+from txd.schedulers.local.recovery import killpg, settle_after_crash
+from txd.schedulers.local.request import LocalOpts, PopenRequest, ReplicaSpec
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
-from txd.schedulers.options import opt
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus
 from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)
 
-RANK0_ENV = "TORCHX_RANK0_HOST"
-# Set in every replica's environment to its log path (unique to it): a daemon that died before
-# it recorded a replica's pid leaves the next one this way to find the replica's processes.
-REPLICA_ENV = "TXD_LOCAL_REPLICA"
 # Stopping an app (on cancel, or once its last replica has exited and leftover children may
 # still hold its pipes): SIGTERM to each group, SIGKILL after this many seconds, and the pipes
 # closed after as long again. Daemon shutdown uses its own --grace instead.
@@ -65,59 +58,8 @@ DRAIN_GRACE = 2.0
 RECENT_FINISHED = 1024
 
 
-@dataclass
-class LocalOpts:
-    log_dir: str | None = opt(
-        None, "directory for the replicas' log files (default: under the daemon's state dir)"
-    )
-    prepend_cwd: bool = opt(
-        False, "put the working directory first on the replicas' PATH (default: last)"
-    )
-    auto_set_cuda_visible_devices: bool = opt(
-        False,
-        "give each GPU-requesting replica its own CUDA_VISIBLE_DEVICES; does nothing when the "
-        "host has fewer GPUs than requested",
-    )
-
-
-@dataclass
-class ReplicaSpec:
-    role: str
-    replica_id: int
-    args: list[str]
-    env: dict[str, str]
-    cwd: str
-    log: str  # the replica's log files are <log>.log and <log>.idx
-
-
-@dataclass
-class PopenRequest:
-    app_id: str
-    app_dir: str
-    replicas: list[ReplicaSpec]
-
-
 def _exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The process start time (clock ticks since boot) from /proc, to tell a reused pid apart."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Field 22; the command name (field 2) may contain spaces, so count from its closing paren.
-    return int(stat[stat.rindex(b")") + 2 :].split()[19])
-
-
-def _killpg(pgid: int, sig: int) -> bool:
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 class _Replica(asyncio.SubprocessProtocol):
@@ -224,11 +166,11 @@ class _App:
         """SIGTERM to every replica's group, SIGKILL after `grace`; returns once every replica
         has exited and its pipes are closed."""
         for r in self.replicas:
-            _killpg(r.pid, signal.SIGTERM)
+            killpg(r.pid, signal.SIGTERM)
         if await self._ended_within(grace):
             return
         for r in self.replicas:
-            _killpg(r.pid, signal.SIGKILL)
+            killpg(r.pid, signal.SIGKILL)
         if not await self._ended_within(grace):
             # A process that left the group (setsid) still holds a pipe: stop reading from it.
             for r in self.replicas:
@@ -248,11 +190,11 @@ class _App:
 
     def status(self) -> AppStatus:
         replicas = [r.status() for r in self.replicas]
-        state = fold([r.state for r in replicas])
-        out = AppStatus(state=state, app_id=self.req.app_id, ui_url=f"file://{self.req.app_dir}")
-        if state == AppState.CANCELLED:
+        out = app_status(self.req.app_id, replicas)
+        out.ui_url = f"file://{self.req.app_dir}"
+        if out.state == AppState.CANCELLED:
             out.msg = self.cancel_msg
-        elif state == AppState.FAILED:
+        elif out.state == AppState.FAILED:
             out.msg = ", ".join(
                 f"{r.role}/{r.id} exited with {r.exit_code}"
                 for r in replicas
@@ -265,7 +207,6 @@ class _App:
                 for r in lost
             )
             out.msg = f"{out.msg}; {note}" if out.msg else note
-        out.roles.extend(group_replicas(replicas))
         return out
 
 
@@ -316,73 +257,15 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         if not base.is_absolute():
             base = Path(ctx.cwd) / base
         app_dir = base / self.session_name / app_id
-        cuda = await self._cuda_devices(app) if opts.auto_set_cuda_visible_devices else {}
-        replicas = []
-        for i, role in enumerate(app.roles):
-            for k in range(num_replicas(role)):
-                macros = Macros(
-                    img_root=ctx.cwd, app_id=app_id, replica_id=str(k), rank0_env=RANK0_ENV
-                )
-                r = macros.apply(role)
-                log = app_dir / f"{role.name}.{k}"
-                env = dict(ctx.env)
-                env.update(r.env)
-                env[RANK0_ENV] = "localhost"
-                env.setdefault("PYTHONUNBUFFERED", "x")
-                env[REPLICA_ENV] = str(log)
-                env.setdefault("TORCHELASTIC_ERROR_FILE", f"{log}.error.json")
-                env["PATH"] = _join_path(
-                    r.env.get("PATH", ""),
-                    ctx.env.get("PATH", ""),
-                    ctx.cwd,
-                    prepend_cwd=opts.prepend_cwd,
-                )
-                if (role.name, k) in cuda:
-                    env["CUDA_VISIBLE_DEVICES"] = cuda[(role.name, k)]
-                if shutil.which(r.entrypoint, path=env["PATH"]) is None and not (
-                    "/" in r.entrypoint and os.access(Path(ctx.cwd, r.entrypoint), os.X_OK)
-                ):
-                    raise InvalidArgument(
-                        f"app.roles[{i}].entrypoint",
-                        f"{r.entrypoint!r} is not an executable found on the caller's PATH "
-                        f"or relative to {ctx.cwd}",
-                    )
-                replicas.append(
-                    ReplicaSpec(
-                        role=role.name,
-                        replica_id=k,
-                        args=[r.entrypoint, *r.args],
-                        env=env,
-                        cwd=ctx.cwd,
-                        log=str(log),
-                    )
-                )
-        req = PopenRequest(app_id=app_id, app_dir=str(app_dir), replicas=replicas)
+        req = await request.build(app, opts, ctx, app_id, app_dir)
         return DryRunInfo(
             app=app,
             request=req,
             opts=opts,
-            render=lambda: _render(req, ctx.env),
+            render=lambda: request.render(req, ctx.env),
             app_id=app_id,
-            native=_native(req, []),  # no pids yet: recover() finds them by REPLICA_ENV
+            native=request.native(req, {}),  # no pids yet: recover() finds them by REPLICA_ENV
         )
-
-    async def _cuda_devices(self, app: AppDef) -> dict[tuple[str, int], str]:
-        """Consecutive GPU indices per replica, all or nothing, as TorchX assigns them."""
-        wanted = [
-            (role.name, k, role.resource.gpu)
-            for role in app.roles
-            if role.resource.gpu > 0
-            for k in range(num_replicas(role))
-        ]
-        total = sum(n for _, _, n in wanted)
-        if total == 0 or total > await _gpu_count():
-            return {}
-        out, next_dev = {}, 0
-        for role_name, k, n in wanted:
-            out[(role_name, k)] = ",".join(str(d) for d in range(next_dev, next_dev + n))
-            next_dev += n
-        return out
 
     async def schedule(self, dryrun: DryRunInfo[PopenRequest]) -> Submitted:
         req = dryrun.request
@@ -419,7 +302,8 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         app.maybe_finish()  # every replica may have exited during the spawns
         # Crash recovery identifies a replica's process group by its leader's pid and start
         # time, so a reused pid is never hit.
-        return Submitted(req.app_id, _native(req, app.replicas))
+        pids = {(r.spec.role, r.spec.replica_id): r.pid for r in app.replicas}
+        return Submitted(req.app_id, request.native(req, pids))
 
     async def _abort(self, app: _App) -> None:
         """Undoes a half-done schedule: stops what started, then forgets the app and its logs."""
@@ -480,7 +364,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 if r.spec.role == role and r.spec.replica_id == k:
                     # The writer closes once the replica's pipes have: no byte can follow.
                     src = LogSource(Path(r.spec.log), r.writer.pulse, _closed(r.writer))
-                    return _until(read_log(src, query), ended if query.follow else None)
+                    return until(read_log(src, query), ended if query.follow else None)
         else:
             for rep in job.native.get("replicas", []):
                 if rep["role"] == role and rep["replica_id"] == k:
@@ -509,7 +393,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     async def recover(self, jobs: Sequence[tuple[Job, AppStatus]]) -> dict[str, AppStatus]:
         """Jobs the previous daemon left running: their replicas cannot outlive it, so stop
         whatever of them still runs, and record what happened."""
-        return {job.app_id: await _settle_after_crash(job, status) for job, status in jobs}
+        return {
+            job.app_id: await settle_after_crash(job, status, DRAIN_GRACE) for job, status in jobs
+        }
 
     async def shutdown(self, grace: float) -> None:
         live = list(self._apps.values())
@@ -524,198 +410,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                     r.transport.close()
 
 
-async def _settle_after_crash(job: Job, status: AppStatus) -> AppStatus:
-    """Stops every recorded process group that still has a member, and records why."""
-    groups: dict[str, tuple[list[int], list[int]]] = {}  # replica -> (pgids, live members)
-    replicas = job.native.get("replicas", [])
-    unrecorded = {r["log"] for r in replicas if not r.get("pid")}
-    by_env = _processes_by_replica_env(unrecorded) if unrecorded else {}
-    for r in replicas:
-        name = f"{r['role']}/{r['replica_id']}"
-        if not r.get("pid"):  # started, or about to be, when the daemon died
-            if found := by_env.get(r["log"]):
-                pgids = sorted({pgid for _, pgid in found})
-                groups[name] = (pgids, [pid for pid, _ in found])
-        elif members := _group_members(r["pid"], r.get("start_ticks")):
-            groups[name] = ([r["pid"]], members)
-    members = [pid for _, live in groups.values() for pid in live]
-    await _stop_strangers([pgid for pgids, _ in groups.values() for pgid in pgids], members)
-    out = AppStatus()
-    out.CopyFrom(status)
-    if groups:
-        out.state = AppState.CANCELLED
-        out.msg = (
-            f"txd restarted after a crash; stopped {len(members)} process(es) of replica(s) "
-            f"{', '.join(groups)} still running from before"
-        )
-    elif unrecorded:
-        out.state = AppState.FAILED
-        out.msg = "txd stopped unexpectedly while it started the job; it may not have run"
-    else:
-        out.state = AppState.FAILED
-        out.msg = "txd stopped unexpectedly while the job ran; its outcome is unknown"
-    for role in out.roles:
-        for replica in role.replicas:
-            if not is_terminal(replica.state):
-                replica.state = out.state
-    return out
-
-
-def _group_members(pgid: int | None, leader_ticks: int | None) -> list[int]:
-    """The live processes of the process group a replica led. Its leader may have exited while
-    others of the group run on; the group's id cannot be handed to a new process while any
-    member lives, so members found are the replica's. Only a leader alive with another start
-    time is a stranger: the pid was reused after the whole group had gone."""
-    if pgid is None or leader_ticks is None:
-        return []
-    members = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and _pgrp(int(entry.name)) == pgid:
-            members.append(int(entry.name))
-    if pgid in members and _start_ticks(pgid) != leader_ticks:
-        return []
-    return members
-
-
-def _processes_by_replica_env(logs: set[str]) -> dict[str, list[tuple[int, int]]]:
-    """(pid, process group) of the live processes whose environment sets REPLICA_ENV to one
-    of `logs`, by that value: a replica's processes whose pid was never recorded."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    prefix = f"{REPLICA_ENV}=".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:  # gone, or another user's
-            continue
-        for var in env:
-            if var.startswith(prefix) and (log := os.fsdecode(var[len(prefix) :])) in logs:
-                pid = int(entry.name)
-                if (pgid := _pgrp(pid)) is not None:
-                    out.setdefault(log, []).append((pid, pgid))
-                break
-    return out
-
-
-def _pgrp(pid: int) -> int | None:
-    """The process group of a live process; None for a zombie (it has ended, only its exit
-    status waits to be collected) or a process that is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Fields 3 and 5; the command name (field 2) may contain spaces: count from its paren.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return None if fields[0] == b"Z" else int(fields[2])
-
-
-async def _stop_strangers(pgids: list[int], pids: list[int]) -> None:
-    """SIGTERM, then SIGKILL after the grace period, to process groups that are not our
-    children; the exits of their members are awaited through pidfds, which the loop watches
-    (no polling)."""
-    loop = asyncio.get_running_loop()
-    waits = []
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            continue
-        gone = loop.create_future()
-        loop.add_reader(fd, _resolve, gone)
-        waits.append((fd, gone))
-    for pgid in pgids:
-        _killpg(pgid, signal.SIGTERM)
-    # asyncio.wait, not gather under a timeout: that would cancel the futures at the first
-    # timeout, and the wait after SIGKILL would then end at once with CancelledError.
-    pending: set[asyncio.Future[None]] = {g for _, g in waits}
-    try:
-        for sig in (signal.SIGKILL, None):
-            if pending:
-                _, pending = await asyncio.wait(pending, timeout=DRAIN_GRACE)
-            if not pending:
-                return
-            if sig is not None:
-                for pgid in pgids:
-                    _killpg(pgid, sig)
-    finally:
-        for fd, _ in waits:
-            loop.remove_reader(fd)
-            os.close(fd)
-
-
-def _native(req: PopenRequest, replicas: list[_Replica]) -> dict[str, Any]:
-    """What the job store keeps: where the logs are, and each replica's process group (pid
-    None for one not started yet)."""
-    pids = {(r.spec.role, r.spec.replica_id): r.pid for r in replicas}
-    out = []
-    for spec in req.replicas:
-        pid = pids.get((spec.role, spec.replica_id))
-        out.append(
-            {
-                "role": spec.role,
-                "replica_id": spec.replica_id,
-                "log": spec.log,
-                "pid": pid,
-                "start_ticks": _start_ticks(pid) if pid else None,
-            }
-        )
-    return {"app_dir": req.app_dir, "replicas": out}
-
-
-def _render(req: PopenRequest, caller_env: dict[str, str]) -> str:
-    """The request for people: the caller's environment is left out, only what txd adds or
-    changes in it is shown."""
-    replicas = []
-    for s in req.replicas:
-        env = {k: v for k, v in s.env.items() if caller_env.get(k) != v}
-        replicas.append({**asdict(s), "env": env})
-    data = {"app_id": req.app_id, "app_dir": req.app_dir, "replicas": replicas}
-    return pprint.pformat(data, width=100, sort_dicts=False)
-
-
-async def _until(chunks: AsyncIterator[bytes], ended: Ended | None) -> AsyncIterator[bytes]:
-    """The chunks, then (following) the wait for the daemon to know the job is over: a follow
-    ends with the job, not with one replica's output."""
-    async for chunk in chunks:
-        yield chunk
-    if ended is not None:
-        await ended()
-
-
 def _closed(writer: LogWriter) -> Callable[[], bool]:
     return lambda: writer.closed
 
 
 def _factory(replica: _Replica) -> Callable[[], _Replica]:
     return lambda: replica
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-def _join_path(role_path: str, caller_path: str, cwd: str, *, prepend_cwd: bool) -> str:
-    parts = [p for p in (role_path + ":" + caller_path).split(":") if p]
-    parts = [cwd, *parts] if prepend_cwd else [*parts, cwd]
-    return ":".join(dict.fromkeys(parts))
-
-
-async def _gpu_count() -> int:
-    """GPUs on this host, from `nvidia-smi -L` (0 when it is missing or fails)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    with contextlib.suppress(OSError):
-        proc = await asyncio.create_subprocess_exec(
-            "nvidia-smi", "-L", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-        )
-        out, _ = await proc.communicate()
-        if proc.returncode == 0:
-            return sum(1 for line in out.decode().splitlines() if line.startswith("GPU "))
-    return 0
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:

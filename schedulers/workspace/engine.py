@@ -6,7 +6,8 @@ and so is one that does not answer within `timeout` seconds (a hung engine accep
 and then says nothing). Two calls read the raw HTTP stream themselves (aiodocker decodes log
 lines into text and publishes events through one shared channel): the event stream, and logs
 as bytes. The event stream is checked with a `/_ping` every `timeout` seconds while it is open,
-since a quiet stream and a hung engine look the same.
+since a quiet stream and a hung engine look the same. Neither starts a task: a stream is read
+by its consumer, a read bounded by the next ping's time.
 """
 
 from __future__ import annotations
@@ -196,17 +197,18 @@ class Engine:
     @contextlib.asynccontextmanager
     async def events(
         self, filters: Mapping[str, list[str]]
-    ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+    ) -> AsyncIterator[AsyncIterator[list[dict[str, Any]]]]:
         """The engine's event stream, subscribed once this is entered (the engine subscribes
-        before it sends its response's headers): events as dicts, until the stream drops, or
-        raising BackendUnavailable once the engine stops answering pings."""
+        before it sends its response's headers): the events of each read, as dicts (a burst
+        that arrived while the consumer was busy comes as one list), until the stream drops,
+        or raising BackendUnavailable once the engine stops answering pings."""
         async with self._call("events"):
             cm = self._client()._query(
                 "events", params={"filters": json.dumps(dict(filters))}, timeout=_STREAM_TIMEOUT
             )
             resp = await cm.__aenter__()
         try:
-            yield _json_lines(self, resp)
+            yield _batches(self, resp)
         finally:
             resp.close()  # aiodocker's _query leaves its response open
             await cm.__aexit__(None, None, None)
@@ -218,13 +220,6 @@ class Engine:
             self._client()._query("_ping", versioned_api=False) as resp,
         ):
             await resp.read()
-
-    async def _until_unanswered(self) -> None:
-        """Pings every `timeout` seconds; returns nothing, raises the first unanswered ping's
-        BackendUnavailable."""
-        while True:
-            await asyncio.sleep(self.timeout)
-            await self.ping()
 
     async def logs(
         self, name: str, *, stdout: bool, stderr: bool, follow: bool, since_ns: int = 0
@@ -275,30 +270,32 @@ class Engine:
             await cm.__aexit__(None, None, None)
 
 
-async def _json_lines(
+async def _batches(
     engine: Engine, resp: aiohttp.ClientResponse
-) -> AsyncIterator[dict[str, Any]]:
-    """The stream's events, while pings show the engine answers. A read is never cancelled
-    half-way (a partial line would be lost) unless the stream is given up."""
-    alive = asyncio.ensure_future(engine._until_unanswered())
-    line: asyncio.Future[bytes] | None = None
-    try:
-        while True:
-            line = asyncio.ensure_future(resp.content.readline())
-            await asyncio.wait([line, alive], return_when=asyncio.FIRST_COMPLETED)
-            if not line.done():
-                alive.result()  # the engine stopped answering: raises BackendUnavailable
-            async with engine._call("events.read", bounded=False):
-                data = line.result()
-            if not data:
-                return
-            if data.strip():
-                yield json.loads(data)
-    finally:
-        tasks = [t for t in (line, alive) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)  # their errors are seen to
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """The stream's events, each read's complete lines at once, with a ping whenever `timeout`
+    seconds have passed since the last (or the subscription): a read waits until then at most,
+    and a ping the engine does not answer raises BackendUnavailable. A read that waits
+    consumes nothing (`readany`), so giving it up at the ping's time loses no byte."""
+    loop = asyncio.get_running_loop()
+    ping_at = loop.time() + engine.timeout
+    buf = b""
+    while True:
+        if loop.time() >= ping_at:
+            await engine.ping()
+            ping_at = loop.time() + engine.timeout
+        try:
+            async with asyncio.timeout_at(ping_at), engine._call("events.read", bounded=False):
+                data = await resp.content.readany()
+        except TimeoutError:
+            continue  # a quiet stream: time to ping
+        if not data:  # the stream ended (its last line may lack the newline)
+            if buf.strip():
+                yield [json.loads(buf)]
+            return
+        *lines, buf = (buf + data).split(b"\n")
+        if events := [json.loads(line) for line in lines if line.strip()]:
+            yield events
 
 
 def _stamped(frame: bytes) -> tuple[bytes, int]:

@@ -1,5 +1,6 @@
 """local_docker through a real txd on the real test engine: what runs, how it ends, its logs,
-the per-app network, a missing image, DryRun, and a daemon restart mid-job.
+the per-app network, a missing image, DryRun, and a daemon restart mid-job; and, of the
+scheduler itself, the change pushed for a job whose containers were removed behind its back.
 
 Jobs run with `network=none` (or `host` where rank 0 is reached), except the network test,
 which only inspects the app's own network: no traffic goes over a private-range network.
@@ -8,6 +9,7 @@ which only inspects the app's own network: no traffic goes over a private-range 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -16,10 +18,14 @@ from typing import Any
 
 import pytest
 from docker_testing import BUSYBOX, Engine, EngineClient
+from txd.schedulers.api import SUBSCRIBED, Change, Job, NoAnswer, SubmitContext
+from txd.schedulers.docker.local_docker import REMOVED, create_scheduler
 from txd.v1 import (
     AppDef,
     AppState,
+    AppStatus,
     BindMount,
+    CfgValue,
     DeviceMount,
     Mount,
     Resource,
@@ -253,6 +259,33 @@ async def test_a_job_removed_behind_txds_back_keeps_its_last_state_marked(
         assert status.state == AppState.RUNNING, status
         assert "removed outside txd" in status.stale_msg, status
         await c.delete(handle)
+
+
+async def test_a_job_removed_behind_txds_back_is_pushed_as_no_answer(
+    docker_engine: Engine, tmp_path: Path
+) -> None:
+    """The destroy event of a job's last container is answered as describe_many would answer:
+    NoAnswer (removed outside txd), never a SUBSCRIBED that asks the daemon to ask again."""
+    sched = create_scheduler("removed-live", settings={"docker_host": docker_engine.host})
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            await sched.start(tasks)
+            app = AppDef(name="removed-live", roles=[sh_role("main", "sleep 600")])
+            ctx = SubmitContext(cwd=str(tmp_path), env={})
+            info = await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
+            async with contextlib.aclosing(sched.changes()) as changes:
+                assert await anext(changes) is SUBSCRIBED
+                job = await sched.schedule(info)
+                docker_engine.docker("rm", "-f", job.native["containers"][0]["name"])
+                async with asyncio.timeout(30):
+                    async for item in changes:
+                        assert isinstance(item, Change), "SUBSCRIBED again, to be asked"
+                        if item.app_id == job.app_id and not isinstance(item.status, AppStatus):
+                            break
+            assert item.status == NoAnswer(REMOVED), item
+            await sched.delete(Job(job.app_id, job.native))
+    finally:
+        await sched.aclose()
 
 
 async def test_dryrun_maps_resources_mounts_retries_ports_and_options(
