@@ -1,0 +1,55 @@
+"""Every task txd starts has an owner: a raw `create_task`/`ensure_future` on the loop (a task
+nobody awaits or cancels) is allowed only in the helpers that own tasks for the rest, the
+daemon's task group (daemon/tasks.py) and the kernel's async-iterator helpers
+(schedulers/aiters.py). A task group's own `tg.create_task` is scoped, so it is fine anywhere."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+TREES = ("daemon", "schedulers", "client", "proto/txd")
+OWNERS = {Path("daemon/tasks.py"), Path("schedulers/aiters.py")}
+RAW = {"create_task", "ensure_future"}
+
+
+def _raw_spawns(tree: ast.AST) -> list[int]:
+    """Lines that start a task on the loop or through asyncio, not through a task group."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in RAW:  # `from asyncio import ensure_future`
+            lines.append(node.lineno)
+        elif isinstance(func, ast.Attribute) and func.attr in RAW:
+            target = ast.unparse(func.value)
+            if target == "asyncio" or "loop" in target.lower():
+                lines.append(node.lineno)
+    return lines
+
+
+def _sources() -> list[Path]:
+    files = [p for t in TREES for p in sorted((REPO / t).rglob("*.py"))]
+    return [p for p in files if "_pb2" not in p.name]
+
+
+def test_the_scan_finds_raw_tasks() -> None:
+    """The check itself: each way of starting a raw task is caught, a task group's is not."""
+    code = (
+        "import asyncio\nfrom asyncio import ensure_future\n"
+        "asyncio.create_task(f())\nasyncio.ensure_future(f())\n"
+        "asyncio.get_running_loop().create_task(f())\nself._loop.create_task(f())\n"
+        "ensure_future(f())\ntg.create_task(f())\nself.tasks.create_task(f())\n"
+    )
+    assert _raw_spawns(ast.parse(code)) == [3, 4, 5, 6, 7]
+
+
+def test_no_raw_tasks_outside_the_owners() -> None:
+    found = {}
+    for path in _sources():
+        rel = path.relative_to(REPO)
+        if rel not in OWNERS and (lines := _raw_spawns(ast.parse(path.read_text(), str(rel)))):
+            found[str(rel)] = lines
+    assert not found, f"raw tasks (start them through a task group or aiters): {found}"
