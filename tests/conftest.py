@@ -6,43 +6,28 @@
 - `txctl(*args, input=None, check=None)`: runs the CLI against the shared daemon, in `workdir`.
 - `client`: a txd.client.AsyncClient on the shared daemon (function-scoped, so it lives on the
   test's own event loop).
-- `docker_engine` (session): one real dockerd per test run (tests/docker/docker_testing.py), for
-  the docker tests and the kubernetes tests' kubelet, with the test images (`.images`:
+- `docker_engine` (session): one real dockerd per test run (docker_testing.Engine), for the
+  docker and aws tests and the kubernetes tests' kubelet, with the test images (`.images`:
   docker_testing.BUSYBOX, docker_testing.PYTHON). `.host` is its DOCKER_HOST, `.pid`,
   `.restart()` stops and starts it on the same socket, `.docker(*args)` runs the CLI on it.
   Stopped by pid at the end, every container the tests left removed. Without root to install
   Debian's docker.io, the tests that need it are skipped, saying so.
 
-The helpers live in tests/txd_testing.py, registered here as the module `txd_testing` (the
-suite runs with --import-mode=importlib, which puts no test folder on sys.path), and the table
-of nasty values in tests/nasty.py, as `nasty`.
+The helpers live in tests/txd_testing.py (module `txd_testing`), the table of nasty values in
+tests/nasty.py (`nasty`): pyproject's pytest `pythonpath` puts tests/ on sys.path, as it does each
+folder that holds a harness module (the suite runs with --import-mode=importlib, which adds none).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import txd_testing
 
-
-def _load_helpers(name: str = "txd_testing") -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-txd_testing = _load_helpers()
-_load_helpers("nasty")  # tests/nasty.py: the shared table of values shells would mangle
 Daemon = txd_testing.Daemon
 DAEMON_ONLY_VAR = txd_testing.DAEMON_ONLY_VAR
 
