@@ -85,12 +85,21 @@ class Engine:
     run_dir: Path
     host: str = ""
     images: list[str] = field(default_factory=lambda: [BUSYBOX, PYTHON])
+    # The process the engine runs for: should it die without stopping the engine, the next
+    # docker-up stops the engine (see scripts/docker-up).
+    owner: int = field(default_factory=os.getpid)
 
     @classmethod
     def start_new(cls) -> Engine:
         engine = cls(short_tmpdir("txd-docker-"))
         engine.start()
         return engine
+
+    @classmethod
+    def attach(cls, run_dir: Path, host: str, owner: int) -> Engine:
+        """An engine another process started (scripts/test, for several test processes in
+        turn) and stops; restart() keeps it that process's."""
+        return cls(run_dir, host, owner=owner)
 
     @property
     def pid(self) -> int:
@@ -102,7 +111,7 @@ class Engine:
 
     def start(self) -> None:
         # TXD_DOCKER_OWNER: should this process be killed, the next docker-up stops the engine.
-        env = {**os.environ, "TXD_DOCKER_OWNER": str(os.getpid())}
+        env = {**os.environ, "TXD_DOCKER_OWNER": str(self.owner)}
         out = _script("docker-up", str(self.run_dir), env=env, timeout=UP_TIMEOUT)
         self.host = _exported(out, "DOCKER_HOST")
 
@@ -122,6 +131,14 @@ class Engine:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def clean(self) -> None:
+        """Removes every container and network, as stop() does, leaving the engine running: an
+        engine shared with the next test process hands it what a fresh one would."""
+        ids = self.docker("ps", "-aq").stdout.split()
+        if ids:
+            self.docker("rm", "-f", *ids)
+        self.docker("network", "prune", "-f")
 
     def docker(
         self, *args: str, check: bool = True, input: str | None = None, timeout: float = CLI_TIMEOUT
@@ -149,6 +166,11 @@ class Engine:
 class Registry:
     run_dir: Path
     address: str = ""  # 127.0.0.1:PORT
+
+    @classmethod
+    def attach(cls, run_dir: Path, address: str) -> Registry:
+        """A registry another process started (scripts/test) and stops."""
+        return cls(run_dir, address)
 
     @classmethod
     def start_new(cls) -> Registry:
