@@ -55,9 +55,12 @@ ENGINES = {
     "k8s_cluster": ("kubernetes",),
     "moto": ("aws",),
 }
-# Tiers on a shared dockerd run one after the other (a docker test restarts the engine); the
-# other lane holds the rest, its longest tier first. One core: a single lane of them all.
-LANES = (("docker", "aws", "kubernetes"), ("daemon", "slurm", "unit"))
+# Two lanes at once on two cores, each lane's tiers one after the other. The dockerd tiers of a
+# lane share one dockerd and registry (a docker test restarts the engine, and each tier removes
+# every container when it ends: two lanes cannot share one). kubernetes, the longest tier, has a
+# lane of its own, with its cluster's kubelet on a dockerd of its own; the other lane holds the
+# rest. One core: a single lane of them all, every dockerd tier on one engine.
+LANES = (("unit", "kubernetes"), ("daemon", "docker", "aws", "slurm"))
 ON_DOCKERD = set(ENGINES["docker_engine"])
 DURATIONS = "--durations=25"
 # How long a tier's pytest may take to tear its engines down after Ctrl-C.
@@ -99,7 +102,6 @@ class Runner:
         self.tiers = tiers
         self.pytest_args = pytest_args
         self.logs = logs
-        self.env = dict(os.environ)
         self.printing = threading.Lock()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stopping = threading.Event()
@@ -112,7 +114,7 @@ class Runner:
             return [[t for lane in lanes for t in lane]]
         return lanes
 
-    def run_tier(self, tier: str, lane: int) -> Result:
+    def run_tier(self, tier: str, lane: int, env: dict[str, str]) -> Result:
         result = Result(tier, lane, self.logs / f"{tier}.log")
         argv = [str(REPO / ".venv/bin/pytest"), "-m", tier, DURATIONS, *self.pytest_args]
         start = time.monotonic()
@@ -122,12 +124,14 @@ class Runner:
             proc = subprocess.Popen(
                 argv,
                 cwd=REPO,
-                env=self.env,
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
             self.procs[tier] = proc
+            if self.stopping.is_set():  # Ctrl-C came as it started
+                os.kill(proc.pid, signal.SIGINT)
             result.rc = proc.wait()
         result.wall = time.monotonic() - start
         text = result.log.read_text(errors="replace")
@@ -144,28 +148,30 @@ class Runner:
         return result
 
     def run_lane(self, lane: int, tiers: list[str]) -> None:
-        for tier in tiers:
-            if self.stopping.is_set():
-                return
-            self.results.append(self.run_tier(tier, lane))
+        env = dict(os.environ)
+        with self.shared_dockerd(tiers, env):
+            for tier in tiers:
+                if self.stopping.is_set():
+                    return
+                self.results.append(self.run_tier(tier, lane, env))
 
     def run(self) -> int:
         start = time.monotonic()
         lanes = self.lanes()
-        with self.shared_dockerd([t for lane in lanes for t in lane]):
-            threads = [
-                threading.Thread(target=self.run_lane, args=(i, lane), daemon=True)
-                for i, lane in enumerate(lanes)
-            ]
+        threads = [
+            threading.Thread(target=self.run_lane, args=(i, lane)) for i, lane in enumerate(lanes)
+        ]
+        for t in threads:
+            t.start()
+        try:
             for t in threads:
-                t.start()
-            try:
-                for t in threads:
-                    while t.is_alive():
-                        t.join(0.5)
-            except KeyboardInterrupt:
-                self.stop()
-                raise
+                while t.is_alive():
+                    t.join(0.5)
+        except KeyboardInterrupt:
+            self.stop()
+            for t in threads:  # each lane stops its shared engine
+                t.join()
+            raise
         return self.report(time.monotonic() - start, lanes)
 
     def stop(self) -> None:
@@ -186,20 +192,21 @@ class Runner:
                 p.wait()
 
     @contextlib.contextmanager
-    def shared_dockerd(self, tiers: list[str]) -> Iterator[None]:
-        """One dockerd and one registry for the dockerd tiers of this run, when there are
-        several of them; stopped by pid (scripts/docker-down, registry-down) at the end."""
+    def shared_dockerd(self, tiers: list[str], env: dict[str, str]) -> Iterator[None]:
+        """One dockerd and one registry for the dockerd tiers of a lane, when it has several,
+        handed to them through `env`; stopped by pid (scripts/docker-down, registry-down) when
+        the lane ends."""
         if len([t for t in tiers if t in ON_DOCKERD]) < 2:
             yield
             return
         engine = Path(tempfile.mkdtemp(prefix="txd-docker-", dir="/tmp"))
         registry = Path(tempfile.mkdtemp(prefix="txd-registry-", dir="/tmp"))
-        env = {**os.environ, "TXD_DOCKER_OWNER": str(os.getpid())}
+        own = {**os.environ, "TXD_DOCKER_OWNER": str(os.getpid())}
         try:
-            up = _script("docker-up", engine, env)
-            reg = _script("registry-up", registry, env) if up is not None else None
+            up = _script("docker-up", engine, own)
+            reg = _script("registry-up", registry, own) if up is not None else None
             if up is not None and reg is not None:
-                self.env.update(
+                env.update(
                     TXD_TEST_DOCKER_RUN=str(engine),
                     TXD_TEST_DOCKER_HOST=_exported(up, "DOCKER_HOST"),
                     TXD_TEST_DOCKER_OWNER=str(os.getpid()),
@@ -208,8 +215,8 @@ class Runner:
                 )
             yield
         finally:
-            _script("registry-down", registry, env)
-            _script("docker-down", engine, env)
+            _script("registry-down", registry, own)
+            _script("docker-down", engine, own)
             for d in (engine, registry):
                 subprocess.run(["rm", "-rf", str(d)], check=False)
 
@@ -266,6 +273,7 @@ def main(argv: list[str]) -> int:
     runner = Runner(tiers, argv, logs)
     # SIGTERM (CI cancelling the job) as Ctrl-C: the tiers' engines are stopped either way.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     try:
         return runner.run()
     except KeyboardInterrupt:

@@ -116,8 +116,10 @@ class CommandScripts:
     waits for a release file. `python` is the interpreter's path where the job runs."""
 
     JOB_PROGRAM = """\
-import os, sys, time
+import os, signal, sys, time
 spec = sys.argv[1]
+if os.getpid() == 1:  # a container's first process, which SIGTERM does not end by default
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(143))
 
 def write(name, fd):
     with open(os.path.join(spec, name), "rb") as f:

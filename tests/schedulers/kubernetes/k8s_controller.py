@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from docker_testing import BUSYBOX
+from k8s_testing import EXIT_ON_TERM
 from txd.schedulers.kubernetes.client import Kube, KubeError
 from txd.schedulers.kubernetes.informer import Event, Informer
 from txd.v1 import AppState, AppStatus, BindMount, Mount, Role
@@ -315,7 +316,8 @@ def gated(tag: str, name: str, gate: Path, replicas: int, tail: str = "") -> Rol
     mounted at /gate), then run `tail` (exit 0 if empty): the test moves the controller's
     phases while they wait."""
     script = (
-        f'echo "{tag} ${{replica_id}}"; while [ ! -e /gate/go ]; do sleep 0.05; done; '
+        f'{EXIT_ON_TERM}echo "{tag} ${{replica_id}}"; '
+        "while [ ! -e /gate/go ]; do sleep 0.05; done; "
         f"{tail or 'true'}"
     )
     role = Role(

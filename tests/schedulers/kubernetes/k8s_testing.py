@@ -254,6 +254,11 @@ def make_k8s_daemon(
     return Daemon(short_tmpdir("txdk-"), env={"KUBECONFIG": ""}, args=[*settings, *args])
 
 
+# A pod's shell is its container's first process, which SIGTERM does not end by default: without
+# this, deleting a pod (cancel, delete) waits out its 30 s grace period for the SIGKILL.
+EXIT_ON_TERM = "trap 'exit 143' TERM; "
+
+
 def sh_role(name: str, script: str, replicas: int = 1, image: str = BUSYBOX) -> Role:
     return Role(name=name, image=image, entrypoint="sh", args=["-c", script], num_replicas=replicas)
 
@@ -261,7 +266,7 @@ def sh_role(name: str, script: str, replicas: int = 1, image: str = BUSYBOX) -> 
 def gated_role(name: str, gate: Path, first: str = "up", then: str = "", replicas: int = 1) -> Role:
     """Writes `first`, waits until the test creates <gate>/go (a hostPath mount: the pod runs
     on this machine), writes `then` if given, exits 0."""
-    script = f"echo {first}; while [ ! -e /gate/go ]; do sleep 0.05; done"
+    script = f"{EXIT_ON_TERM}echo {first}; while [ ! -e /gate/go ]; do sleep 0.05; done"
     if then:
         script += f"; echo {then}"
     role = sh_role(name, script, replicas=replicas)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from docker_testing import BUSYBOX
-from k8s_testing import Cluster
+from k8s_testing import EXIT_ON_TERM, Cluster
 from txd.schedulers.kubernetes.client import Kube, KubeError
 from txd.schedulers.kubernetes.informer import SYNCED, Event, Informer, Synced
 
@@ -401,7 +401,7 @@ async def test_stream_follows_a_log_as_it_is_written(kube: Kube, label: str) -> 
     """A followed log arrives while the pod runs (it would run for minutes more), and leaving
     the stream ends the request."""
     pods = f"/api/v1/namespaces/{label}/pods"
-    script = "i=0; while [ $i -lt 600 ]; do echo line$i; i=$((i+1)); sleep 0.2; done"
+    script = EXIT_ON_TERM + "i=0; while [ $i -lt 600 ]; do echo line$i; i=$((i+1)); sleep 0.2; done"
     container = {
         "name": "main",
         "image": BUSYBOX,
