@@ -21,7 +21,7 @@ their logs. The rules every method follows:
   before it may report the app FAILED.
 - **Capabilities are facts.** A claimed capability works; an unclaimed one raises Unsupported.
   `push_status` is derived from whether `changes` is overridden. The contract suite
-  (tests/contract) checks all of this, for third-party schedulers too.
+  (txd.schedulers.testing) checks all of this, for third-party schedulers too.
 - **Credentials come from the daemon**, never from a caller's Run: a backend's client (kubeconfig,
   AWS profile, Docker host, SLURM_CONF, SSH keys) is configured by the daemon's environment and
   its settings section, because the feed talks to the backend with no caller around. The

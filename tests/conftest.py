@@ -6,45 +6,54 @@
 - `txctl(*args, input=None, check=None)`: runs the CLI against the shared daemon, in `workdir`.
 - `client`: a txd.client.AsyncClient on the shared daemon (function-scoped, so it lives on the
   test's own event loop).
-- `docker_engine` (session): one real dockerd per test run (tests/docker/docker_testing.py), for
-  the docker tests and the kubernetes tests' kubelet, with the test images (`.images`:
+- `docker_engine` (session): one real dockerd per test run (docker_testing.Engine), for the
+  docker and aws tests and the kubernetes tests' kubelet, with the test images (`.images`:
   docker_testing.BUSYBOX, docker_testing.PYTHON). `.host` is its DOCKER_HOST, `.pid`,
   `.restart()` stops and starts it on the same socket, `.docker(*args)` runs the CLI on it.
   Stopped by pid at the end, every container the tests left removed. Without root to install
-  Debian's docker.io, the tests that need it are skipped, saying so.
+  Debian's docker.io, the tests that need it are skipped, saying so. Under scripts/test the
+  docker, aws and kubernetes tiers share one engine and one registry it started (SHARED_ENGINE).
+- Each test is marked with its tier (tests/tiers.py: unit, daemon, slurm, docker, aws,
+  kubernetes, by its folder); scripts/test runs each tier as a pytest process of its own.
 
-The helpers live in tests/txd_testing.py, registered here as the module `txd_testing` (the
-suite runs with --import-mode=importlib, which puts no test folder on sys.path), and the table
-of nasty values in tests/nasty.py, as `nasty`.
+The helpers live in tests/txd_testing.py (module `txd_testing`), the table of nasty values in
+tests/nasty.py (`nasty`): pyproject's pytest `pythonpath` puts tests/ on sys.path, as it does each
+folder that holds a harness module (the suite runs with --import-mode=importlib, which adds none).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
-import sys
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tiers
+import txd_testing
 
-
-def _load_helpers(name: str = "txd_testing") -> Any:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-txd_testing = _load_helpers()
-_load_helpers("nasty")  # tests/nasty.py: the shared table of values shells would mangle
 Daemon = txd_testing.Daemon
 DAEMON_ONLY_VAR = txd_testing.DAEMON_ONLY_VAR
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks each test with its tier (tests/tiers.py: by its folder)."""
+    wrong = []
+    for item in items:
+        tier = tiers.tier_of(item.path)
+        item.add_marker(tier)
+        fixtures = getattr(item, "fixturenames", ())
+        # A test that asks for an engine outside the tiers that may start it would start it in
+        # a second process, beside scripts/test's lock or shared engine.
+        wrong += [
+            f"{item.nodeid} ({tier}) uses {name}"
+            for name, allowed in tiers.ENGINES.items()
+            if name in fixtures and tier not in allowed
+        ]
+    if wrong:
+        raise pytest.UsageError("tests outside their engine's tiers:\n" + "\n".join(wrong))
 
 
 @pytest.fixture(scope="session")
@@ -160,6 +169,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         session.config.stash[_PREPARE_ERROR] = e
 
 
+# An engine and a registry scripts/test started for several test processes in turn (the docker,
+# aws and kubernetes tiers): their run dirs, addresses and owner, which the fixtures below use
+# instead of starting their own. Each process leaves the engine clean; scripts/test stops both.
+SHARED_ENGINE = ("TXD_TEST_DOCKER_RUN", "TXD_TEST_DOCKER_HOST", "TXD_TEST_DOCKER_OWNER")
+SHARED_REGISTRY = ("TXD_TEST_REGISTRY_RUN", "TXD_TEST_REGISTRY")
+
+
+def _shared(names: tuple[str, ...]) -> list[str] | None:
+    values = [os.environ.get(name, "") for name in names]
+    return values if all(values) else None
+
+
 @pytest.fixture(scope="session")
 def docker_engine(request: pytest.FixtureRequest) -> Iterator[Any]:
     from docker_testing import Engine, EngineUnavailable
@@ -169,6 +190,15 @@ def docker_engine(request: pytest.FixtureRequest) -> Iterator[Any]:
         pytest.skip(str(error))
     if error is not None:
         pytest.fail(f"could not prepare the Docker engine: {error}")
+    shared = _shared(SHARED_ENGINE)
+    if shared:
+        run_dir, host, owner = shared
+        engine = Engine.attach(Path(run_dir), host, int(owner))
+        try:
+            yield engine
+        finally:
+            engine.clean()
+        return
     engine = Engine.start_new()
     try:
         yield engine
@@ -181,6 +211,10 @@ def docker_registry(docker_engine: Any) -> Iterator[Any]:
     """A real registry on 127.0.0.1 (Debian's docker-registry), for image_repo pushes."""
     from docker_testing import Registry
 
+    shared = _shared(SHARED_REGISTRY)
+    if shared:
+        yield Registry.attach(Path(shared[0]), shared[1])
+        return
     registry = Registry.start_new()
     try:
         yield registry

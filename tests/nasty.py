@@ -1,6 +1,6 @@
 """One table of values a shell, a script or a command line would mangle if any layer quoted
 them wrongly, shared by every scheduler's "arrives exactly as given" test (importable as
-`nasty`, registered by tests/conftest.py).
+`nasty`: tests/ is on pytest's `pythonpath`).
 
 Not in the table: `$$` and `${app_id}`-style names, which are TorchX's macros (`$$` is the
 escape for a literal `$`, replaced on purpose before any scheduler sees the value); NUL, which

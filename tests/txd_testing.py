@@ -1,6 +1,6 @@
 """Helpers for the integration tests: a real `txd` process, `txctl` runs, /proc inspection.
 
-Loaded by tests/conftest.py and importable from test modules as `txd_testing`. Nothing here
+Importable from test modules as `txd_testing` (tests/ is on pytest's `pythonpath`). Nothing here
 sleeps to wait: readiness comes through the daemon's --ready-fd pipe, process exits through
 Popen.wait or pidfds, job ends through the Wait RPC.
 """

@@ -1,4 +1,4 @@
-"""The load run of issue 12, shared by tests/integration/test_load.py and `scripts/bench --only
+"""The load run of issue 12, shared by tests/load/test_load.py and `scripts/bench --only
 load` (which runs it bigger): one real daemon on local_cwd, and at once
 
 - `callers` concurrent RPC callers (Status, List, Watch), each on a connection of its own, in

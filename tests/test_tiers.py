@@ -1,0 +1,51 @@
+"""tests/tiers.py, which scripts/test runs: each test's tier, the lanes, and the counts read
+from each tier's pytest summary (summed into the closing line CI reads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tiers
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.parametrize(
+    ("path", "tier"),
+    [
+        ("client/test_config.py", "unit"),
+        ("daemon/test_feeds.py", "unit"),
+        ("schedulers/test_logfiles.py", "unit"),
+        ("schedulers/hpc/lsf/test_lsf_contract.py", "unit"),
+        ("schedulers/hpc/slurm/test_slurm_jobs.py", "slurm"),
+        ("schedulers/local/test_local_cwd_contract.py", "daemon"),
+        ("integration/test_run_cli.py", "daemon"),
+        ("load/test_load.py", "daemon"),
+        ("schedulers/docker/test_local_docker.py", "docker"),
+        ("schedulers/kubernetes/test_kubernetes_objects.py", "kubernetes"),
+        ("schedulers/aws/test_aws_batch.py", "aws"),
+    ],
+)
+def test_a_tests_tier_is_its_folders(path: str, tier: str) -> None:
+    assert (HERE / path).exists(), path
+    assert tiers.tier_of(HERE / path) == tier
+
+
+def test_every_tier_runs_in_exactly_one_lane() -> None:
+    in_lanes = [tier for lane in tiers.LANES for tier in lane]
+    assert sorted(in_lanes) == sorted(tiers.NAMES)
+    assert {tier for _, tier in tiers.TIERS} == set(tiers.NAMES)
+
+
+def test_counts_come_from_the_last_summary_line() -> None:
+    log = (
+        "tests/x.py ..F.s\n"
+        "=========================== short test summary info ============================\n"
+        "FAILED tests/x.py::test_b - assert 1 == 2\n"
+        "==== 1 failed, 3 passed, 1 skipped, 2 errors, 10 deselected in 4.20s (0:00:04) ====\n"
+    )
+    assert tiers.counts_of(log) == {"passed": 3, "failed": 3, "skipped": 1}
+    assert tiers.counts_of("== 5 passed in 0.10s ==\n") == {"passed": 5, "failed": 0, "skipped": 0}
+    # pytest killed before its summary: nothing counted (the tier fails by its exit status).
+    assert tiers.counts_of("tests/x.py ...\n") == {"passed": 0, "failed": 0, "skipped": 0}
