@@ -106,13 +106,16 @@ def sleeper(name: str, replicas: int = 1) -> Role:
 
 async def wait_running(client: Any, handle: str) -> AppStatus:
     """The app's status once every replica's pod runs (pushed by the daemon's watch)."""
-    seen = []
-    async with asyncio.timeout(120):
-        async for status in client.watch(handle):
-            seen.append(AppState.Name(status.state))
-            replicas = [r for role in status.roles for r in role.replicas]
-            if replicas and all(r.state == AppState.RUNNING for r in replicas):
-                return status
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(120):
+            async for status in client.watch(handle):
+                replicas = [r for role in status.roles for r in role.replicas]
+                seen.append(f"{AppState.Name(status.state)} {[r.state for r in replicas]}")
+                if replicas and all(r.state == AppState.RUNNING for r in replicas):
+                    return status
+    except TimeoutError:
+        raise AssertionError(f"{handle} not running within 120 s; statuses seen: {seen}") from None
     raise AssertionError(f"{handle} ended before all its replicas ran: {seen}")
 
 
