@@ -18,7 +18,8 @@ from pathlib import Path
 from txd.client import AsyncClient
 from txd.v1 import AppDef, AppState, Role
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.harnesses import ROOT
+
 BENCH_DIR = ROOT / ".bench"
 BIN = Path(sys.executable).parent
 
