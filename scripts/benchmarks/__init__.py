@@ -1,0 +1,47 @@
+"""The benchmark behind `scripts/bench`: txd against the targets of issue 2, side by side with
+TorchX where a peer exists.
+
+    .venv/bin/python scripts/bench [--quick] [--out docs/performance.md] [--only NAME,...]
+
+Starts its own daemon (`python -m txd.daemon` on a temporary socket and state dir), measures,
+prints a table (figure, target, met?) and stops the daemon with SIGTERM. Areas (--only), one
+module each under areas/:
+
+  cli     `txctl run --wait utils.echo` vs `torchx run -s local_cwd utils.echo` (torchx from PyPI
+          in its own venv, .bench/torchx-venv, created when missing), and `txctl status` wall time
+  submit  local_cwd submissions/s through AsyncClient with 50 concurrent callers (state dir in
+          the temp dir, and again on tmpfs /dev/shm to separate daemon cost from filesystem cost)
+  logs    a finished job's 2,000,000 x 100-byte-line log read by AsyncClient.logs vs `cat`
+  latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait
+  rss     daemon VmRSS while it tracks 10,000 finished jobs (fresh daemon; 1,000 with --quick)
+  slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs
+          plain sbatch + squeue polled at the same interval, and squeue calls per minute with
+          1, 10 and 100 clients watching
+  docker  local_docker on a dockerd of its own (docker_testing.Engine)
+  k8s     kubernetes on a real single-node cluster of its own (docker_testing.Engine +
+          k8s_testing.Cluster): API requests per minute (txd's count and the apiserver's
+          /metrics) while 1, 10 and 100 clients watch 10 and 100 jobs, next to TorchX's describe
+          polling; pod end -> client in Wait notified; submit -> pods Running, `txctl run` vs
+          `kubectl create -f`
+  aws     aws_batch on a moto_server of its own (moto_testing.Moto; no Docker: the jobs stay
+          SUBMITTED): describe_jobs calls per minute (txd's count and moto's access log) while
+          1, 10 and 100 clients watch 10 and 250 jobs, next to TorchX's per-job describe polling
+  load    the load test's run (tests/load/load_testing.py), bigger: 5,000 local jobs, 200
+          callers, 100 followed logs (20 read slowly, 16 MiB each); every log checked by
+          sha256; Status p50/p99, peak RSS and fds, jobs/s (--quick: the test's 2,000 jobs)
+  soak    only when named: --soak-minutes (10) of submissions (followed, cancelled, failed,
+          each deleted after) at --soak-rate jobs/s beside 20 callers; RSS and open fds
+          sampled every 10 s, their slope over the second half flagged when it grows
+
+The daemons, engines and servers are the test suite's harnesses (txd_testing.Daemon,
+docker_testing, k8s_testing, moto_testing, load_testing), found through harnesses.DIRS.
+
+The "others' CPU" column is the share of the machine's CPU used, while that figure was measured,
+by processes other than this benchmark, its daemons, jobs and CLIs: a gauge of noise.
+With --out FILE the machine and table are written between the `bench:begin/end` markers of FILE
+(created when missing; text outside the markers is kept). Every loop and wait is bounded.
+"""
+
+from benchmarks.harnesses import add_to_path
+
+add_to_path()  # before any module of the package imports a harness

@@ -1,0 +1,50 @@
+"""latency: a job's end (its last timestamp) -> its terminal status at a client blocked in
+Wait."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from txd.client import AsyncClient
+from txd.v1 import AppState
+
+from benchmarks.common import fmt_ms, log, median, pct, trivial_app
+from benchmarks.context import Context
+
+# The job sleeps first so that the Wait call is surely parked in the daemon, then writes
+# time.time_ns() to a file as its last action and leaves with os._exit (no interpreter
+# teardown after the stamp).
+STAMP = (
+    "import os, sys, time\n"
+    "time.sleep(0.3)\n"
+    "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)\n"
+    "os.write(fd, b'%d' % time.time_ns())\n"
+    "os._exit(0)\n"
+)
+
+
+async def run(ctx: Context, client: AsyncClient) -> None:
+    n = 8 if ctx.quick else ctx.args.latency_runs
+    stamp_dir = ctx.base / "stamps"
+    stamp_dir.mkdir(exist_ok=True)
+    lat: list[float] = []
+    log(f"job-end -> Wait latency x{n}")
+    for i in range(n):
+        stamp = stamp_dir / f"{i}"
+        app = trivial_app("latency", sys.executable, ["-c", STAMP, str(stamp)])
+        h = await client.run(app)
+        st = await client.wait(h, timeout=60)
+        arrived = time.time_ns()
+        if st.state != AppState.SUCCEEDED:
+            raise RuntimeError(f"latency job ended {AppState.Name(st.state)}: {st.msg}")
+        lat.append((arrived - int(stamp.read_text())) / 1e6)
+    m, p95 = median(lat), pct(lat, 95)
+    ctx.res.add(
+        "job end -> client blocked in Wait notified (median)",
+        fmt_ms(m),
+        "<= 20 ms",
+        m <= 20,
+        note=f"n={n}, min {fmt_ms(min(lat))}, max {fmt_ms(max(lat))}",
+    )
+    ctx.res.add("job end -> client notified (p95)", fmt_ms(p95), "<= 20 ms", p95 <= 20)

@@ -1,0 +1,202 @@
+"""Benchmark of txd against the targets of issue 2, side by side with TorchX where a peer exists.
+
+The command line of scripts/bench (the areas are described in the package's docstring): it
+makes the temp dir, runs the areas named by --only in a fixed order, prints the table, and
+writes it into --out's file."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from txd.client import AsyncClient
+
+from benchmarks.areas import aws, cli, docker, k8s, latency, load, logs, rss, slurm, soak, submit
+from benchmarks.common import BENCH_DIR, HEADER, log
+from benchmarks.context import Context
+from benchmarks.daemons import stop
+from benchmarks.machine import machine_info
+from benchmarks.output import text_table, write_out
+
+ALL = ("cli", "submit", "logs", "latency", "rss", "slurm", "docker", "k8s", "aws", "load")
+ON_REQUEST = ("soak",)  # only with --only: ten minutes
+
+
+async def amain(ctx: Context) -> None:
+    args, res = ctx.args, ctx.res
+    only = set(args.only.split(",")) if args.only else set(ALL)
+    unknown = only - set(ALL) - set(ON_REQUEST)
+    if unknown:
+        raise SystemExit(
+            f"bench: unknown --only {', '.join(sorted(unknown))} "
+            f"(choose from {', '.join(ALL + ON_REQUEST)})"
+        )
+    if only & {"cli", "submit", "logs", "latency"}:
+        await _shared_daemon(ctx, only)
+    shm = Path("/dev/shm")
+    if "submit" in only and args.tmpfs and shm.is_dir() and os.access(shm, os.W_OK):
+        await _tmpfs_submit(ctx, shm)
+    if "slurm" in only:
+        log("slurm: a real test cluster (scripts/slurm-up)")
+        await slurm.run(ctx)
+    if "docker" in only:
+        log("docker: a real dockerd of our own (scripts/docker-up)")
+        await docker.run(ctx)
+    if "k8s" in only:
+        log("k8s: a real Kubernetes of our own (scripts/docker-up, scripts/k8s-up)")
+        await k8s.run(ctx)
+    if "aws" in only:
+        log("aws: aws_batch on a moto_server of our own")
+        await aws.run(ctx)
+    if "load" in only:
+        log("load: the load test's run, bigger (tests/load/load_testing.py)")
+        await load.run(ctx)
+    if "soak" in only:
+        await soak.run(ctx)
+    if "rss" in only:
+        d = ctx.daemons.start(ctx.daemons.new("rss"))
+        log(f"fresh daemon pid {d.pid} for the RSS benchmark")
+        try:
+            with res.section():
+                await rss.run(ctx, d)
+        finally:
+            rc = stop(d)
+            log(f"daemon stopped (exit {rc})")
+
+
+async def _shared_daemon(ctx: Context, only: set[str]) -> None:
+    """cli, submit, latency and logs, in this order, on one daemon."""
+    res = ctx.res
+    d = ctx.daemons.start(ctx.daemons.new("main"))
+    log(f"daemon pid {d.pid} on {d.socket}")
+    client = AsyncClient(d.socket, timeout=60)
+    try:
+        if "cli" in only:
+            with res.section():
+                await cli.run(ctx, d)
+        if "submit" in only:
+            with res.section():
+                submit.fs_probe(ctx, d.root)
+                await submit.run(ctx, client)
+        if "latency" in only:
+            with res.section():
+                await latency.run(ctx, client)
+        if "logs" in only:
+            with res.section():
+                await logs.run(ctx, client, d)
+    finally:
+        await client.close()
+        rc = stop(d)
+        log(f"daemon stopped (exit {rc})")
+
+
+async def _tmpfs_submit(ctx: Context, shm: Path) -> None:
+    """submit again with the state dir on tmpfs: the daemon's own cost apart from the
+    filesystem's."""
+    shm_base = Path(tempfile.mkdtemp(prefix="txd-bench-", dir=shm))
+    try:
+        d = ctx.daemons.start(ctx.daemons.new("tmpfs", under=shm_base))
+        log(f"daemon pid {d.pid} with its state dir on tmpfs ({d.state_dir})")
+        try:
+            with ctx.res.section():
+                submit.fs_probe(ctx, d.root)
+                async with AsyncClient(d.socket, timeout=60) as client:
+                    await submit.run(ctx, client, where=", state dir on tmpfs", target=False)
+        finally:
+            rc = stop(d)
+            log(f"daemon stopped (exit {rc})")
+    finally:
+        shutil.rmtree(shm_base, ignore_errors=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer repetitions and 1,000 jobs for RSS: about a minute",
+    )
+    p.add_argument("--out", type=Path, help="write machine + table into this markdown file")
+    p.add_argument(
+        "--only",
+        help=f"comma-separated subset of: {', '.join(ALL)}; or {', '.join(ON_REQUEST)}, which "
+        "runs only when named",
+    )
+    p.add_argument("--keep", action="store_true", help="keep the temporary state dir")
+    p.add_argument(
+        "--tmp", help="where the temporary socket and state dir go (default: the system temp dir)"
+    )
+    p.add_argument(
+        "--no-tmpfs",
+        dest="tmpfs",
+        action="store_false",
+        help="skip the submissions/s comparison with a state dir on /dev/shm",
+    )
+    p.add_argument(
+        "--torchx-venv",
+        default=str(BENCH_DIR / "torchx-venv"),
+        help="venv for torchx from PyPI (default %(default)s)",
+    )
+    p.add_argument("--runs", type=int, default=15, help="txctl/torchx run repetitions")
+    p.add_argument("--status-runs", type=int, default=30)
+    p.add_argument("--submit-runs", type=int, default=500)
+    p.add_argument("--log-lines", type=int, default=2_000_000)
+    p.add_argument("--latency-runs", type=int, default=20)
+    p.add_argument("--rss-jobs", type=int, default=10_000)
+    p.add_argument("--soak-minutes", type=float, default=10.0)
+    p.add_argument("--soak-rate", type=float, default=5.0, help="soak jobs per second")
+    return p
+
+
+def main() -> int:
+    args = parser().parse_args()
+
+    # SIGTERM/SIGHUP to the bench: unwind through the finally blocks (daemons stopped).
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+    base = Path(tempfile.mkdtemp(prefix="txd-bench-", dir=args.tmp))
+    ctx = Context(args, base)
+    machine = machine_info(base)
+    print("machine:")
+    for k, v in machine:
+        print(f"  {k:24} {v}")
+    sys.stdout.flush()
+    t0 = time.perf_counter()
+    failed = False
+    try:
+        asyncio.run(amain(ctx))
+    except KeyboardInterrupt:
+        log("interrupted")
+        failed = True
+    except Exception as e:
+        log(f"failed: {type(e).__name__}: {e}")
+        for name, tail in ctx.daemons.log_tails():
+            log(f"daemon log ({name}):\n{tail}")
+        failed = True
+    finally:
+        ctx.daemons.close(args.keep)
+        if args.keep:
+            log(f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+    sys.stderr.flush()
+    print()
+    print(text_table(HEADER, ctx.res.table()))
+    missed = [r.name for r in ctx.res.rows if r.target and r.met is False]
+    print(f"\n{len(missed)} target(s) missed; ran {time.perf_counter() - t0:.0f} s", flush=True)
+    if args.out and not failed:
+        write_out(args.out, machine, ctx.res, sys.argv[1:])
+    return 1 if failed else 0
