@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DIRS = (
     "tests",  # txd_testing: the daemon
     "tests/load",  # load_testing: the load run
-    "tests/docker",  # docker_testing: dockerd of our own (the kubelet's too)
-    "tests/k8s",  # k8s_testing: a single-node Kubernetes
-    "tests/aws",  # moto_testing: moto_server
+    "tests/schedulers/docker",  # docker_testing: dockerd of our own (the kubelet's too)
+    "tests/schedulers/kubernetes",  # k8s_testing: a single-node Kubernetes
+    "tests/schedulers/aws",  # moto_testing: moto_server
 )
 
 

@@ -1,4 +1,4 @@
-"""load: the load test's run (load_testing, as tests/integration/test_load.py runs it), bigger:
+"""load: the load test's run (load_testing, as tests/load/test_load.py runs it), bigger:
 5,000 jobs and 16 MiB logs for the slow readers (--quick: the test's own shape)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ against plain sbatch + squeue polled at the same interval, and squeue calls per 
 1, 10 and 100 clients watch.
 
 The cluster is scripts/slurm-up's, as the tests' (their cluster is a pytest fixture in
-tests/slurm/conftest.py, not a harness module the bench could import)."""
+tests/schedulers/hpc/slurm/conftest.py, not a harness module the bench could import)."""
 
 from __future__ import annotations
 
