@@ -106,8 +106,7 @@ class KubeHarness(Harness):
     async def close(self) -> None:
         if self.kube is not None:
             await self.kube.aclose()
-        if self.played is not None:
-            gc.collect()  # _PLAYED_LEAK's, within the test that made them
+        gc.collect()  # an unclosed connection's warning (conftest), within this test
 
 
 @pytest.fixture
@@ -121,22 +120,12 @@ class TestKubernetes(SchedulerContract):
         return KubeHarness(tmp_path, k8s_cluster, ns)
 
 
-# Under load, 0 to 2 of these 60 tests find an apiserver connection unclosed when the garbage
-# collector gets to it (a ResourceWarning raised in whichever test runs then). Only with the
-# played controller, which has a Kube and two informers of its own, cancelled mid-request at
-# each test's end; never over plain kubernetes (same scheduler code, no played controller),
-# which keeps the check. Not traced further; close() collects them before the test ends.
-_PLAYED_LEAK = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-
-
-@_PLAYED_LEAK
 class TestKubernetesVolcano(SchedulerContract):
     @pytest.fixture
     def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str, crds: list[str]) -> Harness:
         return KubeHarness(tmp_path, k8s_cluster, ns, played=VOLCANO, queue=CfgValue(str="default"))
 
 
-@_PLAYED_LEAK
 class TestKubernetesMcad(SchedulerContract):
     @pytest.fixture
     def harness(self, tmp_path: Path, k8s_cluster: Cluster, ns: str, crds: list[str]) -> Harness:
