@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -91,7 +91,7 @@ class JobEnd:
         await asyncio.wait({self._running()}, timeout=timeout)
         return self.over()
 
-    async def until(self, items: AsyncIterator[T], bound: int = 16) -> AsyncIterator[T]:
+    async def until(self, items: AsyncIterator[T], bound: int = 16) -> AsyncGenerator[T, None]:
         """Items as they come until the job is over; items that end first are followed by the
         wait for the end. What `items` had not delivered by then is the caller's to read (from
         the offset reached, say): the end cuts the stream. Errors of either side are raised."""

@@ -10,8 +10,7 @@ from the byte offset it reached, so no byte is lost or repeated.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import cast
+from collections.abc import AsyncIterator, Sequence
 
 from txd.schedulers.aiters import JobEnd, merge
 from txd.schedulers.api import Ended, LogQuery, compile_regex
@@ -72,7 +71,7 @@ async def _follow(host: Host, path: str, ended: Ended) -> AsyncIterator[bytes]:
     sent = 0
     async with JobEnd(ended) as end:
         tail = _caught_up(host.stream(["sh", "-c", FOLLOW, "txd-follow", path]))
-        chunks = cast(AsyncGenerator[bytes, None], end.until(tail, QUEUE_CHUNKS))
+        chunks = end.until(tail, QUEUE_CHUNKS)
         try:
             async for chunk in chunks:
                 sent += len(chunk)
