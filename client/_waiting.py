@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TextIO
 
 from txd.client._format import state_name
-from txd.v1 import TERMINAL_STATES, AppStatus
+from txd.v1 import AppStatus
 
 CLEAR_LINE = "\r\x1b[K"  # to column 0, then erase to the end of the line
 TICK = 1.0  # seconds between redraws of the elapsed time
@@ -97,9 +97,9 @@ def _columns(out: TextIO) -> int:
 
 
 async def follow(watch: AsyncIterator[AppStatus], progress: Progress) -> AppStatus:
-    """The job's terminal status, showing progress meanwhile. The clock ticks only while the
-    Watch stream is open: a timer of the loop (no task), cancelled when it ends, however it
-    ends."""
+    """The job's final status (terminal, or UNKNOWN for good), showing progress meanwhile.
+    The clock ticks only while the Watch stream is open: a timer of the loop (no task),
+    cancelled when it ends, however it ends."""
     loop = asyncio.get_running_loop()
     timer: asyncio.TimerHandle | None = None
 
@@ -119,10 +119,12 @@ async def follow(watch: AsyncIterator[AppStatus], progress: Progress) -> AppStat
         if timer is not None:
             timer.cancel()
         progress.end()
-    if last is None or last.state not in TERMINAL_STATES:
+    if last is None:
         from txd.client._errors import UnavailableError
 
-        raise UnavailableError("the daemon ended the watch before the job ended")
+        raise UnavailableError("the daemon ended the watch before it sent a status")
+    # The daemon ends a watch only when nothing about the job can change any more (a daemon
+    # that stops ends it with an error instead): a job the backend forgot ends UNKNOWN.
     return last
 
 

@@ -97,3 +97,25 @@ async def test_sigterm_while_a_polled_backend_is_down(plugin_daemon: Any, workdi
         assert (ended.state, ended.msg) == (AppState.CANCELLED, "cancelled by txd shutdown")
         # The polled job is left to its backend and followed again after the restart.
         assert (await c.wait(polled, timeout=20)).state == AppState.SUCCEEDED
+
+
+async def test_wait_on_a_job_the_backend_forgot_prints_unknown_and_exits_1(
+    plugin_daemon: Any,
+) -> None:
+    """A job the backend no longer knows ends UNKNOWN: nothing about it can change any more, so
+    `txctl wait` (and `run --wait`) prints that final status and exits 1, as for any job that
+    did not succeed, instead of saying the daemon ended the watch early (exit 3)."""
+    down = _down_file(plugin_daemon)
+    down.touch()  # no describe answers until the job's file is gone: it never finishes first
+    async with plugin_daemon.client() as c:
+        handle = await c.run(_app("forgotten"), "fakepoll", cwd="/")
+        job_file = down.parent / f"{handle.rsplit('/', 1)[-1]}.job"
+        job_file.unlink()
+        down.unlink()
+        async with asyncio.timeout(20):
+            final = await c.wait(handle)
+    assert final.state == AppState.UNKNOWN, final
+    proc = await asyncio.to_thread(plugin_daemon.txctl, "wait", handle)
+    assert proc.returncode == 1, proc
+    assert "UNKNOWN" in proc.stdout, proc.stdout
+    assert "ended the watch" not in proc.stderr, proc.stderr
