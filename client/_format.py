@@ -72,6 +72,8 @@ def _row_format(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 _LIST_HEADERS = ("HANDLE", "NAME", "STATE", "CREATED")
+STALE_MARK = " (stale)"
+STALE_NOTE = "(stale): the backend has not confirmed this state lately; `txctl status` says why"
 
 
 class ListTable:
@@ -84,22 +86,32 @@ class ListTable:
     def __init__(self) -> None:
         self._head: list[list[str]] | None = []  # None once the head is printed
         self._fmt = ""
+        self._stale = False
 
     def add(self, app: AppStatus) -> list[str]:
         """The lines to print now (none while the head is still being collected)."""
-        row = [app.app_handle, app.name, state_name(app.state), _when(app.created)]
+        state = state_name(app.state)
+        if app.stale_msg:  # the last state known, which the backend has not confirmed since
+            state += STALE_MARK
+            self._stale = True
+        row = [app.app_handle, app.name, state, _when(app.created)]
         if self._head is None:
             return [self._fmt.format(*row).rstrip()]
         self._head.append(row)
         return self.end() if len(self._head) >= self.HEAD_ROWS else []
 
     def end(self) -> list[str]:
-        """The lines still held back: call once no more rows come."""
-        if self._head is None:
-            return []
-        head, self._head = self._head, None
-        self._fmt = _row_format(_LIST_HEADERS, head)
-        return [self._fmt.format(*row).rstrip() for row in [list(_LIST_HEADERS), *head]]
+        """The lines still held back, and what a stale mark means if a row had one: call once
+        no more rows come."""
+        lines = []
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._fmt = _row_format(_LIST_HEADERS, head)
+            lines = [self._fmt.format(*row).rstrip() for row in [list(_LIST_HEADERS), *head]]
+        if self._stale:
+            self._stale = False
+            lines.append(STALE_NOTE)
+        return lines
 
 
 def app_text(app: AppDef) -> str:

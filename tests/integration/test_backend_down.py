@@ -64,6 +64,10 @@ async def test_status_is_stale_while_the_backend_is_down(plugin_daemon: Any) -> 
         assert (await c.status(handle)).stale_since == stale.stale_since
         text = plugin_daemon.txctl("status", handle, check=0).stdout
         assert f"  STALE:    {stale.stale_msg}\n" in text
+        listed = plugin_daemon.txctl("list", check=0).stdout.splitlines()
+        row = next(line for line in listed if line.startswith(handle))
+        assert row.split()[2:4] == ["SUBMITTED", "(stale)"], listed
+        assert listed[-1].startswith("(stale): the backend has not confirmed"), listed
         # No poll has been answered yet (a failed query is not counted).
         calls = Path(plugin_daemon.state_dir) / "schedulers" / "fakepoll" / "calls"
         assert not calls.exists(), "no poll should have succeeded"
@@ -73,6 +77,8 @@ async def test_status_is_stale_while_the_backend_is_down(plugin_daemon: Any) -> 
         assert fresh.stale_msg == ""
         assert (await c.wait(handle, timeout=20)).state == AppState.SUCCEEDED
         assert not (await c.status(handle)).HasField("stale_since")
+    listed = plugin_daemon.txctl("list", check=0).stdout
+    assert "(stale)" not in listed, listed  # fresh again: no mark, no note
 
 
 async def test_sigterm_while_a_polled_backend_is_down(plugin_daemon: Any, workdir: Path) -> None:
