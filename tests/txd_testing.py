@@ -39,6 +39,13 @@ DAEMON_ONLY_VAR = "TXD_TEST_DAEMON_ONLY"
 STOP_TIMEOUT = 30.0
 
 
+def default_sigint() -> None:
+    """A Popen preexec_fn for a child the test sends SIGINT: the default disposition, which a
+    suite started with SIGINT ignored (`nohup scripts/test &`) would otherwise pass down, and
+    under which Python installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def short_tmpdir(prefix: str = "txdt-") -> Path:
     """A directory with a short path: Unix socket paths are limited to 107 bytes."""
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from txd_testing import TXCTL, Gates, first_line, run_python
+from txd_testing import TXCTL, Gates, default_sigint, first_line, run_python
 
 READ_TIMEOUT = 20.0  # bound on each wait for output below
 
@@ -37,6 +37,7 @@ def _txctl_proc(daemon: Any, workdir: Path, *args: str, **kw: Any) -> subprocess
         [*TXCTL, "--socket", str(daemon.socket), "--no-autostart", *args],
         cwd=workdir,
         env=daemon.txctl_env(),
+        preexec_fn=default_sigint,  # the Ctrl-C tests send it SIGINT
         **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kw},
     )
 
@@ -236,3 +237,27 @@ def test_version_of_txctl_and_txd() -> None:
         timeout=60,
     )
     assert daemon.stdout == f"txd {version('txd')}\n"
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_ctrl_c_tests_pass_when_the_suite_starts_with_sigint_ignored(tmp_path: Path) -> None:
+    """`nohup scripts/test &` starts pytest with SIGINT ignored, which children inherit (and
+    Python then installs no KeyboardInterrupt handler): the Ctrl-C tests must still reach a
+    txctl that takes Ctrl-C as a person's terminal would deliver it."""
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            f"{__file__}::test_ctrl_c_on_wait",
+            f"{Path(__file__).with_name('test_run_cli.py')}::test_logs_follow_interrupted_exits_130",
+        ],
+        preexec_fn=_ignore_sigint,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "2 passed" in proc.stdout, proc.stdout[-3000:]

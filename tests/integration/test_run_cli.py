@@ -21,6 +21,7 @@ from txd_testing import (
     Gates,
     PidWatch,
     clean_env,
+    default_sigint,
     first_line,
     group_members,
     no_traceback,
@@ -424,6 +425,7 @@ def test_logs_follow_interrupted_exits_130(shared_daemon: Any, workdir: Path) ->
         stderr=subprocess.PIPE,
         cwd=workdir,
         env=shared_daemon.txctl_env(),
+        preexec_fn=default_sigint,
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
