@@ -3,6 +3,10 @@ from each tier's pytest summary (summed into the closing line CI reads)."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +53,31 @@ def test_counts_come_from_the_last_summary_line() -> None:
     assert tiers.counts_of("== 5 passed in 0.10s ==\n") == {"passed": 5, "failed": 0, "skipped": 0}
     # pytest killed before its summary: nothing counted (the tier fails by its exit status).
     assert tiers.counts_of("tests/x.py ...\n") == {"passed": 0, "failed": 0, "skipped": 0}
+
+
+def _run_tiers(*args: str) -> tuple[int, str, Path]:
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "tiers.py"), "--tier", "unit", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    found = re.search(r"===== tier unit \(lane 1\): (\S+)/unit\.log =====", proc.stdout)
+    assert found, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.returncode, proc.stdout, Path(found[1])
+
+
+def test_a_passing_run_leaves_no_log_folder_and_a_failing_one_keeps_it() -> None:
+    """Each tier's log is printed whole, so a run that passed leaves nothing behind; one that
+    did not keeps the logs, and says where."""
+    rc, out, logs = _run_tiers("-p", "no:cacheprovider", "-k", "every_tier_runs_in_exactly")
+    assert rc == 0, out[-2000:]
+    assert not logs.exists()
+    assert "logs are kept" not in out
+    rc, out, logs = _run_tiers("--no-such-option")
+    try:
+        assert rc == 1, out[-2000:]
+        assert (logs / "unit.log").is_file()
+        assert f"the tiers' logs are kept in {logs}\n" in out
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -275,10 +276,16 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     try:
-        return runner.run()
+        rc = runner.run()
     except KeyboardInterrupt:
         print("\ninterrupted: every tier stopped", flush=True)
-        return 130
+        rc = 130
+    # Every log was printed above; the files stay only to look into a run that did not pass.
+    if rc == 0:
+        shutil.rmtree(logs, ignore_errors=True)
+    else:
+        print(f"the tiers' logs are kept in {logs}", flush=True)
+    return rc
 
 
 if __name__ == "__main__":

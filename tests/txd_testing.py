@@ -8,6 +8,7 @@ Popen.wait or pidfds, job ends through the Wait RPC.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -47,8 +48,23 @@ def default_sigint() -> None:
 
 
 def short_tmpdir(prefix: str = "txdt-") -> Path:
-    """A directory with a short path: Unix socket paths are limited to 107 bytes."""
-    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    """A directory with a short path: Unix socket paths are limited to 107 bytes. Whatever is
+    left of it when this process exits is removed then (a test that fails half-way, or one that
+    only needed the path, leaves nothing in /tmp)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    _made.append(path)
+    return path
+
+
+_made: list[Path] = []
+_maker = os.getpid()
+
+
+@atexit.register
+def _remove_made() -> None:
+    if os.getpid() == _maker:  # not in a forked child, whose parent still uses them
+        for path in _made:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def unique(prefix: str) -> str:
