@@ -558,6 +558,18 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             await self._kube.aclose()
         await self._images.aclose()
 
+    async def readiness(self) -> str:
+        """A cluster configured (kubeconfig or in-cluster), whose API server answers."""
+        try:
+            kube = await self.kube()
+        except BackendUnavailable as e:
+            return f"no cluster configured: {_reason(e, self.name)}"
+        try:
+            await kube.answers(min(typing.cast(KubeSettings, self.settings).api_timeout, 2.0))
+        except KubeError as e:
+            return f"the cluster of {kube.source} does not answer: {e}"
+        return ""
+
     def backend_calls(self) -> dict[str, int]:
         calls = Counter(self._kube.calls if self._kube is not None else {})
         calls.update(self._images.calls)
