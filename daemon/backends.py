@@ -155,9 +155,9 @@ class Backends:
         """The status feed of a scheduler already built (every followed job's is)."""
         return self._feeds[name]
 
-    async def infos(self) -> list[SchedulerInfo]:
-        """Every scheduler: usable (with whether its backend is ready) or why not. The
-        readiness checks run at once, each bounded by READINESS_TIMEOUT."""
+    async def infos(self, *, check: bool = False) -> list[SchedulerInfo]:
+        """Every scheduler: usable or why not; with `check`, whether a usable one's backend
+        is ready (not_ready), the checks run at once, each within READINESS_TIMEOUT."""
         out = []
         ready: list[Awaitable[str]] = []
         for name in self._entries:
@@ -179,10 +179,11 @@ class Backends:
                     settings=options.as_cfg(sched.settings),
                 )
             )
-            ready.append(_readiness(name, sched))
+            if check:
+                ready.append(_readiness(name, sched))
         reasons = iter(await asyncio.gather(*ready))
         for info in out:
-            if not info.load_error:
+            if check and not info.load_error:
                 info.not_ready = next(reasons)
         return out
 

@@ -147,8 +147,8 @@ class JobService:
 
     # -- schedulers -------------------------------------------------------------------------
 
-    async def scheduler_infos(self) -> list[SchedulerInfo]:
-        return await self.schedulers.infos()
+    async def scheduler_infos(self, *, check: bool = False) -> list[SchedulerInfo]:
+        return await self.schedulers.infos(check=check)
 
     async def run_opts(self, name: str) -> list[RunOpt]:
         validate.check_scheduler("scheduler", name)

@@ -143,9 +143,10 @@ async def test_a_builtin_scheduler_names_the_txd_extra(tmp_path: Path) -> None:
     assert not log_alarms(log), log
 
 
-def test_the_listing_gives_each_scheduler_its_state(tmp_path: Path) -> None:
+async def test_the_listing_gives_each_scheduler_its_state(tmp_path: Path) -> None:
     """Every scheduler is ready, or says in one line why not: here no engine, no cluster
-    configured, no LSF commands."""
+    configured, no LSF commands. Only a listing that asks looks at the backends (shell
+    completion and runopts want the names at once)."""
     root = short_tmpdir()
     socket = root / "no-engine.sock"
     env = {
@@ -157,11 +158,18 @@ def test_the_listing_gives_each_scheduler_its_state(tmp_path: Path) -> None:
     try:
         infos = _infos(d)
         text = d.txctl("schedulers", check=0).stdout
+        async with d.client() as c:
+            unchecked = (await c.schedulers()).schedulers
+            checked = (await c.schedulers(check_backends=True)).schedulers
     finally:
         d.close()
         log = d.log()
         remove_tree(root)
     assert not log_alarms(log), log
+    assert [s.not_ready for s in unchecked] == [""] * len(infos)
+    assert {s.name: s.not_ready for s in checked} == {
+        name: info.get("not_ready", "") for name, info in infos.items()
+    }
     assert infos["local_cwd"].get("not_ready", "") == ""
     assert infos["local_docker"]["not_ready"] == (
         f"no Docker engine: nothing at {socket} (start one, or set DOCKER_HOST)"
