@@ -53,7 +53,9 @@ class Backends:
         self._instances: dict[str, Scheduler[Any, Any]] = {}
         self._feeds: dict[str, Feed] = {}
         self._load_errors: dict[str, str] = {}  # lasting: settings, a failed build
-        self._import_errors: dict[str, str] = {}  # the last failed import, tried again
+        # The last failed import and plugins.path_state() before it: tried again once that
+        # changed (a package installed since).
+        self._import_errors: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
         self._building: dict[str, asyncio.Lock] = {}
 
     def names(self) -> list[str]:
@@ -120,14 +122,19 @@ class Backends:
 
     async def _import(self, name: str) -> Any:
         """The factory (_load); an import that fails raises FailedPrecondition naming what to
-        install, and is tried again at the next use."""
+        install, and is tried again at a later use once sys.path's directories changed."""
+        paths = plugins.path_state()
+        failed = self._import_errors.get(name)
+        if failed is not None and failed[1] == paths:  # nothing installed since
+            raise FailedPrecondition(f"scheduler {name} is unusable: {failed[0]}")
         try:
             factory = await self._load(name)
         except ImportError as e:
             reason = plugins.import_error(self._entries[name], e)
-            if self._import_errors.get(name) != reason:  # logged once, not at every use
+            last = self._import_errors.get(name)  # as now: another use may have failed too
+            if last is None or last[0] != reason:  # logged once, not at every use
                 log.warning("scheduler %s is unusable: %s", name, reason)
-            self._import_errors[name] = reason
+            self._import_errors[name] = (reason, paths)
             raise FailedPrecondition(f"scheduler {name} is unusable: {reason}") from None
         except Exception as e:  # the module itself is broken: a bug, for good
             self._load_errors[name] = f"{type(e).__name__}: {e}"
@@ -164,7 +171,8 @@ class Backends:
             try:
                 sched = await self.get(name)
             except TxdError as e:
-                reason = self._load_errors.get(name) or self._import_errors.get(name) or str(e)
+                failed = self._import_errors.get(name)
+                reason = self._load_errors.get(name) or (failed[0] if failed else str(e))
                 out.append(SchedulerInfo(name=name, load_error=reason))
                 continue
             caps = Capabilities()

@@ -5,9 +5,9 @@ A factory has TorchX's signature, `create_scheduler(session_name, **kwargs) -> S
 daemon passes `settings` (the scheduler's section of the daemon config, a mapping checked by
 `Scheduler.__init__`) and `state_dir` (a directory the scheduler may keep files in).
 
-A module that fails to import is not remembered as failed: `Entry.load` imports it again, so a
-package installed since makes the scheduler usable; `import_error` says in one line what is
-missing and which extra installs it.
+A module that fails to import is not remembered as failed: `Entry.load` imports it again (the
+daemon does once `path_state` changed), so a package installed since makes the scheduler
+usable; `import_error` says in one line what is missing and which extra installs it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import os
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import Distribution, EntryPoint, entry_points
@@ -99,6 +101,19 @@ def before_retry() -> None:
     """Called before importing again a module that failed: the import system's directory
     caches may predate a package installed since."""
     importlib.invalidate_caches()
+
+
+def path_state() -> tuple[tuple[str, int], ...]:
+    """The modification time of each sys.path entry: installing a package changes the one it
+    goes in, so a failed import is worth trying again only once this changed (cheaper than
+    the import, a few stat calls)."""
+    out = []
+    for entry in sys.path:
+        try:
+            out.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            out.append((entry, -1))
+    return tuple(out)
 
 
 def import_error(entry: Entry, e: ImportError) -> str:
