@@ -137,11 +137,14 @@ _FIELD_CASES = {
     "cfg": ({"cfg": {"prepend_cwd": False}}, {"cfg": {"prepend_cwd": True}}),
     "cwd": ({"cwd": "/"}, {"cwd": "/tmp"}),
     "env": ({"env": {"A": "1", "PATH": os.defpath}}, {"env": {"A": "2", "PATH": os.defpath}}),
+    # local_cwd ignores workspaces, but a retry must still be the same submission.
+    "workspace": ({"workspace": "/"}, {"workspace": "/tmp"}),
 }
 _FIELD_NAMES = {
     "cfg": "scheduler options (cfg)",
     "cwd": "working directory (cwd)",
     "env": "environment (env)",
+    "workspace": "workspace",
 }
 
 
