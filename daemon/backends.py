@@ -4,8 +4,9 @@ its status feed.
 
 A module that failed to import is imported again at a later use, once a directory of sys.path
 changed (a package installed), so installing a missing extra needs no restart; the failure is
-logged once, in one line naming what to install (no traceback: a missing package is no bug). A bad settings section, or a scheduler that fails
-to build for another reason, stays unusable until a restart."""
+logged once, in one line naming what to install (no traceback: a missing package is no bug).
+A bad settings section, or a scheduler that fails to build for another reason, stays unusable
+until a restart."""
 
 from __future__ import annotations
 
