@@ -297,8 +297,10 @@ class AsyncClient:
 
     # -- schedulers ------------------------------------------------------------------------
 
-    async def schedulers(self) -> pb.SchedulersResponse:
-        return await self._call("Schedulers", pb.SchedulersRequest())
+    async def schedulers(self, *, check_backends: bool = False) -> pb.SchedulersResponse:
+        """Every scheduler the daemon knows; with `check_backends`, whether each one's backend
+        is ready (SchedulerInfo.not_ready), which takes up to a few seconds."""
+        return await self._call("Schedulers", pb.SchedulersRequest(check_backends=check_backends))
 
     async def runopts(self, scheduler: str = "") -> builtins.list[RunOpt]:
         return list((await self._call("RunOpts", pb.RunOptsRequest(scheduler=scheduler))).opts)

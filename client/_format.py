@@ -173,11 +173,14 @@ WIDTH = 80  # `txctl schedulers` fits a terminal this wide
 
 
 def schedulers_text(infos: Sequence[SchedulerInfo], default: str) -> str:
-    """Per scheduler: its name, then its description and capabilities wrapped beside it.
+    """Per scheduler: its name, then whether it is ready, wrapped beside it; a ready one's
+    description and capabilities, else the one-line reason it is not.
 
-    local_cwd (default)  processes on this host, started in the caller's working
-                         directory
+    local_cwd (default)  ready: processes on this host, started in the caller's
+                         working directory
                          can: logs, log_follow, log_since_until, ...
+    local_docker         unusable: No module named 'aiodocker': pip install
+                         'txd[docker]' installs it
     """
     import textwrap
 
@@ -187,9 +190,11 @@ def schedulers_text(infos: Sequence[SchedulerInfo], default: str) -> str:
     for name, info in zip(names, infos, strict=True):
         if info.load_error:
             paragraphs = [f"unusable: {info.load_error}"]
+        elif info.not_ready:
+            paragraphs = [f"not ready: {info.not_ready}"]
         else:
             caps = [f.name for f, v in info.capabilities.ListFields() if v]
-            paragraphs = [info.description, "can: " + ", ".join(caps)]
+            paragraphs = [f"ready: {info.description}", "can: " + ", ".join(caps)]
         first = name.ljust(indent)
         for text in paragraphs:
             lines += textwrap.wrap(

@@ -625,7 +625,7 @@ async def _cmd_runopts(client: Any, args: argparse.Namespace) -> int:
 async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import schedulers_text, to_dict
 
-    resp = await client.schedulers()
+    resp = await client.schedulers(check_backends=True)
     _out(
         to_dict(resp) if args.json else schedulers_text(resp.schedulers, resp.default_scheduler),
         args.json,

@@ -1,6 +1,12 @@
 """The daemon's scheduler instances: each built on first use (a backend's module is imported only
 when it is used) with its settings section, started in the daemon's task group, and paired with
-its status feed."""
+its status feed.
+
+A module that failed to import is imported again at a later use, once a directory of sys.path
+changed (a package installed), so installing a missing extra needs no restart; the failure is
+logged once, in one line naming what to install (no traceback: a missing package is no bug).
+A bad settings section, or a scheduler that fails to build for another reason, stays unusable
+until a restart."""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import asyncio
 import contextlib
 import difflib
 import logging
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,9 @@ from txd.schedulers.errors import FailedPrecondition, InvalidArgument, NotFound,
 from txd.v1.scheduler_pb2 import Capabilities, SchedulerInfo
 
 log = logging.getLogger(__name__)
+
+# How long Schedulers waits for one scheduler's readiness check (they run at once).
+READINESS_TIMEOUT = 3.0
 
 
 class SettingsError(Exception):
@@ -43,7 +53,10 @@ class Backends:
         self._entries = plugins.discover() if entries is None else entries
         self._instances: dict[str, Scheduler[Any, Any]] = {}
         self._feeds: dict[str, Feed] = {}
-        self._load_errors: dict[str, str] = {}
+        self._load_errors: dict[str, str] = {}  # lasting: settings, a failed build
+        # The last failed import and plugins.path_state() before it: tried again once that
+        # changed (a package installed since).
+        self._import_errors: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {}
         self._building: dict[str, asyncio.Lock] = {}
 
     def names(self) -> list[str]:
@@ -79,8 +92,8 @@ class Backends:
                 return sched
             if name in self._load_errors:
                 raise FailedPrecondition(f"scheduler {name} is unusable: {self._load_errors[name]}")
+            factory = await self._import(name)
             try:
-                factory = await self._load(name)
                 sched = factory(
                     self.session,
                     settings=self._settings.get(name, {}),
@@ -104,17 +117,45 @@ class Backends:
         """The entry point's factory, imported in a thread: a backend's client library takes
         about a second to import (kubernetes_asyncio, aioboto3), which on the event loop would
         hold up every other call and every status push."""
+        if name in self._import_errors:
+            plugins.before_retry()
         return await asyncio.to_thread(self._entries[name].load)
+
+    async def _import(self, name: str) -> Any:
+        """The factory (_load); an import that fails raises FailedPrecondition naming what to
+        install, and is tried again at a later use once sys.path's directories changed."""
+        paths = plugins.path_state()
+        failed = self._import_errors.get(name)
+        if failed is not None and failed[1] == paths:  # nothing installed since
+            raise FailedPrecondition(f"scheduler {name} is unusable: {failed[0]}")
+        try:
+            factory = await self._load(name)
+        except ImportError as e:
+            reason = plugins.import_error(self._entries[name], e)
+            last = self._import_errors.get(name)  # as now: another use may have failed too
+            if last is None or last[0] != reason:  # logged once, not at every use
+                log.warning("scheduler %s is unusable: %s", name, reason)
+            self._import_errors[name] = (reason, paths)
+            raise FailedPrecondition(f"scheduler {name} is unusable: {reason}") from None
+        except Exception as e:  # the module itself is broken: a bug, for good
+            self._load_errors[name] = f"{type(e).__name__}: {e}"
+            log.exception("scheduler %s failed to load", name)
+            raise FailedPrecondition(
+                f"scheduler {name} is unusable: {self._load_errors[name]}"
+            ) from None
+        if self._import_errors.pop(name, None) is not None:
+            log.info("scheduler %s: its module imports now", name)
+        return factory
 
     def preload(self) -> None:
         """Imports every scheduler's module ahead of its first use, in a background task (the
         daemon starts it once serving), so that the first Schedulers or Run does not wait for
-        it. A module that fails to import says so at its first use, as it would have."""
+        it. A module that fails to import is logged (once) and tried again at its first use."""
 
         async def load_all() -> None:
             for name in self._entries:
-                with contextlib.suppress(Exception):
-                    await self._load(name)
+                with contextlib.suppress(TxdError):
+                    await self._import(name)
 
         self._tasks.create_task(load_all(), name="scheduler preload")
 
@@ -122,13 +163,18 @@ class Backends:
         """The status feed of a scheduler already built (every followed job's is)."""
         return self._feeds[name]
 
-    async def infos(self) -> list[SchedulerInfo]:
+    async def infos(self, *, check: bool = False) -> list[SchedulerInfo]:
+        """Every scheduler: usable or why not; with `check`, whether a usable one's backend
+        is ready (not_ready), the checks run at once, each within READINESS_TIMEOUT."""
         out = []
+        ready: list[Awaitable[str]] = []
         for name in self._entries:
             try:
                 sched = await self.get(name)
-            except TxdError:
-                out.append(SchedulerInfo(name=name, load_error=self._load_errors.get(name, "")))
+            except TxdError as e:
+                failed = self._import_errors.get(name)
+                reason = self._load_errors.get(name) or (failed[0] if failed else str(e))
+                out.append(SchedulerInfo(name=name, load_error=reason))
                 continue
             caps = Capabilities()
             caps.CopyFrom(sched.capabilities)
@@ -142,6 +188,12 @@ class Backends:
                     settings=options.as_cfg(sched.settings),
                 )
             )
+            if check:
+                ready.append(_readiness(name, sched))
+        reasons = iter(await asyncio.gather(*ready))
+        for info in out:
+            if check and not info.load_error:
+                info.not_ready = next(reasons)
         return out
 
     # -- shutdown, in order -----------------------------------------------------------------
@@ -178,3 +230,19 @@ class Backends:
                 await sched.aclose()
             except Exception:
                 log.exception("%s: close failed", name)
+
+
+async def _readiness(name: str, sched: Scheduler[Any, Any]) -> str:
+    """The scheduler's readiness (Scheduler.readiness) in one line, within READINESS_TIMEOUT.
+    A check that fails is itself the reason; one that fails unexpectedly is logged."""
+    try:
+        async with asyncio.timeout(READINESS_TIMEOUT):
+            reason = await sched.readiness()
+    except TimeoutError:
+        return f"its backend did not say within {READINESS_TIMEOUT:g} s whether it answers"
+    except TxdError as e:
+        reason = str(e)
+    except Exception as e:
+        log.exception("%s: readiness check failed", name)
+        reason = f"its readiness check failed: {type(e).__name__}: {e}"
+    return " ".join(reason.split())  # one line

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from txd.daemon import logs, validate
+from txd.daemon import logs, submission, validate
 from txd.daemon.backends import Backends
 from txd.daemon.cache import StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
@@ -147,8 +147,8 @@ class JobService:
 
     # -- schedulers -------------------------------------------------------------------------
 
-    async def scheduler_infos(self) -> list[SchedulerInfo]:
-        return await self.schedulers.infos()
+    async def scheduler_infos(self, *, check: bool = False) -> list[SchedulerInfo]:
+        return await self.schedulers.infos(check=check)
 
     async def run_opts(self, name: str) -> list[RunOpt]:
         validate.check_scheduler("scheduler", name)
@@ -189,25 +189,35 @@ class JobService:
         cancels its Run) does not stop it between spawning a job and recording it; it ends
         recorded and followed, or undone. Until then a Run with its request id waits for it."""
         name = f"submission {req.request_id or req.app.name!r}"
-        submission = self.tasks.create_awaited(self._submit(req), name=name)
-        self._submitting.add(submission)
-        submission.add_done_callback(self._submitting.discard)
+        task = self.tasks.create_awaited(self._submit(req), name=name)
+        self._submitting.add(task)
+        task.add_done_callback(self._submitting.discard)
         if rid := req.request_id:
-            self._pending_runs[rid] = submission
-            submission.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
-        return submission
+            self._pending_runs[rid] = task
+            task.add_done_callback(lambda _: self._pending_runs.pop(rid, None))
+        return task
 
     async def _check_same_request(self, rec: JobRecord, req: RunRequest) -> None:
+        """Refuses a Run whose request id names a job submitted otherwise: every field of the
+        request that defines the job must match (see txd.daemon.submission)."""
         name, sched, app, _ = await self._prepare(req)
-        recorded = rec.app
-        if req.workspace and sched.capabilities.workspace:
-            # The record has the image built from the workspace, not the request's.
-            app, recorded = _without_images(app), _without_images(rec.app)
-        if name != rec.scheduler or app != recorded:
-            what = "scheduler" if name != rec.scheduler else "app"
+        if name != rec.scheduler:
+            differ = ["scheduler"]
+        else:
+            recorded = rec.app
+            if req.workspace and sched.capabilities.workspace:
+                # The record has the image built from the workspace, not the request's.
+                app, recorded = _without_images(app), _without_images(rec.app)
+            differ = ["app"] if app != recorded else []
+            if rec.submission is not None:
+                differ += submission.differing(rec.submission, req)
+            else:  # recorded before the digests were kept: what its record holds
+                resolved = options.as_cfg(options.resolve(sched.Opts, req.cfg))
+                differ += submission.differing_legacy(rec.cfg, resolved, req)
+        if differ:
             raise AlreadyExists(
                 f"request id {req.request_id!r} belongs to job {rec.handle}, submitted with "
-                f"another {what}; use a new request id for a new job"
+                f"another {submission.said(differ)}; use a new request id for a new job"
             )
 
     async def _prepare(
@@ -235,6 +245,7 @@ class JobService:
 
     async def _submit(self, req: RunRequest) -> JobRecord:
         rid = req.request_id or None
+        digests = submission.digests(req) if rid else None
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
@@ -243,7 +254,9 @@ class JobService:
             if info.app_id:
                 # Recorded before it runs: a daemon killed during schedule() leaves a live
                 # record, which the next one settles (recover) and a retried Run finds.
-                early = self._insert(name, info.app, cfg, Submitted(info.app_id, info.native), rid)
+                early = self._insert(
+                    name, info.app, cfg, Submitted(info.app_id, info.native), rid, digests
+                )
             try:
                 submitted = await sched.schedule(info)
             except Exception:
@@ -259,7 +272,7 @@ class JobService:
             rec = early
         else:
             try:
-                rec = self._insert(name, info.app, cfg, submitted, rid)
+                rec = self._insert(name, info.app, cfg, submitted, rid, digests)
             except Exception:
                 log.exception("could not record the job %s submitted; cancelling it", submitted)
                 await _undo(sched, Job(submitted.app_id, submitted.native))
@@ -285,6 +298,7 @@ class JobService:
         cfg: dict[str, Any],
         submitted: Submitted,
         request_id: str | None,
+        digests: dict[str, str] | None = None,
     ) -> JobRecord:
         """Records the job under a handle no job ever had (never overwriting a record)."""
         app_id = submitted.app_id
@@ -299,6 +313,7 @@ class JobService:
                 cfg=cfg,
                 native=submitted.native,
                 request_id=request_id,
+                submission=digests,
             )
             StatusCache.fill_identity(rec, rec.status)  # as List shows it until it changes
             try:

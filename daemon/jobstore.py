@@ -79,9 +79,16 @@ def _to_v2(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX jobs_by_app_id ON jobs (app_id)")
 
 
+def _to_v3(db: sqlite3.Connection) -> None:
+    """A Run's request id is matched on everything that defines the submission: digests of the
+    request's fields besides app and scheduler (JobRecord.submission; NULL for a job recorded
+    before, or submitted without a request id)."""
+    db.execute("ALTER TABLE jobs ADD COLUMN submission TEXT")
+
+
 # _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
 # edit one that has shipped.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
@@ -95,6 +102,7 @@ _COLUMNS = (
     "status",
     "cfg",
     "native",
+    "submission",
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _INSERT = (
@@ -264,6 +272,9 @@ class JobRecord:
     cfg: dict[str, CfgVal]
     native: dict[str, Any]
     request_id: str | None = None
+    # With a request id: digests of the Run request's fields that define the job besides app
+    # and scheduler (txd.daemon.submission); None for a job recorded before txd kept them.
+    submission: dict[str, str] | None = None
 
     @property
     def job(self) -> Job:
@@ -491,6 +502,7 @@ def _row(rec: JobRecord) -> dict[str, Any]:
         "status": rec.status.SerializeToString(),
         "cfg": json.dumps(rec.cfg),
         "native": json.dumps(rec.native),
+        "submission": None if rec.submission is None else json.dumps(rec.submission),
     }
 
 
@@ -505,6 +517,7 @@ def _record(row: sqlite3.Row) -> JobRecord:
         status=AppStatus.FromString(row["status"]),
         cfg=json.loads(row["cfg"]),
         native=json.loads(row["native"]),
+        submission=json.loads(row["submission"]) if row["submission"] else None,
     )
 
 

@@ -183,7 +183,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         self, request: pb.SchedulersRequest, context: Any
     ) -> pb.SchedulersResponse:
         return pb.SchedulersResponse(
-            schedulers=await self.service.scheduler_infos(),
+            schedulers=await self.service.scheduler_infos(check=request.check_backends),
             default_scheduler=self.service.default_scheduler,
         )
 

@@ -245,6 +245,14 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         shows what the status cache saves. Empty for schedulers that do not count."""
         return {}
 
+    async def readiness(self) -> str:
+        """Why this scheduler cannot run jobs now, in one line ("the Docker engine at ... does
+        not answer", "no cluster configured: ..."), or "" when it can as far as a quick look
+        tells: whether its backend is there (a ping, its configuration, its commands), never a
+        submission. The daemon shows it in Schedulers, bounding it to a few seconds; it is not
+        asked before a Run, which finds out for itself."""
+        return ""
+
     # -- options ----------------------------------------------------------------------------
 
     def run_opts(self) -> list[RunOpt]:

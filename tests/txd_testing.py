@@ -547,16 +547,18 @@ __all__: Sequence[str] = [
 PLUGIN = Path(__file__).resolve().parent / "plugins" / "txd_fakepoll.py"
 
 
-def install_plugin(site: Path, name: str = "fakepoll", *needs: str) -> None:
+def install_plugin(site: Path, name: str = "fakepoll", *needs: str, metadata: str = "") -> None:
     """A minimal installed distribution of the test scheduler tests/plugins/txd_<name>.py:
     the module (and the plugin modules it imports, `needs`), and a dist-info with its entry
-    point `<name> = txd_<name>:create_scheduler`."""
+    point `<name> = txd_<name>:create_scheduler` (and `metadata`'s lines in its METADATA)."""
     site.mkdir(parents=True, exist_ok=True)
     for module in (name, *needs):
         shutil.copy(PLUGIN.with_name(f"txd_{module}.py"), site / f"txd_{module}.py")
     info = site / f"txd_{name}-0.1.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: txd-{name}\nVersion: 0.1\n")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: txd-{name}\nVersion: 0.1\n{metadata}"
+    )
     (info / "entry_points.txt").write_text(
         f"[txd.schedulers]\n{name} = txd_{name}:create_scheduler\n"
     )

@@ -289,6 +289,9 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
         await self.aws.aclose()
         await self._images.aclose()
 
+    async def readiness(self) -> str:
+        return await self.aws.readiness()
+
     def backend_calls(self) -> dict[str, int]:
         calls = dict(self.aws.calls)
         calls.update(self._images.calls)

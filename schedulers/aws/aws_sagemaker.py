@@ -268,6 +268,9 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         except (InvalidArgument, NotFound, FailedPrecondition) as e:
             log.debug("%s: stop %s: %s", self.name, job.app_id, e)
 
+    async def readiness(self) -> str:
+        return await self.aws.readiness()
+
     def backend_calls(self) -> dict[str, int]:
         calls = dict(self.aws.calls)
         calls.update(self._images.calls)

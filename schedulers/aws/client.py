@@ -188,6 +188,24 @@ class Aws:
                 f"set [schedulers.{self.name}] profile to one in ~/.aws/config"
             ) from None
 
+    async def readiness(self) -> str:
+        """Why requests could not be sent now: no region, no credentials (as the AWS CLI finds
+        them; nothing is sent, and whether AWS takes them is not known). "" when both are
+        there."""
+        if self._session is None:
+            self._session = self._new_session()
+        if not self._session.region_name:
+            return (
+                f"no AWS region: set [schedulers.{self.name}] region, or AWS_REGION in txd's "
+                "environment"
+            )
+        if await self._session.get_credentials() is None:
+            return (
+                "no AWS credentials: none in txd's environment, ~/.aws or an instance role "
+                "(as the AWS CLI looks)"
+            )
+        return ""
+
     async def client(self, service: str) -> Any:
         """The service's client (aiobotocore), opened on first use and kept until aclose."""
         if (c := self._clients.get(service)) is not None:

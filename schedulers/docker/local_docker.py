@@ -65,7 +65,7 @@ from txd.schedulers.docker.status import (
     from_containers,
     network_of,
 )
-from txd.schedulers.errors import InvalidArgument, NotFound
+from txd.schedulers.errors import BackendUnavailable, InvalidArgument, NotFound
 from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
 from txd.schedulers.workspace import images
@@ -385,6 +385,16 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
 
     def backend_calls(self) -> dict[str, int]:
         return dict(self.engine.calls)
+
+    async def readiness(self) -> str:
+        socket = self.engine.url.removeprefix("unix://")
+        if socket != self.engine.url and not os.path.exists(socket):
+            return f"no Docker engine: nothing at {socket} (start one, or set DOCKER_HOST)"
+        try:
+            await self.engine.ping()
+        except BackendUnavailable as e:
+            return f"no Docker engine answers: {e}"
+        return ""
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> DockerScheduler:

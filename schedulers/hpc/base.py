@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import abc
 import logging
+import shlex
+import shutil
 import typing
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from txd.schedulers.api import (
     Described,
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # Login nodes queried at once in one poll.
 HOSTS_AT_ONCE = 8
+# How long the readiness probe may take.
+PROBE_TIMEOUT = 2.0
 
 
 @dataclass
@@ -60,6 +64,8 @@ class BatchScheduler(Scheduler[OptsT, ReqT]):
     None: this host)."""
 
     Settings = BatchSettings
+    # A cheap command that fails when this host cannot reach the batch system (readiness).
+    PROBE: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -73,6 +79,24 @@ class BatchScheduler(Scheduler[OptsT, ReqT]):
 
     def backend_calls(self) -> dict[str, int]:
         return self.hosts.calls()
+
+    async def readiness(self) -> str:
+        """Whether PROBE succeeds on this host (a run that names a login node may work when
+        it does not: the message says so)."""
+        if not self.PROBE:
+            return ""
+        host = self.hosts.get(None)
+        elsewhere = " (a run may name a login node: -c ssh_host=HOST)"
+        if shutil.which(self.PROBE[0]) is None:
+            return f"no {self.name} client here: {self.PROBE[0]} is not on txd's PATH{elsewhere}"
+        try:
+            result = await host.run(self.PROBE, timeout=PROBE_TIMEOUT)
+        except BackendUnavailable as e:
+            return f"{e}{elsewhere}"
+        if result.returncode != 0:
+            said = result.error().splitlines()[-1].strip()
+            return f"`{shlex.join(self.PROBE)}` on {host.label} failed: {said}{elsewhere}"
+        return ""
 
     def host_of(self, job: Job) -> Host:
         return self.hosts.get(target_from_native(job.native.get("ssh")))

@@ -87,6 +87,7 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         mounts=True,
     )
     Opts = LsfOpts
+    PROBE = BHOSTS  # what a Run asks first too
 
     def __init__(
         self, session_name: str, settings: Any = None, *, hosts: Hosts | None = None

@@ -98,6 +98,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         workspace=True,
     )
     Opts = SlurmOpts
+    PROBE = ("scontrol", "ping")  # slurmctld answers
 
     def __init__(
         self, session_name: str, settings: Any = None, *, hosts: Hosts | None = None

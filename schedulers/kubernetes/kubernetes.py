@@ -28,7 +28,7 @@ import time
 import typing
 from collections import Counter, OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from txd.schedulers.api import (
@@ -84,6 +84,9 @@ REMOVED = "its objects were deleted outside txd; the last recorded state is kept
 RECENT_DELETED = 1024  # app ids deleted through txd (see local_docker)
 SYNC_TIMEOUT = 30.0  # how long describe_many waits for a new watch's first list
 UNSEEN_GRACE = 60.0  # a submitted app the watch has not shown yet is SUBMITTED this long
+# What a dry run that cannot ask the API server builds for: every supported Kubernetes is newer.
+ASSUMED_VERSION = (1, 21)
+ASSUMED_NAMESPACE = "default"
 
 
 @dataclass
@@ -117,10 +120,15 @@ class KubeRequest:
     shape: str  # plain, indexed, volcano, appwrapper
     objects: list[dict[str, Any]]
     owners: Collection  # the collection of the objects status is read from
+    # What the cluster could not be asked and was assumed (only a dry run goes on without it),
+    # one line each; and why it could not be asked, which schedule() raises.
+    assumed: list[str] = field(default_factory=list)
+    unreachable: str = ""
 
     def render(self) -> str:
         head = f"namespace {self.namespace}; every object after the first is owned by it"
-        return objects.render_yaml(self.objects, header=head)
+        notes = "".join(f"# {line}\n" for line in self.assumed)
+        return notes + objects.render_yaml(self.objects, header=head)
 
 
 class KubernetesScheduler(Scheduler[Any, KubeRequest]):
@@ -191,8 +199,18 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             raise BackendUnavailable(f"{self.name}: {e}") from e
 
     async def _server_version(self) -> tuple[int, int]:
+        """The API server's version; BackendUnavailable when it does not answer within
+        api_timeout (a dry run then assumes one)."""
         if self._version is None:
-            info = await self._call("GET", "/version")
+            timeout = typing.cast(KubeSettings, self.settings).api_timeout
+            try:
+                async with asyncio.timeout(timeout):
+                    info = await self._call("GET", "/version")
+            except TimeoutError:
+                raise BackendUnavailable(
+                    f"{self.name}: the Kubernetes API server did not answer GET /version "
+                    f"within {timeout:g} s"
+                ) from None
             minor = re.match(r"\d+", str(info.get("minor", "0")))
             self._version = (int(info.get("major", 0) or 0), int(minor.group() if minor else 0))
         return self._version
@@ -206,10 +224,31 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
     async def _submit_dryrun(
         self, app: AppDef, opts: Any, ctx: SubmitContext
     ) -> DryRunInfo[KubeRequest]:
+        """The objects to create. What only the cluster can say (its version, the context's
+        namespace) is assumed, and the assumption stated, when it cannot be asked: a dry run
+        works offline, and a Run built on an assumption is refused by schedule()."""
         name = names.app_id_for(app.name, app.roles)
         kw = {"scheduler": self.name, "session": self.session_name}
-        shape, objs = await self._objects(app, name, opts, kw)
-        ns = await self._namespace(opts.namespace)
+        assumed: list[str] = []
+        unreachable = ""
+        try:
+            shape, objs = await self._objects(app, name, opts, kw)
+        except _Offline as e:
+            shape, objs = await self._objects(app, name, opts, kw, version=ASSUMED_VERSION)
+            unreachable = e.reason
+            assumed.append(
+                f"the API server's version could not be asked ({e.reason}): built for "
+                f"Kubernetes {_dotted(ASSUMED_VERSION)} or later ({shape} shape); for an older "
+                "server give -c server_version=MAJOR.MINOR"
+            )
+        try:
+            ns = await self._namespace(opts.namespace)
+        except BackendUnavailable as e:
+            ns, unreachable = ASSUMED_NAMESPACE, unreachable or _reason(e, self.name)
+            assumed.append(
+                f"namespace {ns!r} assumed: no cluster configuration to take it from "
+                f"({_reason(e, self.name)}); give one with -c namespace=NS"
+            )
         req = KubeRequest(
             app_id=f"{ns}:{name}",
             namespace=ns,
@@ -217,15 +256,32 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             shape=shape,
             objects=objs,
             owners=collection_of(objs[1] if shape in ("plain", "indexed") else objs[0]),
+            assumed=assumed,
+            unreachable=unreachable,
         )
         return DryRunInfo(app=app, request=req, opts=opts, render=req.render)
 
     async def _objects(
-        self, app: AppDef, name: str, opts: Any, kw: dict[str, str]
+        self,
+        app: AppDef,
+        name: str,
+        opts: Any,
+        kw: dict[str, str],
+        *,
+        version: tuple[int, int] | None = None,
     ) -> tuple[str, list[dict[str, Any]]]:
+        """(shape, objects); raises _Offline when the shape needs the server's version,
+        neither `version` nor the server_version option gives it, and the server cannot be
+        asked."""
         if opts.queue:
             return "volcano", crds.volcano_objects(app, name, opts, **kw)
-        if await self._server_version() >= (1, 21):
+        version = version or _parse_version(opts.server_version)
+        if version is None:
+            try:
+                version = await self._server_version()
+            except BackendUnavailable as e:
+                raise _Offline(_reason(e, self.name)) from None
+        if version >= (1, 21):
             return "indexed", objects.indexed_objects(app, name, opts, **kw)
         return "plain", objects.plain_objects(app, name, opts, **kw)
 
@@ -242,6 +298,8 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
 
     async def schedule(self, dryrun: DryRunInfo[KubeRequest]) -> Submitted:
         req = dryrun.request
+        if req.assumed:  # built without the cluster: fit for a dry run only
+            raise BackendUnavailable(f"{self.name}: {req.unreachable}")
         root, rest = req.objects[0], req.objects[1:]
         root_coll = collection_of(root)
         made = await self._call("POST", root_coll.path(req.namespace), body=root)
@@ -500,10 +558,49 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             await self._kube.aclose()
         await self._images.aclose()
 
+    async def readiness(self) -> str:
+        """A cluster configured (kubeconfig or in-cluster), whose API server answers."""
+        try:
+            kube = await self.kube()
+        except BackendUnavailable as e:
+            return f"no cluster configured: {_reason(e, self.name)}"
+        try:
+            await kube.answers(min(typing.cast(KubeSettings, self.settings).api_timeout, 2.0))
+        except KubeError as e:
+            return f"the cluster of {kube.source} does not answer: {e}"
+        return ""
+
     def backend_calls(self) -> dict[str, int]:
         calls = Counter(self._kube.calls if self._kube is not None else {})
         calls.update(self._images.calls)
         return dict(calls)
+
+
+class _Offline(Exception):
+    """The objects' shape depends on the API server's version, which cannot be asked."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _reason(e: BackendUnavailable, scheduler: str) -> str:
+    """Why the cluster could not be asked, without the scheduler's name before it."""
+    return str(e).removeprefix(f"{scheduler}: ")
+
+
+def _parse_version(text: str | None) -> tuple[int, int] | None:
+    """The server_version option, MAJOR.MINOR (a trailing .PATCH or +suffix is ignored)."""
+    if not text:
+        return None
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:[.+-].*)?", text.strip())
+    if m is None:
+        raise InvalidArgument("cfg.server_version", f"expected MAJOR.MINOR like 1.30, got {text!r}")
+    return int(m[1]), int(m[2])
+
+
+def _dotted(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> KubernetesScheduler:

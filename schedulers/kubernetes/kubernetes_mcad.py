@@ -29,8 +29,16 @@ class McadScheduler(KubernetesScheduler):
     Opts: ClassVar[type] = McadOpts
 
     async def _objects(
-        self, app: Any, name: str, opts: Any, kw: dict[str, str]
+        self,
+        app: Any,
+        name: str,
+        opts: Any,
+        kw: dict[str, str],
+        *,
+        version: tuple[int, int] | None = None,
     ) -> tuple[str, list[dict[str, Any]]]:
+        # The AppWrapper's shape does not depend on the server's version (appwrapper_version
+        # picks the API), so a dry run needs nothing from the cluster but the namespace.
         return "appwrapper", crds.appwrapper_objects(app, name, opts, **kw)
 
     def _listed_owners(self) -> Sequence[Collection]:

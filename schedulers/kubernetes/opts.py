@@ -28,6 +28,12 @@ class KubernetesOpts:
     tolerations: list[str] = opt(
         [], "taints every pod tolerates: key=value:Effect, key:Effect (any value) or key"
     )
+    server_version: str | None = opt(
+        None,
+        "build for this Kubernetes version, MAJOR.MINOR: before 1.21 a Job per replica, else "
+        "an Indexed Job per role (default: the API server's; a dry run that cannot ask it "
+        "assumes 1.21 and says so)",
+    )
 
 
 @dataclass

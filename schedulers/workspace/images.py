@@ -44,6 +44,8 @@ DOCKERFILES = ("Dockerfile.txd", "Dockerfile.torchx")
 CONTEXT_DIR = "workspace"
 DEFAULT_DOCKERFILE = f"ARG IMAGE\nFROM $IMAGE\nCOPY {CONTEXT_DIR}/ ./\n".encode()
 KEY_LENGTH = 16
+# A dry run's image tag when the engine could not be asked for the base image's id.
+UNKNOWN_TAG = "digest-unknown"
 # aiodocker's made-up status for an engine it cannot connect to.
 UNREACHABLE = 900
 # Lines of the engine's build output quoted when a build fails.
@@ -136,7 +138,16 @@ async def build_workspace_image(
     dockerfile = own_dockerfile(workspace)
     what = f"workspace {workspace} ({found.summary()}"
     what += f", its {dockerfile})" if dockerfile else ")"
-    base_id = await image_id(docker, base)
+    try:
+        base_id = await image_id(docker, base)
+    except BackendUnavailable as e:
+        if not dryrun:
+            raise
+        # A dry run works without the engine (a cluster's needs none): the image's name, a
+        # digest over the base image's id, is what cannot be known.
+        image = f"{image_repo or LOCAL_REPO}:{UNKNOWN_TAG}"
+        push = f", and push it to {image_repo}" if image_repo else ""
+        return Built(image, f"{what}: would build an image FROM {base}{push} ({e})", False)
     if base_id is None:
         if dryrun:
             return Built(base, f"{what}: would pull {base}, then build an image FROM it", False)

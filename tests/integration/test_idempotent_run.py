@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -125,4 +126,97 @@ def test_cli_request_id(txctl: Any, workdir: Path) -> None:
     assert a == b
     handles = [ln.split()[0] for ln in txctl("list", check=0).stdout.splitlines()[1:]]
     assert handles.count(a) == 1
+    txctl("wait", a, check=0)
+
+
+# Everything that defines the submission must match, not only the app: a request id reused
+# with other scheduler options, working directory, environment or workspace is refused naming
+# the field (issue 18, item 10), and the digests it is checked against outlive a restart.
+
+_FIELD_CASES = {
+    "cfg": ({"cfg": {"prepend_cwd": False}}, {"cfg": {"prepend_cwd": True}}),
+    "cwd": ({"cwd": "/"}, {"cwd": "/tmp"}),
+    "env": ({"env": {"A": "1", "PATH": os.defpath}}, {"env": {"A": "2", "PATH": os.defpath}}),
+    # local_cwd ignores workspaces, but a retry must still be the same submission.
+    "workspace": ({"workspace": "/"}, {"workspace": "/tmp"}),
+}
+_FIELD_NAMES = {
+    "cfg": "scheduler options (cfg)",
+    "cwd": "working directory (cwd)",
+    "env": "environment (env)",
+    "workspace": "workspace",
+}
+
+
+@pytest.mark.parametrize("field", sorted(_FIELD_CASES))
+async def test_same_request_id_other_field_is_already_exists(client: Any, field: str) -> None:
+    rid, name = uuid.uuid4().hex, unique(f"idf{field}")
+    first_kw, other_kw = _FIELD_CASES[field]
+    base = {"cwd": "/", "env": {"A": "1", "PATH": os.defpath}}
+    first = await client.run(sh_app("true", name=name), request_id=rid, **{**base, **first_kw})
+    with pytest.raises(AlreadyExistsError) as err:
+        await client.run(sh_app("true", name=name), request_id=rid, **{**base, **other_kw})
+    assert err.value.message == (
+        f"request id {rid!r} belongs to job {first}, submitted with another "
+        f"{_FIELD_NAMES[field]}; use a new request id for a new job"
+    )
+    # The same everything still answers with the first job, and nothing else was submitted.
+    again = await client.run(sh_app("true", name=name), request_id=rid, **{**base, **first_kw})
+    assert again == first
+    assert await _count(client, name) == 1
+    await client.wait(first, timeout=30)
+
+
+async def test_same_request_id_names_every_field_that_differs(client: Any) -> None:
+    rid, name = uuid.uuid4().hex, unique("idall")
+    first = await client.run(
+        sh_app("true", name=name), request_id=rid, cwd="/", env={"A": "1", "PATH": os.defpath}
+    )
+    with pytest.raises(AlreadyExistsError) as err:
+        await client.run(
+            sh_app("false", name=name),
+            request_id=rid,
+            cwd="/tmp",
+            env={"A": "2", "PATH": os.defpath},
+        )
+    assert "submitted with another app, working directory (cwd) and environment (env);" in (
+        err.value.message
+    )
+    await client.wait(first, timeout=30)
+
+
+async def test_the_submission_is_matched_after_a_restart(daemon: Any) -> None:
+    rid = uuid.uuid4().hex
+    async with daemon.client() as c:
+        first = await c.run(
+            sh_app("true", name="idr"), request_id=rid, cwd="/", env={"A": "1", "PATH": os.defpath}
+        )
+        await c.wait(first, timeout=30)
+    daemon.stop()
+    daemon.restart()
+    async with daemon.client() as c:
+        assert await c.run(
+            sh_app("true", name="idr"), request_id=rid, cwd="/", env={"A": "1", "PATH": os.defpath}
+        ) == (first)
+        with pytest.raises(AlreadyExistsError, match=r"another environment \(env\);"):
+            await c.run(
+                sh_app("true", name="idr"),
+                request_id=rid,
+                cwd="/",
+                env={"A": "2", "PATH": os.defpath},
+            )
+
+
+def test_cli_request_id_with_other_options_is_refused(txctl: Any, workdir: Path) -> None:
+    rid = uuid.uuid4().hex
+    a = first_line(txctl("run", "--request-id", rid, "utils.echo", "--msg", "x", check=0).stdout)
+    refused = txctl(
+        "run", "--request-id", rid, "-c", "prepend_cwd=true", "utils.echo", "--msg", "x"
+    )
+    assert refused.returncode != 0
+    assert f"belongs to job {a}, submitted with another scheduler options (cfg)" in (refused.stderr)
+    other_dir = workdir / "elsewhere"
+    other_dir.mkdir()
+    refused = txctl("run", "--request-id", rid, "utils.echo", "--msg", "x", cwd=other_dir)
+    assert "another working directory (cwd)" in refused.stderr, refused.stderr
     txctl("wait", a, check=0)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd.client import AlreadyExistsError
 from txd.daemon import jobstore
 from txd.daemon.jobstore import JobRecord, JobStore, JobStoreError
 from txd.v1 import TERMINAL_STATES, AppState
@@ -82,7 +83,7 @@ def test_version_0_file_migrates_and_every_record_reads_back(tmp_path: Path) -> 
         assert len(key) == 32
     finally:
         store.close()
-    assert _user_version(path) == jobstore.SCHEMA_VERSION == 2
+    assert _user_version(path) == jobstore.SCHEMA_VERSION == 3
     assert ("index", "jobs_by_created_handle") in _objects(path)
     assert ("index", "jobs_by_created") not in _objects(path)
     # Opening a current file again changes nothing, the token key included.
@@ -265,7 +266,14 @@ async def test_daemon_lists_and_serves_the_jobs_of_a_version_0_file(
     first = V0.RECORDS[0]
     async with d.client() as c:
         again = await c.run(first["app"], first["scheduler"], request_id=first["request_id"])
-    assert again == first["handle"]
+        assert again == first["handle"]
+        # Its record keeps no digest of cwd and env: those cannot be compared. Its resolved
+        # options can: one the request names must have the recorded value.
+        rid, app = first["request_id"], first["app"]
+        assert await c.run(app, "local_cwd", {"prepend_cwd": False}, request_id=rid) == again
+        assert await c.run(app, "local_cwd", request_id=rid, cwd="/", env={"X": "1"}) == again
+        with pytest.raises(AlreadyExistsError, match=r"another scheduler options \(cfg\);"):
+            await c.run(app, "local_cwd", {"prepend_cwd": True}, request_id=rid)
     d.stop()
     # The file has its new name, migrated in place; the old name is gone.
     assert _user_version(d.state_dir / "jobs.db") == jobstore.SCHEMA_VERSION

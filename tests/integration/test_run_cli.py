@@ -564,7 +564,7 @@ def test_runopts(txctl: Any) -> None:
 
 def test_schedulers(txctl: Any) -> None:
     text = txctl("schedulers", check=0).stdout
-    assert re.search(r"^local_cwd \(default\)  processes on this host", text, re.M), text
+    assert re.search(r"^local_cwd \(default\)  ready: processes on this host", text, re.M), text
     assert re.search(r"^ +can: logs, log_follow, ", text, re.M), text
     assert max(map(len, text.splitlines())) <= 80, text  # fits an 80-column terminal
     data = json.loads(txctl("schedulers", "--json", check=0).stdout)

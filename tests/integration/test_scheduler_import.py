@@ -5,12 +5,16 @@ answered."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from txd.v1 import AppState
+from txd.v1 import AppDef, AppState, Role
 from txd_testing import Daemon, install_plugin, log_alarms, remove_tree, sh_app, short_tmpdir
 
 
@@ -48,3 +52,145 @@ async def test_calls_are_answered_while_a_scheduler_module_imports(
         async with asyncio.timeout(60):
             names = [s.name for s in (await infos).schedulers if not s.load_error]
     assert "slowimport" in names
+
+
+# A module that fails to import is imported again at its next use, and says what to install
+# (issue 18, item 11): no restart once the package is there, one log line, no traceback.
+
+NEEDSDEP_METADATA = 'Provides-Extra: fast\nRequires-Dist: txd-needsdep-lib>=1; extra == "fast"\n'
+NEEDSDEP_REASON = "No module named 'txd_needsdep_lib': pip install 'txd-needsdep[fast]' installs it"
+
+
+def _infos(d: Daemon) -> dict[str, dict[str, Any]]:
+    out = json.loads(d.txctl("schedulers", "--json", check=0).stdout)
+    return {s["name"]: s for s in out["schedulers"]}
+
+
+def _pythonpath(*dirs: Path) -> str:
+    return os.pathsep.join([*map(str, dirs), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+@pytest.fixture
+def needsdep_daemon() -> Iterator[tuple[Daemon, Path]]:
+    root = short_tmpdir()
+    site = root / "site"
+    install_plugin(site, "needsdep", "fakepoll", metadata=NEEDSDEP_METADATA)
+    d = Daemon(root, env={"PYTHONPATH": _pythonpath(site)}).start()
+    try:
+        yield d, site
+    finally:
+        d.close()
+        log = d.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+
+
+async def test_a_plugin_whose_import_fails_names_the_extra_and_loads_once_installed(
+    needsdep_daemon: tuple[Daemon, Path],
+) -> None:
+    d, site = needsdep_daemon
+    for _ in range(3):  # every use tries again, and says the same
+        assert _infos(d)["needsdep"]["load_error"] == NEEDSDEP_REASON
+    run = d.txctl("run", "-s", "needsdep", "utils.echo")
+    assert run.returncode == 2, run
+    assert f"scheduler needsdep is unusable: {NEEDSDEP_REASON}" in run.stderr
+    text = d.txctl("schedulers", check=0).stdout
+    assert re.search(r"^needsdep +unusable: No module named 'txd_needsdep_lib': pip", text, re.M)
+    # One line in the daemon's log however often it was used, and no traceback.
+    said = [ln for ln in d.log().splitlines() if "needsdep" in ln]
+    assert len(said) == 1 and said[0].endswith(f"scheduler needsdep is unusable: {NEEDSDEP_REASON}")
+    assert "Traceback" not in d.log()
+
+    (site / "txd_needsdep_lib.py").write_text("")  # the package is installed: no restart
+    info = _infos(d)["needsdep"]
+    assert info["load_error"] == ""
+    assert info["description"] == "test double: jobs are files, status is polled"
+    assert info.get("not_ready", "") == ""
+    async with d.client() as c:
+        handle = await c.run(AppDef(name="n", roles=[Role(name="r", entrypoint="x")]), "needsdep")
+        assert (await c.wait(handle, timeout=30)).state == AppState.SUCCEEDED
+    assert "scheduler needsdep: its module imports now" in d.log()
+
+
+async def test_a_builtin_scheduler_names_the_txd_extra(tmp_path: Path) -> None:
+    """aiodocker made unimportable (a module of that name first on the path that fails as a
+    missing one does): local_docker names txd's extra; with the module gone, it loads."""
+    root = short_tmpdir()
+    shadow = root / "shadow"
+    shadow.mkdir()
+    (shadow / "aiodocker.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiodocker'\", name='aiodocker')\n"
+    )
+    socket = root / "no-engine.sock"
+    env = {"PYTHONPATH": _pythonpath(shadow), "DOCKER_HOST": f"unix://{socket}"}
+    d = Daemon(root, env=env).start()
+    try:
+        reason = "No module named 'aiodocker': pip install 'txd[docker]' installs it"
+        assert _infos(d)["local_docker"]["load_error"] == reason
+        assert _infos(d)["local_docker"]["load_error"] == reason
+        said = [ln for ln in d.log().splitlines() if "local_docker" in ln]
+        assert len(said) == 1 and said[0].endswith(f"local_docker is unusable: {reason}"), said
+        (shadow / "aiodocker.py").unlink()
+        info = _infos(d)["local_docker"]
+        assert info["load_error"] == ""
+        assert info["not_ready"] == (
+            f"no Docker engine: nothing at {socket} (start one, or set DOCKER_HOST)"
+        )
+    finally:
+        d.close()
+        log = d.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+
+
+async def test_the_listing_gives_each_scheduler_its_state(tmp_path: Path) -> None:
+    """Every scheduler is ready, or says in one line why not: here no engine, no cluster
+    configured, no LSF commands. Only a listing that asks looks at the backends (shell
+    completion and runopts want the names at once)."""
+    root = short_tmpdir()
+    socket = root / "no-engine.sock"
+    env = {
+        "DOCKER_HOST": f"unix://{socket}",
+        "KUBECONFIG": "/nonexistent/txd-tests/kubeconfig",
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    }
+    d = Daemon(root, env=env).start()
+    try:
+        infos = _infos(d)
+        text = d.txctl("schedulers", check=0).stdout
+        async with d.client() as c:
+            unchecked = (await c.schedulers()).schedulers
+            checked = (await c.schedulers(check_backends=True)).schedulers
+    finally:
+        d.close()
+        log = d.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+    assert [s.not_ready for s in unchecked] == [""] * len(infos)
+    assert {s.name: s.not_ready for s in checked} == {
+        name: info.get("not_ready", "") for name, info in infos.items()
+    }
+    assert infos["local_cwd"].get("not_ready", "") == ""
+    assert infos["local_docker"]["not_ready"] == (
+        f"no Docker engine: nothing at {socket} (start one, or set DOCKER_HOST)"
+    )
+    for name in ("kubernetes", "kubernetes_mcad"):
+        assert infos[name]["not_ready"] == (
+            "no cluster configured: kubeconfig /nonexistent/txd-tests/kubeconfig does not exist"
+        )
+    assert infos["lsf"]["not_ready"] == (
+        "no lsf client here: bhosts is not on txd's PATH (a run may name a login node: "
+        "-c ssh_host=HOST)"
+    )
+    states = {}
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            name, state = (
+                line.split(maxsplit=1)
+                if "(default)" not in line
+                else ("local_cwd", line.split(")", 1)[1])
+            )
+            states[name] = state.strip().split(":", 1)[0]
+    assert set(states) == set(infos)
+    assert set(states.values()) <= {"ready", "not ready", "unusable"}, states
+    assert states["local_cwd"] == "ready" and states["local_docker"] == "not ready"

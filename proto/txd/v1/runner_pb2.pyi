@@ -267,8 +267,10 @@ class LogsResponse(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ...) -> None: ...
 
 class SchedulersRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("check_backends",)
+    CHECK_BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    check_backends: bool
+    def __init__(self, check_backends: _Optional[bool] = ...) -> None: ...
 
 class SchedulersResponse(_message.Message):
     __slots__ = ("schedulers", "default_scheduler")

@@ -103,7 +103,7 @@ class Capabilities(_message.Message):
     def __init__(self, logs: _Optional[bool] = ..., log_follow: _Optional[bool] = ..., log_since_until: _Optional[bool] = ..., log_streams: _Optional[bool] = ..., cancel: _Optional[bool] = ..., delete: _Optional[bool] = ..., list: _Optional[bool] = ..., describe: _Optional[bool] = ..., distributed: _Optional[bool] = ..., mounts: _Optional[bool] = ..., retries: _Optional[bool] = ..., elastic: _Optional[bool] = ..., push_status: _Optional[bool] = ..., workspace: _Optional[bool] = ...) -> None: ...
 
 class SchedulerInfo(_message.Message):
-    __slots__ = ("name", "description", "capabilities", "load_error", "backend_calls", "settings")
+    __slots__ = ("name", "description", "capabilities", "load_error", "backend_calls", "settings", "not_ready")
     class BackendCallsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -124,10 +124,12 @@ class SchedulerInfo(_message.Message):
     LOAD_ERROR_FIELD_NUMBER: _ClassVar[int]
     BACKEND_CALLS_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    NOT_READY_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     capabilities: Capabilities
     load_error: str
     backend_calls: _containers.ScalarMap[str, int]
     settings: _containers.MessageMap[str, CfgValue]
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., load_error: _Optional[str] = ..., backend_calls: _Optional[_Mapping[str, int]] = ..., settings: _Optional[_Mapping[str, CfgValue]] = ...) -> None: ...
+    not_ready: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., load_error: _Optional[str] = ..., backend_calls: _Optional[_Mapping[str, int]] = ..., settings: _Optional[_Mapping[str, CfgValue]] = ..., not_ready: _Optional[str] = ...) -> None: ...
