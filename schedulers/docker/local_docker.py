@@ -400,16 +400,24 @@ class _LogReader:
 
     async def pieces(self, ended: Ended) -> AsyncGenerator[tuple[bytes, int], None]:
         try:
-            start = await self._tail_start()
-            async for piece in self._read(follow=False, since_ns=start):
+            start = await self._tail_start()  # an engine down at the start: BackendUnavailable
+            backlog = (
+                self._outlasting(follow=False, start=start)
+                if self.query.follow
+                else self._read(follow=False, since_ns=start)
+            )
+            async for piece in backlog:
                 if piece[0]:  # the engine's "passed on" marks say nothing about the log's end
                     yield piece
             if not self.query.follow:
                 return
             yield b"", 0  # caught up (rule 7)
             while await self._running():
+                before = self.last
                 async for piece in self._outlasting(follow=True):
                     yield piece
+                if self.last == before:  # a stream that ends at once is not tried at once again
+                    await asyncio.sleep(OUTAGE_PAUSE)
             await ended()
             async for piece in self._outlasting(follow=False):
                 yield piece
@@ -471,14 +479,19 @@ class _LogReader:
                 continue
             if info is None:
                 raise NotFound(f"container {self.name} does not exist")
-            return bool((info.get("State") or {}).get("Running"))
+            state = info.get("State") or {}
+            # Restarting (a retry's back-off) is not running: its output is read at the end.
+            return bool(state.get("Running")) and not state.get("Restarting")
 
-    async def _outlasting(self, *, follow: bool) -> AsyncGenerator[tuple[bytes, int], None]:
-        """A read from after the last message passed on, resumed there when the engine goes
-        away meanwhile."""
+    async def _outlasting(
+        self, *, follow: bool, start: int = 0
+    ) -> AsyncGenerator[tuple[bytes, int], None]:
+        """A read from after the last message passed on (from `start` if none was), resumed
+        there when the engine goes away meanwhile."""
         while True:
             try:
-                async for piece in self._read(follow=follow, since_ns=self.last + 1):
+                since = self.last + 1 if self.last else start
+                async for piece in self._read(follow=follow, since_ns=since):
                     yield piece
                 return
             except BackendUnavailable:
