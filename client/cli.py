@@ -7,8 +7,8 @@ Exit codes (txd.client._exitcodes, printed by `txctl --help`): 0 ok; 1 the job d
 2 bad request (usage, unknown handle or scheduler, invalid app or option, a component's error);
 3 no daemon answers; 4 the daemon answered but the scheduler's backend did not; 5 a call's
 --timeout ran out; 6 the daemon refused for want of a resource; 7 `--wait-timeout` ran out;
-70 internal error; 130 interrupted. TXD_DEBUG=1 adds the traceback of an error on stderr; the
-exit code stays the same.
+8 `logs` printed all but a replica whose log could not be read; 70 internal error; 130
+interrupted. TXD_DEBUG=1 adds the traceback of an error on stderr; the exit code stays the same.
 """
 
 from __future__ import annotations
@@ -653,11 +653,11 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
         tail=args.tail,
     )
     if not args.follow:
-        await logs
-        return 0
-    async with interruptible(client, handle):
-        await logs
-    return 0
+        unreadable = await logs
+    else:
+        async with interruptible(client, handle):
+            unreadable = await logs
+    return exits.INCOMPLETE if unreadable else exits.OK
 
 
 def split_log_target(text: str, target: str) -> tuple[str, str]:
@@ -685,15 +685,17 @@ async def _print_logs(
     follow: bool,
     out: Any = None,
     **kw: Any,
-) -> None:
+) -> int:
     """Writes log chunks to stdout as they come. One replica: its bytes unchanged. Several:
     whole lines only, each prefixed with `role/k `; a replica's unfinished line waits for its
-    newline, or for the end of the stream (then it is printed with a newline added)."""
+    newline, or for the end of the stream (then it is printed with a newline added). A
+    replica whose log cannot be read is named on stderr; returns how many were."""
     from txd.client._lines import ReplicaLines
 
     out = out or sys.stdout.buffer
     lines: ReplicaLines | None = None
     decided = False
+    unreadable = 0
 
     def write(data: bytes) -> None:
         if data:
@@ -702,6 +704,10 @@ async def _print_logs(
 
     try:
         async for chunk in client.logs(handle, role, replica, follow=follow, **kw):
+            if chunk.unreadable:
+                unreadable += 1
+                print(f"txctl: {chunk.unreadable}; the output is incomplete", file=sys.stderr)
+                continue
             if not decided:
                 desc = await client.describe(handle)
                 roles = [r for r in desc.app.roles if not role or r.name == role]
@@ -720,6 +726,7 @@ async def _print_logs(
         raise
     if lines is not None:
         write(lines.flush())
+    return unreadable
 
 
 _COMMANDS = {

@@ -181,14 +181,20 @@ class StatusCache:
 
     def mark_stale(self, jobs: list[LiveJob], scheduler: str, reason: str) -> None:
         """The backend did not answer for these jobs: their statuses may be out of date. The
-        first failure's time is kept until the backend answers again."""
+        first failure's time is kept until the backend answers again; the reason is the
+        latest failure's (an outage's cause changes: a dropped stream, then a refused
+        connection)."""
         for job in jobs:
             status = job.record.status
-            if not job.followed or status.HasField("stale_since"):
+            if not job.followed:
                 continue
-            status.stale_since.CopyFrom(now())
+            if not status.HasField("stale_since"):
+                status.stale_since.CopyFrom(now())
             since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-            status.stale_msg = f"{scheduler} has not answered since {since}: {reason}"
+            msg = f"{scheduler} has not answered since {since}: {reason}"
+            if msg == status.stale_msg:
+                continue
+            status.stale_msg = msg
             self._save(job.record)  # List reads the store
             job.pulse.fire()
 

@@ -12,7 +12,7 @@ from typing import Any
 from txd.daemon import validate
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
-from txd.schedulers.errors import InvalidArgument, NotFound, Unsupported
+from txd.schedulers.errors import InvalidArgument, LogGone, NotFound, Unsupported
 from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef
 from txd.v1.runner_pb2 import LogsRequest, LogsResponse
@@ -106,9 +106,12 @@ def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]
 
 
 async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[LogsResponse]:
-    async for chunk in it:
-        if chunk:  # an empty one only says "caught up"
-            yield LogsResponse(data=chunk, role=role, replica=k)
+    try:
+        async for chunk in it:
+            if chunk:  # an empty one only says "caught up"
+                yield LogsResponse(data=chunk, role=role, replica=k)
+    except LogGone as e:  # this replica only: the others are still sent
+        yield LogsResponse(role=role, replica=k, unreadable=str(e))
 
 
 async def _last_lines(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:

@@ -25,6 +25,11 @@ class NotFound(TxdError):
     """An unknown app handle, scheduler, role or replica."""
 
 
+class LogGone(NotFound):
+    """One replica's log can no longer be read (its container was removed outside txd): the
+    daemon sends the other replicas' logs and names this one (LogsResponse.unreadable)."""
+
+
 class AlreadyExists(TxdError):
     """Something the request would create exists already (a request id used for another job)."""
 

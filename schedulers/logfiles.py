@@ -401,18 +401,21 @@ def tail_offset(path: Path, n: int) -> int:
 async def batched(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     """Joins small pieces (a line, one index segment) into messages of up to CHUNK bytes, sent
     at once whenever the reader has caught up (an empty piece says so), followed by an empty
-    chunk that tells the consumer it has caught up."""
+    chunk that tells the consumer it has caught up: the first time (an empty log too), then
+    once after each run of data (also when the data was just sent for its size)."""
     buf: list[bytes] = []
     size = 0
+    unmarked = True  # no empty chunk was sent since the start or the last data
     try:
         async for chunk in chunks:
             buf.append(chunk)
             size += len(chunk)
             if size and (size >= CHUNK or not chunk):
                 yield b"".join(buf)
-                buf, size = [], 0
-                if not chunk:
-                    yield b""  # caught up (Scheduler.log_iter, rule 7)
+                buf, size, unmarked = [], 0, True
+            if not chunk and unmarked:
+                yield b""  # caught up (Scheduler.log_iter, rule 7)
+                unmarked = False
         if size:
             yield b"".join(buf)
     finally:

@@ -65,7 +65,7 @@ from txd.schedulers.docker.status import (
     from_containers,
     network_of,
 )
-from txd.schedulers.errors import BackendUnavailable, InvalidArgument, NotFound
+from txd.schedulers.errors import BackendUnavailable, InvalidArgument, LogGone, NotFound
 from txd.schedulers.logfiles import selected
 from txd.schedulers.options import opt
 from txd.schedulers.workspace import images
@@ -86,6 +86,8 @@ EVENTS = ["create", "start", "restart", "die", "oom", "pause", "unpause", "destr
 # rather than "removed behind txd's back" (the daemon itself forgets deleted jobs).
 RECENT_DELETED = 1024
 REMOVED = "its containers were removed outside txd; the last recorded state is kept"
+# Seconds between pings of an engine that stopped answering while a log is followed.
+OUTAGE_PAUSE = 0.5
 
 
 @dataclass
@@ -318,31 +320,9 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
     ) -> AsyncIterator[bytes]:
         for c in job.native.get("containers", []):
             if c["role"] == role and c["replica_id"] == k:
-                return self._logs(c["name"], query, ended)
+                reader = _LogReader(self.engine, c["name"], f"{role}/{k}", query)
+                return selected(reader.pieces(ended), query)
         raise NotFound(f"{job.app_id} has no replica {role}/{k}")
-
-    def _logs(self, name: str, query: LogQuery, ended: Ended) -> AsyncIterator[bytes]:
-        return selected(self._log_pieces(name, query, ended), query)
-
-    async def _log_pieces(
-        self, name: str, query: LogQuery, ended: Ended
-    ) -> AsyncGenerator[tuple[bytes, int], None]:
-        """The container's messages; following, until the container stops, then (once the job
-        has ended) whatever a restarted container wrote after that."""
-        streams = {
-            "stdout": query.stream in (Stream.COMBINED, Stream.STDOUT),
-            "stderr": query.stream in (Stream.COMBINED, Stream.STDERR),
-        }
-        last = 0
-        async for piece in self.engine.logs(name, follow=query.follow, **streams):
-            last = piece[1] or last
-            yield piece
-        if query.follow:
-            await ended()
-            async for piece in self.engine.logs(
-                name, follow=False, since_ns=last + 1 if last else 0, **streams
-            ):
-                yield piece
 
     # -- control ----------------------------------------------------------------------------
 
@@ -399,3 +379,141 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
 
 def create_scheduler(session_name: str, **kwargs: Any) -> DockerScheduler:
     return DockerScheduler(session_name, kwargs.get("settings"))
+
+
+class _LogReader:
+    """One replica's log, read from the engine (Scheduler.log_iter's rules):
+
+    - what is there now, read to its end and then marked caught up (an empty piece): the
+      engine's own stream never says where a follow's backlog ends. With a tail (rule 6), from
+      where the last lines begin, found by asking the engine for its last messages;
+    - following, the container's new messages, each read resumed after the last message passed
+      on (by its time stamp, in ns), so that an engine that closes the stream (it restarts) or
+      stops answering for a while loses and repeats nothing it kept: the reader waits, pinging
+      the engine every OUTAGE_PAUSE seconds, for as long as its client stays;
+    - once the container stopped and the job has ended, what a restarted container (a retry)
+      wrote after that.
+
+    A container removed outside txd raises LogGone (the other replicas are still read)."""
+
+    def __init__(self, engine: Engine, name: str, replica: str, query: LogQuery) -> None:
+        self.engine = engine
+        self.name = name
+        self.replica = replica
+        self.query = query
+        self.streams = {
+            "stdout": query.stream in (Stream.COMBINED, Stream.STDOUT),
+            "stderr": query.stream in (Stream.COMBINED, Stream.STDERR),
+        }
+        self.last = 0  # the stamp of the last message passed on
+        self.long_lines: dict[int, bool] = {}  # Engine.logs' state, kept across reads
+
+    async def pieces(self, ended: Ended) -> AsyncGenerator[tuple[bytes, int], None]:
+        try:
+            start = await self._tail_start()  # an engine down at the start: BackendUnavailable
+            backlog = (
+                self._outlasting(follow=False, start=start)
+                if self.query.follow
+                else self._read(follow=False, since_ns=start)
+            )
+            async for piece in backlog:
+                if piece[0]:  # the engine's "passed on" marks say nothing about the log's end
+                    yield piece
+            if not self.query.follow:
+                return
+            yield b"", 0  # caught up (rule 7)
+            while await self._running():
+                before = self.last
+                async for piece in self._outlasting(follow=True):
+                    yield piece
+                if self.last == before:  # a stream that ends at once is not tried at once again
+                    await asyncio.sleep(OUTAGE_PAUSE)
+            await ended()
+            async for piece in self._outlasting(follow=False):
+                yield piece
+        except NotFound as e:
+            raise LogGone(
+                f"the log of {self.replica} is gone: its container {self.name} was removed "
+                "outside txd"
+            ) from e
+
+    async def _tail_start(self) -> int:
+        """Where to start reading for the query's tail (0: from the start): the stamp of the
+        first of the engine's last m messages, for the least m (n + 1, then 4 times more)
+        whose messages hold n + 1 newlines; the engine counts messages, and a long line is
+        several. Only a tail of both streams, not filtered by time or regex (rule 6)."""
+        q = self.query
+        n = q.tail
+        if n is None or q.regex or q.since or q.until or q.stream != Stream.COMBINED:
+            return 0
+        m = n + 1
+        for _ in range(32):  # m grows fourfold each time: a bounded number of reads
+            count = newlines = first = 0
+            async for block, stamp in self.engine.logs(
+                self.name, stdout=True, stderr=True, follow=False, tail=m
+            ):
+                if block:
+                    count += 1
+                    first = first or stamp
+                    newlines += block.count(b"\n")
+            if count < m:
+                return 0  # the whole log has fewer messages
+            if newlines > n:
+                return first
+            m *= 4
+        return 0
+
+    async def _read(
+        self, *, follow: bool, since_ns: int
+    ) -> AsyncGenerator[tuple[bytes, int], None]:
+        """One read of the engine's, each message passed on noted in `last`."""
+        async for block, stamp in self.engine.logs(
+            self.name,
+            follow=follow,
+            since_ns=since_ns,
+            long_lines=self.long_lines,
+            **self.streams,
+        ):
+            if stamp:
+                self.last = stamp
+            yield block, stamp
+
+    async def _running(self) -> bool:
+        """Whether the container runs (a follow goes on). Rides out an engine that does not
+        answer; raises NotFound once the container is gone."""
+        while True:
+            try:
+                info = await self.engine.inspect(self.name)
+            except BackendUnavailable:
+                await self._engine_back()
+                continue
+            if info is None:
+                raise NotFound(f"container {self.name} does not exist")
+            state = info.get("State") or {}
+            # Restarting (a retry's back-off) is not running: its output is read at the end.
+            return bool(state.get("Running")) and not state.get("Restarting")
+
+    async def _outlasting(
+        self, *, follow: bool, start: int = 0
+    ) -> AsyncGenerator[tuple[bytes, int], None]:
+        """A read from after the last message passed on (from `start` if none was), resumed
+        there when the engine goes away meanwhile."""
+        while True:
+            try:
+                since = self.last + 1 if self.last else start
+                async for piece in self._read(follow=follow, since_ns=since):
+                    yield piece
+                return
+            except BackendUnavailable:
+                await self._engine_back()
+
+    async def _engine_back(self) -> None:
+        """Returns once the engine answers a ping again, trying every OUTAGE_PAUSE seconds
+        (each try bounded by the engine's timeout)."""
+        while True:
+            await asyncio.sleep(OUTAGE_PAUSE)
+            try:
+                await self.engine.ping()
+                return
+            except BackendUnavailable as e:
+                log.debug("%s: waiting for the engine: %s", self.name, e)

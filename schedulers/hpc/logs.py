@@ -1,11 +1,13 @@
 """Log files written by a batch system (Slurm's srun, LSF's job output), read where they lie:
 on this host or on a login node, through the scheduler's Host.
 
-Reading is `cat`; following is `tail -F`, which wakes on inotify where the files are, so bytes
-reach clients as they are written. A file the job has not created yet is waited for by checking
-every POLL_MISSING seconds; the tail starts once it exists. A follow ends once the job is
-terminal (aiters.JobEnd cuts the tail there): whatever the tail had not delivered yet is read
-from the byte offset it reached, so no byte is lost or repeated.
+Reading is `cat`; following is a `cat` of what each file holds now (then the follow says it has
+caught up: Scheduler.log_iter, rule 7, which a tail relies on), then `tail -F` from the offset
+reached, which wakes on inotify where the files are, so bytes reach clients as they are
+written. A file the job has not created yet is waited for by checking every POLL_MISSING
+seconds; the tail starts once it exists. A follow ends once the job is terminal (aiters.JobEnd
+cuts the tail there): whatever the tail had not delivered yet is read from the byte offset it
+reached, so no byte is lost or repeated.
 """
 
 from __future__ import annotations
@@ -22,14 +24,15 @@ from txd.schedulers.logfiles import batched, filter_lines
 QUEUE_CHUNKS = 4
 # How often a follow checks for a log file the job has not created yet (seconds).
 POLL_MISSING = 0.1
-# `tail -F`, started once the file exists, and ended when its stdin closes.
+# `tail -F` from byte $1 of file $2, started once the file exists, and ended when its stdin
+# closes.
 # - GNU tail uses inotify only for files that exist when it starts: given a missing file it polls
 #   every `-s` seconds (default 1) for good, even after the file appears, and lines came in 1 s
 #   batches. So the file is waited for first, then tail is exec'd and wakes on every write.
 # - A command whose SSH channel is closed runs on until it next writes, and tail -F of a finished
 #   log may never write again: without the kill it would stay on the login node for good.
 FOLLOW = (
-    f'{{ until [ -e "$1" ]; do sleep {POLL_MISSING}; done; exec tail -c +1 -F -- "$1"; }}'
+    f'{{ until [ -e "$2" ]; do sleep {POLL_MISSING}; done; exec tail -c "+$1" -F -- "$2"; }}'
     ' 2>/dev/null & t=$!; cat >/dev/null; kill "$t"'
 )
 
@@ -43,19 +46,64 @@ async def read_files(
         raise Unsupported("these log files carry no timestamps: since/until cannot be applied")
     regex = compile_regex(query.regex)
 
-    def one(path: str) -> AsyncIterator[bytes]:
-        raw = _follow(host, path, ended) if query.follow else _read(host, path)
+    def filtered(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         if regex is None:
             return raw
         # Lines are filtered per file, so a last line without "\n" never joins the next file's.
         return filter_lines(((b, 0) async for b in raw), regex, None, None)
 
-    if query.follow and len(paths) > 1:
-        chunks = merge([one(p) for p in paths], QUEUE_CHUNKS)
+    if not query.follow:
+        chunks = _chain([filtered(_read(host, p)) for p in paths])
     else:
-        chunks = _chain([one(p) for p in paths])
+        chunks = _caught_up_all(
+            [_marked(filtered(_backlog_then_follow(host, p, ended))) for p in paths]
+        )
     async for chunk in batched(chunks):
         yield chunk
+
+
+class _Mark:
+    """In a followed file's chunks: its backlog (what it held when the follow began) was sent."""
+
+
+_BACKLOG_SENT = _Mark()
+
+
+async def _backlog_then_follow(host: Host, path: str, ended: Ended) -> AsyncIterator[bytes]:
+    """What the file holds now, b"" (the first empty chunk: the backlog was sent), then the
+    file as it grows from there (see _follow)."""
+    offset = 0
+    async for chunk in _read(host, path):
+        offset += len(chunk)
+        yield chunk
+    yield b""
+    async for chunk in _follow(host, path, ended, offset):
+        yield chunk
+
+
+async def _marked(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes | _Mark]:
+    """The chunks, the first empty one (the backlog's end, filtered or not) as _BACKLOG_SENT."""
+    marked = False
+    async for chunk in chunks:
+        if not chunk and not marked:
+            marked = True
+            yield _BACKLOG_SENT
+        else:
+            yield chunk
+
+
+async def _caught_up_all(files: list[AsyncIterator[bytes | _Mark]]) -> AsyncIterator[bytes]:
+    """The files' chunks, interleaved as they come, with one b"" once every file's backlog was
+    sent (not before: a tail takes its lines at the first empty chunk)."""
+    pending = len(files)
+    chunks = merge(files, QUEUE_CHUNKS) if len(files) > 1 else files[0]
+    async for chunk in chunks:
+        if isinstance(chunk, _Mark):
+            pending -= 1
+            if pending == 0:
+                yield b""
+        elif chunk or pending == 0:
+            yield chunk
 
 
 async def _read(host: Host, path: str, offset: int = 0) -> AsyncIterator[bytes]:
@@ -65,12 +113,13 @@ async def _read(host: Host, path: str, offset: int = 0) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def _follow(host: Host, path: str, ended: Ended) -> AsyncIterator[bytes]:
-    """The file as it grows, until the job is terminal; then whatever the tail had not yet
-    delivered, read from the offset reached."""
-    sent = 0
+async def _follow(host: Host, path: str, ended: Ended, offset: int) -> AsyncIterator[bytes]:
+    """The file as it grows from byte `offset`, until the job is terminal; then whatever the
+    tail had not yet delivered, read from the offset reached."""
+    sent = offset
     async with JobEnd(ended) as end:
-        tail = _caught_up(host.stream(["sh", "-c", FOLLOW, "txd-follow", path]))
+        argv = ["sh", "-c", FOLLOW, "txd-follow", str(offset + 1), path]
+        tail = _caught_up(host.stream(argv))
         chunks = end.until(tail, QUEUE_CHUNKS)
         try:
             async for chunk in chunks:

@@ -32,10 +32,12 @@ from txd.schedulers.testing.helpers import (
     describe,
     ended_by,
     expect_unsupported,
+    last_lines,
     read_all,
     read_until,
     state_name,
     submit,
+    tail_of,
     unknown_job,
     wait_for,
     wait_live,
@@ -51,6 +53,10 @@ RAW = (
     b"crlf line\r\n" + b"x" * 200_000 + b"\n" + b"tail without newline"
 )
 LINES = b"alpha 1\nbeta 2\n\xe9alpha 3 \xff\nbeta 4\nalpha 5"
+# A log of many reads and chunks (several 64 KiB chunks, thousands of engine frames), for tails.
+MANY_LINES = b"".join(
+    b"line %05d of a log long enough to span many chunks\n" % i for i in range(8000)
+)
 
 # -- the checks -------------------------------------------------------------------------------
 
@@ -391,6 +397,57 @@ class SchedulerContract:
             with pytest.raises(NotFound):
                 await read_all(sched.log_iter(sub.job, role, k, LogQuery(), ended), harness.timeout)
 
+    async def test_logs_tail_is_exactly_the_last_lines(
+        self, sched: Scheduler[Any, Any], harness: Harness
+    ) -> None:
+        """Rules 6 and 7: with a tail, the daemon keeps the last lines of what log_iter sends up
+        to its first empty chunk: a scheduler skips only bytes before those lines, and says it
+        has caught up only once it sent every byte written so far. Checked on a long log (many
+        chunks) of each of two replicas, read and followed (`tail_of` does what the daemon
+        does), while the job runs and after it ended."""
+        self._need_logs(sched)
+        then = b"after 1\nafter 2\n"
+        sub = await submit(
+            sched,
+            harness,
+            Script(
+                first=Output(stdout=MANY_LINES), block=True, then=Output(stdout=then), replicas=2
+            ),
+        )
+        first, t = harness.logged(MANY_LINES), harness.timeout
+        follow = sched.capabilities.log_follow
+        if follow:  # every line of `first` is written: read it whole once
+            for k in (0, 1):
+                whole = self._logs(sched, harness, sub, k, follow=True)
+                assert await read_until(whole, first, t) == first
+                await _aclose(whole)
+        else:  # tails of the whole log, once the job has ended
+            await harness.release(sched, sub.app, sub.job)
+            await wait_terminal(sched, harness, sub.job)
+
+        def tail(k: int, n: int, **query: Any) -> AsyncIterator[bytes]:
+            return tail_of(self._logs(sched, harness, sub, k, tail=n, **query), n)
+
+        full = first if follow else first + harness.logged(then)
+        for k in (0, 1):
+            for n in (0, 1, 3, 2500, 9000):
+                got = await read_all(tail(k, n), t)
+                assert got == last_lines(full, n), f"replica {k}, tail {n}: {_lines_of(got)}"
+        if not follow:
+            return
+        # Followed, from the last 3 lines on; then what comes after them.
+        tails = [tail(k, 3, follow=True) for k in (0, 1)]
+        for k, it in enumerate(tails):
+            got = await read_until(it, last_lines(first, 3), t)
+            assert got == last_lines(first, 3), f"replica {k}, tail 3, followed: {_lines_of(got)}"
+        await harness.release(sched, sub.app, sub.job)
+        for k, it in enumerate(tails):
+            assert await read_all(it, t) == harness.logged(then), f"replica {k}"
+        await wait_terminal(sched, harness, sub.job)
+        for k in (0, 1):
+            got = await read_all(tail(k, 4), t)
+            assert got == last_lines(first + harness.logged(then), 4), _lines_of(got)
+
     async def test_logs_regex_selects_whole_lines(
         self, sched: Scheduler[Any, Any], harness: Harness
     ) -> None:
@@ -482,6 +539,18 @@ class SchedulerContract:
         await harness.release(sched, sub.app, sub.job)
         assert first + await read_all(fast, harness.timeout) == first + then
         assert head + await read_all(slow, harness.timeout) == first + then
+
+
+def _lines_of(data: bytes) -> str:
+    """A short account of a log read: its line count and its first line."""
+    nl = b"\n"
+    return f"{data.count(nl)} lines, the first {data[: data.find(nl) + 1][:80]!r}"
+
+
+async def _aclose(it: AsyncIterator[bytes]) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def _first_diff(a: bytes, b: bytes) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -191,6 +192,30 @@ async def read_until(it: AsyncIterator[bytes], want: bytes, timeout: float) -> b
     except TimeoutError:
         pytest.fail(f"only {bytes(out)!r} of {want!r} arrived within {timeout} s")
     return bytes(out)
+
+
+async def tail_of(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:
+    """What the daemon makes of a log iterator read with `LogQuery(tail=n)` (Scheduler.log_iter,
+    rules 6 and 7): the last n lines of what it sends up to its first empty chunk (or its end),
+    then every chunk after."""
+    held = bytearray()
+    async for chunk in chunks:
+        if not chunk:
+            break
+        held += chunk
+    if last := last_lines(bytes(held), n):
+        yield last
+    async for chunk in chunks:
+        if chunk:
+            yield chunk
+
+
+def last_lines(data: bytes, n: int) -> bytes:
+    """The last n lines of data; a last line without a newline counts as one."""
+    starts = [0] + [m.end() for m in re.finditer(b"\n", data)]  # where lines begin
+    if starts[-1] == len(data):  # data ends with a newline (or is empty): no line begins there
+        starts.pop()
+    return data[starts[-n] :] if 0 < n <= len(starts) else (data if n else b"")
 
 
 async def expect_unsupported(call: Callable[[], Any]) -> None:

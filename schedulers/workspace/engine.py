@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import os
 import struct
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -94,10 +95,13 @@ class Engine:
             ) from e
         except aiodocker.DockerError as e:
             if e.status == _UNREACHABLE:
-                raise BackendUnavailable(f"the Docker engine at {self.url}: {e.message}") from e
+                raise self._not_answering(e) from e
             raise EngineError(e.status, str(e.message)) from e
         except (aiohttp.ClientError, OSError) as e:
-            raise BackendUnavailable(f"the Docker engine at {self.url}: {e!r}") from e
+            raise self._not_answering(e) from e
+
+    def _not_answering(self, e: BaseException) -> BackendUnavailable:
+        return BackendUnavailable(f"the Docker engine at {self.url} is not answering: {_cause(e)}")
 
     # -- containers -----------------------------------------------------------------------
 
@@ -222,11 +226,23 @@ class Engine:
             await resp.read()
 
     async def logs(
-        self, name: str, *, stdout: bool, stderr: bool, follow: bool, since_ns: int = 0
+        self,
+        name: str,
+        *,
+        stdout: bool,
+        stderr: bool,
+        follow: bool,
+        since_ns: int = 0,
+        tail: int | None = None,
+        long_lines: dict[int, bool] | None = None,
     ) -> AsyncIterator[tuple[bytes, int]]:
         """A container's log messages as (bytes, nanoseconds since the epoch it was read at),
         each as written (a line with its newline, or a piece of a long line); (b"", 0) each
-        time what arrived so far was passed on. Needs the `local` or `json-file` log driver."""
+        time what arrived so far was passed on (not "caught up with the log": the engine does
+        not say when a follow has sent what was there). `since_ns`: messages read at or after
+        it; `tail`: only the last `tail` messages (of both streams, whichever are asked for).
+        `long_lines` carries the PARTIAL_SIZE state from one call to the next, for a caller
+        that resumes a read. Needs the `local` or `json-file` log driver."""
         params = {
             "stdout": "1" if stdout else "0",
             "stderr": "1" if stderr else "0",
@@ -235,6 +251,8 @@ class Engine:
         }
         if since_ns:
             params["since"] = f"{since_ns // 10**9}.{since_ns % 10**9:09d}"
+        if tail is not None:
+            params["tail"] = str(tail)
         with self._missing_is_not_found(f"container {name}"):
             async with self._call("containers.logs"):
                 cm = self._client()._query(
@@ -243,7 +261,8 @@ class Engine:
                 resp = await cm.__aenter__()
         try:
             buf = bytearray()
-            in_long_line: dict[int, bool] = {}  # by stream: the last piece was a full partial
+            # By stream: the last piece was a full partial.
+            in_long_line: dict[int, bool] = {} if long_lines is None else long_lines
             while True:
                 async with self._call("containers.logs.read", bounded=False):
                     data = await resp.content.readany()
@@ -268,6 +287,28 @@ class Engine:
         finally:
             resp.close()  # aiodocker's _query leaves its response open
             await cm.__aexit__(None, None, None)
+
+
+def _cause(e: BaseException) -> str:
+    """Why a connection to the engine failed, in words (not a library's class names): the
+    first OS error along the exception's chain, else what the connection did."""
+    seen: BaseException | None = e
+    for _ in range(8):  # aiodocker's error -> aiohttp's -> the OS's; a chain is short
+        if seen is None:
+            break
+        inner = getattr(seen, "os_error", None)  # aiohttp.ClientConnectorError
+        if isinstance(inner, OSError):
+            seen = inner
+        if isinstance(seen, FileNotFoundError):
+            return "its socket does not exist"
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno).lower()
+        if isinstance(seen, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+            return "it closed the connection in the middle of an answer"
+        if isinstance(seen, aiohttp.ClientConnectionError | ConnectionError):
+            return "the connection to it was lost"
+        seen = seen.__cause__ or seen.__context__
+    return str(e) or type(e).__name__
 
 
 async def _batches(

@@ -107,7 +107,7 @@ async def test_forgotten_is_unknown_with_the_last_state(
     assert stored(store, rec).state == AppState.UNKNOWN
 
 
-async def test_mark_stale_keeps_the_first_failure_until_an_answer(
+async def test_mark_stale_keeps_the_first_failures_time_and_the_latest_reason(
     cache: StatusCache, store: JobStore
 ) -> None:
     rec, job = follow(cache, store)
@@ -122,10 +122,15 @@ async def test_mark_stale_keeps_the_first_failure_until_an_answer(
     assert first.stale_msg.endswith(": login node down")
     assert stored(store, rec).stale_since == first.stale_since  # List reads the store
 
-    cache.mark_stale([job], "fake", "still down")  # the first failure's time and reason stay
+    cache.mark_stale([job], "fake", "login node down")  # the same failure again: no change
     assert job.pulse.gen == gen + 1
-    assert job.status.stale_since == first.stale_since
     assert job.status.stale_msg == first.stale_msg
+
+    cache.mark_stale([job], "fake", "connection refused")  # the cause changed: said at once
+    assert job.pulse.gen == gen + 2
+    assert job.status.stale_since == first.stale_since  # since the outage began
+    assert job.status.stale_msg == first.stale_msg.replace("login node down", "connection refused")
+    assert stored(store, rec).stale_msg == job.status.stale_msg
 
     watch = cache.watch(rec)
     assert (await anext(watch)).HasField("stale_since")

@@ -257,14 +257,16 @@ class LogsRequest(_message.Message):
     def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
-    __slots__ = ("data", "role", "replica")
+    __slots__ = ("data", "role", "replica", "unreadable")
     DATA_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    UNREADABLE_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     role: str
     replica: int
-    def __init__(self, data: _Optional[bytes] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ...) -> None: ...
+    unreadable: str
+    def __init__(self, data: _Optional[bytes] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., unreadable: _Optional[str] = ...) -> None: ...
 
 class SchedulersRequest(_message.Message):
     __slots__ = ("check_backends",)

@@ -94,9 +94,9 @@ class FakeHost(Host):
         if argv[0] == "cat":
             offset = 0
         elif "-F" in " ".join(argv):
-            # tail -F (inside `sh -c`): what is there, then each write as it happens, until the
-            # reader stops (the closed stdin the real command ends on).
-            sent = 0
+            # tail -F from byte argv[-2] (inside `sh -c`): what is there, then each write as it
+            # happens, until the reader stops (the closed stdin the real command ends on).
+            sent = int(argv[-2]) - 1
             while True:
                 written = self._written
                 data = self.files.get(path, b"")

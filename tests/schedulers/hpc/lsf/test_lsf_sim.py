@@ -105,7 +105,7 @@ async def test_bjobs_without_jobs_and_without_a_backend(sim: LsfSim, host: FakeH
 
 
 async def test_a_follow_gets_each_write_until_the_reader_stops(host: FakeHost) -> None:
-    argv = ["sh", "-c", FOLLOW, "txd-follow", "/j/x.out"]  # as hpc.logs follows
+    argv = ["sh", "-c", FOLLOW, "txd-follow", "1", "/j/x.out"]  # as hpc.logs follows
     follow = cast(AsyncGenerator[bytes, None], host.stream(argv))
     host.write("/j/x.out", b"one\n")
     assert await anext(follow) == b"one\n"

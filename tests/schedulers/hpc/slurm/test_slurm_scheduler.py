@@ -147,7 +147,10 @@ async def test_a_follow_ends_when_the_daemon_says_the_job_ended(
         await ended.wait()
 
     chunks = sched.log_iter(job, "main", 0, LogQuery(follow=True), until_ended)
-    assert await anext(chunks) == b"before\n"
+    first = await anext(chunks)
+    if first == b"":  # caught up with a log not written yet (rule 7)
+        first = await anext(chunks)
+    assert first == b"before\n"
     release.touch()
     assert (await until_terminal(sched, job)).state == AppState.SUCCEEDED
     ended.set()  # what the daemon does once its cache holds the terminal status
