@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from txd.daemon import validate
+from txd.daemon.lastlines import LastLines
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
 from txd.schedulers.errors import InvalidArgument, NotFound, Unsupported
@@ -114,34 +114,21 @@ async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[
 async def _last_lines(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:
     """The last n lines of what `chunks` holds when it first catches up (an empty chunk) or
     ends, then every chunk after: `tail -n N -f` for one replica, whatever its scheduler.
-    Holds the chunks that may still hold those lines: n + 1 newlines' worth, and one chunk."""
-    held: deque[tuple[bytes, int]] = deque()  # chunks, with their newline counts
-    newlines = 0
+    Holds the chunks that may still hold those lines in bounded memory (lastlines.LastLines:
+    on disk past a MiB), and sends them in pieces, so a line of any length goes out."""
+    held = LastLines(n)
     try:
         async for chunk in chunks:
             if not chunk:
                 break
-            count = chunk.count(b"\n")
-            held.append((chunk, count))
-            newlines += count
-            while len(held) > 1 and newlines - held[0][1] > n:  # the rest has n + 1 newlines
-                newlines -= held.popleft()[1]
-        if last := last_lines(b"".join(c for c, _ in held), n):
-            yield last
-        held.clear()
+            held.add(chunk)
+        for piece in held.lines():
+            yield piece
+        held.close()
         async for chunk in chunks:
             yield chunk
     finally:
+        held.close()
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
-
-
-def last_lines(data: bytes, n: int) -> bytes:
-    """The last n lines of data; a last line without a newline counts as one."""
-    end = len(data) - 1 if data.endswith(b"\n") else len(data)
-    for _ in range(n):
-        end = data.rfind(b"\n", 0, end)
-        if end < 0:
-            return data
-    return data[end + 1 :]

@@ -10,13 +10,14 @@ import datetime as dt
 import hashlib
 import os
 import time
+from asyncio.subprocess import PIPE
 from pathlib import Path
 from typing import Any
 
 from txd.client import DeadlineExceededError
 from txd.schedulers.logfiles import LINE_LIMIT
 from txd.v1 import AppState
-from txd_testing import py_app, read_logs
+from txd_testing import TXCTL, py_app, read_logs
 
 MiB = 1 << 20
 LONG = 200 * MiB
@@ -33,9 +34,9 @@ MAX_PINGS = 100_000
 RSS_GROWTH_BOUND_MIB = 16
 
 
-def _writer(size: int) -> str:
-    """Code writing one line of "BEGIN" + `size` bytes of "x" (in 1 MiB blocks), then a short
-    line."""
+def _writer(size: int, then: bytes = SHORT_LINE) -> str:
+    """Code writing one line of "BEGIN" + `size` bytes of "x" (in 1 MiB blocks), then `then`
+    (a short line)."""
     return (
         "import sys\n"
         "w = sys.stdout.buffer\n"
@@ -43,12 +44,12 @@ def _writer(size: int) -> str:
         "block = b'x' * (1 << 20)\n"
         f"for _ in range({size // MiB}):\n"
         "    w.write(block)\n"
-        f"w.write(b'\\n' + {SHORT_LINE!r})\n"
+        f"w.write(b'\\n' + {then!r})\n"
     )
 
 
-async def _write_long_line(client: Any, size: int) -> str:
-    handle = await client.run(py_app(_writer(size)))
+async def _write_long_line(client: Any, size: int, then: bytes = SHORT_LINE) -> str:
+    handle = await client.run(py_app(_writer(size, then)))
     status = await client.wait(handle, timeout=120)
     assert status.state == AppState.SUCCEEDED, status
     return handle
@@ -223,3 +224,32 @@ async def test_client_leaving_a_filtered_read_stops_it(daemon: Any) -> None:
         assert read_mib < LONG / MiB / 4, f"the daemon read {read_mib:.0f} MiB of a 200 MiB log"
         # And it still answers, with the whole log for a reader that stays.
         assert await read_logs(c, handle, regex="needle") == SHORT_LINE
+
+
+async def test_tail_of_a_100mb_line_arrives_whole_in_bounded_daemon_memory(daemon: Any) -> None:
+    """`txctl logs --tail 1` of a line larger than gRPC's 64 MiB message limit: whole and
+    byte-exact, with and without -f, and through the Python client in small messages, while
+    the daemon's memory does not grow with the line (it held the line whole, about 5 times)."""
+    size = 100 * MiB
+    async with daemon.client() as c:
+        handle = await _write_long_line(c, size, then=b"")
+    long_line = LONG_LINE_HEAD + b"x" * size + b"\n"
+    _reset_peak_rss(daemon.pid)
+    rss_before = _vm(daemon.pid, "VmRSS")
+    for follow in ([], ["-f"]):
+        proc = await asyncio.create_subprocess_exec(
+            *TXCTL, "--socket", str(daemon.socket), "--no-autostart", "logs", *follow,
+            "--tail", "1", handle,
+            stdout=PIPE, stderr=PIPE, env=daemon.txctl_env(),
+        )  # fmt: skip
+        async with asyncio.timeout(READ_TIMEOUT):
+            out, err = await proc.communicate()
+        assert proc.returncode == 0, (follow, proc.returncode, err[-2000:])
+        assert len(out) == len(long_line), follow
+        assert hashlib.sha256(out).digest() == hashlib.sha256(long_line).digest()
+        _assert_rss_growth_bounded(daemon.pid, rss_before)
+    async with daemon.client() as c, asyncio.timeout(READ_TIMEOUT):
+        sizes = [len(chunk.data) async for chunk in c.logs(handle, tail=1)]
+    assert sum(sizes) == len(long_line)
+    assert max(sizes) <= 4 * MiB  # gRPC's default receive limit
+    _assert_rss_growth_bounded(daemon.pid, rss_before)
