@@ -3,6 +3,7 @@ the replica and merged as they come when following several."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import AsyncIterator
@@ -11,11 +12,12 @@ from typing import Any
 from txd.daemon import validate
 from txd.daemon.lastlines import LastLines
 from txd.schedulers.aiters import merge
-from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
+from txd.schedulers.api import Ended, Job, LogQuery, LongLine, Scheduler, num_replicas
 from txd.schedulers.errors import InvalidArgument, NotFound, Unsupported
 from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef
 from txd.v1.runner_pb2 import LogsRequest, LogsResponse
+from txd.v1.runner_pb2 import LongLine as LongLineMsg
 
 # Bounds the bytes buffered per merged log stream (chunks are at most 64 KiB).
 MERGE_QUEUE_CHUNKS = 16
@@ -35,9 +37,13 @@ async def read(
         stream=req.streams,
         tail=tail,
     )
-    iters = [(role, k, sched.log_iter(job, role, k, query, ended)) for role, k in targets]
+    iters = []
+    for role, k in targets:
+        long_lines: list[LongLine] = []  # the filter's reports, sent as they come
+        each = dataclasses.replace(query, on_long_line=long_lines.append)
+        iters.append((role, k, sched.log_iter(job, role, k, each, ended), long_lines))
     if tail is not None:
-        iters = [(role, k, _last_lines(it, tail)) for role, k, it in iters]
+        iters = [(role, k, _last_lines(it, tail), lines) for role, k, it, lines in iters]
     if not req.follow or len(iters) == 1:
         # Replica after replica: finished output reads best grouped.
         for i in iters:
@@ -105,10 +111,26 @@ def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]
     return targets
 
 
-async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[LogsResponse]:
+async def _tagged(
+    role: str, k: int, it: AsyncIterator[bytes], long_lines: list[LongLine]
+) -> AsyncIterator[LogsResponse]:
     async for chunk in it:
         if chunk:  # an empty one only says "caught up"
             yield LogsResponse(data=chunk, role=role, replica=k)
+        for msg in _long_lines(role, k, long_lines):
+            yield msg
+    for msg in _long_lines(role, k, long_lines):
+        yield msg
+
+
+def _long_lines(role: str, k: int, long_lines: list[LongLine]) -> list[LogsResponse]:
+    """The lines the filter reported since last asked (LogsResponse.long_line)."""
+    msgs = [
+        LogsResponse(role=role, replica=k, long_line=LongLineMsg(offset=x.offset, length=x.length))
+        for x in long_lines
+    ]
+    long_lines.clear()
+    return msgs
 
 
 async def _last_lines(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:

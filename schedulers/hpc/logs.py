@@ -48,7 +48,7 @@ async def read_files(
         if regex is None:
             return raw
         # Lines are filtered per file, so a last line without "\n" never joins the next file's.
-        return filter_lines(((b, 0) async for b in raw), regex, None, None)
+        return filter_lines(((b, 0) async for b in raw), regex, None, None, query.on_long_line)
 
     if query.follow and len(paths) > 1:
         chunks = merge([one(p) for p in paths], QUEUE_CHUNKS)
