@@ -105,16 +105,19 @@ def _report(ctx: Context, trees: list[tuple[str, str | None]], figs: dict[str, _
     def mib(xs: list[float]) -> str:
         return "/".join(f"{x:.0f}" for x in xs)
 
-    growth = max(new.growth_mib)
+    # The peak itself: the RSS before the read varies by tens of MiB with what the job's
+    # capture and gRPC left allocated, so the growth is only a note.
+    peak = max(new.peak_mib)
     res = ctx.res
     res.add(
-        "daemon peak RSS growth, `txctl logs --tail 1` of a 100 MiB line",
-        f"{growth:.0f} MiB",
-        "< 50 MiB, the line whole",
-        growth < 50 and all(v == "whole" for v in new.tail),
+        "daemon peak RSS, `txctl logs --tail 1` of a 100 MiB line",
+        f"{peak:.0f} MiB",
+        "< 150 MiB, the line whole",
+        peak < 150 and all(v == "whole" for v in new.tail),
         note=beside(
-            f"+{mib(new.growth_mib)} MiB (peak {mib(new.peak_mib)}), {', '.join(new.tail)}",
-            f"+{mib(base.growth_mib)} MiB (peak {mib(base.peak_mib)}), {', '.join(base.tail)}"
+            f"peaks {mib(new.peak_mib)} MiB (+{mib(new.growth_mib)} during the read),"
+            f" {', '.join(new.tail)}",
+            f"peaks {mib(base.peak_mib)} MiB (+{mib(base.growth_mib)}), {', '.join(base.tail)}"
             if base
             else "",
         ),
