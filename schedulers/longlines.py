@@ -4,12 +4,14 @@ The line is searched in windows as it comes: each window is the new bytes plus t
 previous one, as much of it as a match starting there may need. How much that is comes from the
 pattern itself (`reach`): how far from where a match starts the regex engine may look, forward
 (the widest match, plus lookaheads) and back (lookbehinds, \\b). A window's edges are not the
-line's, so a match is only trusted where neither edge could have decided it, and the starts too
-close to the window's end are tried again in the next window. For a pattern whose forward reach
-is at most MAX_REACH bytes (`needle`, `err(or)?:\\s\\d{1,5}`, ...), that makes the search of the
-whole line exact. A pattern that can match more than that (`a.*b`, `\\d+x`) is searched in
-windows overlapping by MAX_REACH bytes: a match found is a match, but a match longer than the
-overlap can be missed, so a line it does not match is reported as not searched whole (LongLine).
+line's, so a match is only trusted where neither edge could have decided it (an end-of-line
+assertion or lookahead near the end, an atomic group that may have chosen on an attempt cut by
+it), and the starts too close to the window's end are tried again in the next window. For a
+pattern whose forward reach is at most MAX_REACH bytes (`needle`, `err(or)?:\\s\\d{1,5}`),
+that makes the search of the whole line exact. A pattern that can match more (`a.*b`, `\\d+x`)
+is searched in windows overlapping by MAX_REACH bytes: a match found is a match, but one longer
+than the overlap can be missed, so a line it does not match is reported as not searched whole
+(LongLine).
 
 The line's bytes go to a Spool as they come, so that a line matched late is still sent whole, from
 its first byte.
@@ -40,12 +42,15 @@ class Reach:
     """How far around a match start the engine may look. `back`: bytes before it (plus one, for
     \\b and a MULTILINE ^). `ahead`: bytes from it, one past them included; None when more than
     MAX_REACH. `lookahead`: bytes past a match's end that lookaheads may look at, plus one.
-    `end_sensitive`: the pattern asserts something an edge can decide ($, \\Z, \\b, a lookahead)."""
+    `end_sensitive`: the pattern asserts something an edge can decide ($, \\Z, \\b, a lookahead).
+    `atomic`: it has atomic groups or possessive repeats, whose choice can hang on an attempt
+    that reached the edge, even when the match found ends far from it."""
 
     back: int
     ahead: int | None
     lookahead: int
     end_sensitive: bool
+    atomic: bool
 
 
 def reach(regex: re.Pattern[bytes]) -> Reach:
@@ -55,14 +60,15 @@ def reach(regex: re.Pattern[bytes]) -> Reach:
         _walk(tree, found)
         width = tree.getwidth()[1]
     except Exception:  # a construct this walk does not know: nothing bounded is assumed
-        return Reach(MAX_REACH + 1, None, MAX_REACH + 1, True)
+        return Reach(MAX_REACH + 1, None, MAX_REACH + 1, True, True)
     ahead = width + found.lookahead + 1
     back = found.lookbehind + 1
     return Reach(
         back=min(back, MAX_REACH + 1),
         ahead=ahead if ahead <= MAX_REACH and back <= MAX_REACH else None,
         lookahead=found.lookahead + 1,
-        end_sensitive=found.end_sensitive,
+        end_sensitive=found.end_sensitive or found.atomic,
+        atomic=found.atomic,
     )
 
 
@@ -71,12 +77,15 @@ class _Found:
         self.lookahead = 0  # the widths of every lookahead, summed (nesting included)
         self.lookbehind = 0
         self.end_sensitive = False
+        self.atomic = False
 
 
 def _walk(tree: Any, found: _Found) -> None:
     for op, av in tree:
         if op is _c.AT and av not in _STARTS:
             found.end_sensitive = True
+        elif op in (_c.ATOMIC_GROUP, _c.POSSESSIVE_REPEAT):
+            found.atomic = True
         elif op in (_c.ASSERT, _c.ASSERT_NOT):
             direction, sub = av
             width = sub.getwidth()[1]
@@ -131,8 +140,8 @@ class LineScan:
         self._pending.clear()
         self._pending_len = 0
         m = self._regex.search(buf, self._lo)
-        if m is not None and (ends or not r.end_sensitive or m.end() + r.lookahead < len(buf)):
-            return True  # the window's end decided nothing in it
+        if m is not None and (ends or self._certain(m, len(buf))):
+            return True
         if ends:
             return False
         # Starts before `first` were tried with every byte they could look at in the window.
@@ -145,6 +154,13 @@ class LineScan:
         self._window = buf[cut:]
         self._lo = first - cut
         return False
+
+    def _certain(self, m: re.Match[bytes], size: int) -> bool:
+        """Whether the window's end (at `size`) decided nothing in match m."""
+        r = self._reach
+        if r.ahead is not None and m.start() + r.ahead < size:
+            return True  # no attempt from its start could look that far
+        return not r.end_sensitive or (not r.atomic and m.end() + r.lookahead < size)
 
     def close(self) -> None:
         self.spool.close()

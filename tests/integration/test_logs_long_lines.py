@@ -124,12 +124,15 @@ def _assert_rss_growth_bounded(pid: int, rss_before_kib: int) -> None:
 
 
 async def _warm_up(daemon: Any, handle: str) -> None:
-    """A plain read of the whole log, then the peak RSS reset: what gRPC keeps in flight for a
-    reader slower than the daemon (up to about 30 MiB, whatever the read) and the allocator's
-    arenas are then part of the baseline, and a bound measures what the read itself holds."""
+    """Plain reads of the whole log, through the client and through txctl, then the peak RSS
+    reset: what gRPC keeps in flight for a reader slower than the daemon (up to about 30 MiB,
+    whatever the read) and the allocator's arenas are then part of the baseline, and a bound
+    measures what a read itself holds."""
     async with daemon.client() as c, asyncio.timeout(READ_TIMEOUT):
         async for _ in c.logs(handle):
             pass
+    code, _, err = await _txctl_logs(daemon, handle)
+    assert code == 0, err
     _reset_peak_rss(daemon.pid)
 
 

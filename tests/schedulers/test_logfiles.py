@@ -193,6 +193,17 @@ async def test_unbounded_pattern_reports_the_line_it_may_have_missed() -> None:
                                                   reported.append)])  # fmt: skip
     assert got == b"B needle\n"
     assert reported == [LongLine(offset=len(b"B needle\n"), length=len(long))]
+    # An atomic group commits to its first alternative that matches: cut by a window's end,
+    # `xa*b` fails and `x` is taken, then `a` matches at once, far from that end; the whole
+    # line commits to `xa*b` and fails. So no window's match is trusted: reported, not sent.
+    atomic = b"x" + b"a" * (3 * MiB) + b"bz"
+    pattern = re.compile(rb"(?>xa*b|x)a")
+    assert pattern.search(atomic) is None
+    reported.clear()
+    got = b"".join([c async for c in filter_lines(Source(split(atomic)).gen(), pattern, None,
+                                                  None, reported.append)])  # fmt: skip
+    assert got == b""
+    assert reported == [LongLine(offset=0, length=len(atomic))]
     # Matched within a window: sent whole, nothing to report; `x.*` cannot depend on an edge.
     for regex in (rb"Bx{5}.*", rb"xneedle"):
         reported.clear()
@@ -240,6 +251,8 @@ def model(
 # Patterns whose reach is bounded (searched exactly, whatever the line's length), and ones
 # whose matches can be longer than longlines.MAX_REACH (a line they miss must be reported).
 BOUNDED = [
+    rb"(?>ab|a)b",
+    rb"a?+\r",
     rb"a",
     rb"^a",
     rb"b$",
@@ -250,7 +263,18 @@ BOUNDED = [
     rb"a(?!b)",
     rb"a(?!b\r)",
 ]
-UNBOUNDED = [rb"a[ab\r]*b", rb"^a.*b$", rb"a.*", rb"\bb+\r", rb"(?<=\xff)a+(?=b)"]
+UNBOUNDED = [
+    rb"(?>ab|a)b",
+    rb"a?+\r",
+    rb"a[ab\r]*b",
+    rb"^a.*b$",
+    rb"a.*",
+    rb"\bb+\r",
+    rb"(?<=\xff)a+(?=b)",
+    rb"(?>a*\r|a)b",
+    rb"b(?>a+)\xff",
+    rb"ba*+\r",
+]
 
 
 async def test_matches_the_line_by_line_model(monkeypatch: pytest.MonkeyPatch) -> None:
