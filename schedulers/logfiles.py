@@ -264,7 +264,6 @@ async def filter_lines(
     out: list[bytes | LineScan] = []  # what this piece sends (a LineScan: its line so far)
     scope = longlines.reach(regex) if regex is not None else None
     scan: LineScan | None = None  # the current line's, once it is overlong
-    scans: list[LineScan] = []  # to close, whatever happens
     line_start = 0  # where the current line begins, in the bytes read
 
     def feed(seg: bytes, ends: bool, newline: bool = True) -> None:
@@ -290,7 +289,6 @@ async def filter_lines(
             else:
                 assert scope is not None
                 scan = LineScan(regex, scope, line_start)
-                scans.append(scan)
                 seg = b"".join([*held, seg])
                 mode = _SCAN
             held.clear()
@@ -365,8 +363,9 @@ async def filter_lines(
             for part in _drained(out):
                 yield part
     finally:
-        for s in scans:
-            s.close()
+        for s in [scan, *out]:  # a scan going on, matched lines not sent yet
+            if isinstance(s, LineScan):
+                s.close()
         await _aclose(pieces)
 
 

@@ -420,6 +420,22 @@ async def test_aclose_reaches_the_reader() -> None:
     assert src.closed, "closing the filter left its reader open until garbage collection"
 
 
+@pytest.mark.parametrize("at", ["scanning", "sending"])
+async def test_aclose_frees_a_long_lines_spool(at: str) -> None:
+    """A long line's spool file is closed with the filter: while the line is searched (closed
+    at a caught-up mark), and while a late match is sent from it."""
+    line = b"x" * (3 * MiB) + b"needle" + b"x" * (3 * MiB) + b"\n"
+    pieces = [*split(line[: 2 * MiB]), (b"", 0), *split(line[2 * MiB :])]
+    before = len(os.listdir("/proc/self/fd"))
+    gen = filter_lines(Source(pieces).gen(), re.compile(rb"needle"), None, None)
+    assert await anext(gen) == b""  # caught up at 2 MiB: the line is being searched
+    if at == "sending":
+        assert (await anext(gen)).startswith(b"xxx")  # matched: sent from the spool
+    assert len(os.listdir("/proc/self/fd")) == before + 1  # the spool
+    await gen.aclose()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def _open_count(path: Path) -> int:
     """How many of this process's file descriptors are open on path."""
     fds = Path("/proc/self/fd")
