@@ -278,7 +278,8 @@ class AsyncClient:
         tail: int | None = None,
     ) -> AsyncIterator[pb.LogsResponse]:
         """Chunks of raw log bytes, each tagged with its role and replica; with `tail`, only
-        the last `tail` lines of each replica (then, following, what comes next)."""
+        the last `tail` lines of each replica (then, following, what comes next). A chunk with
+        `long_line` set carries no data: a line `regex` may have missed (LogsResponse)."""
         if streams not in _STREAMS:
             raise ValueError(f"streams must be one of {', '.join(_STREAMS)}, not {streams!r}")
         req = pb.LogsRequest(

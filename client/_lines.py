@@ -9,6 +9,8 @@ newline arrives. Everything is bytes: output that is not UTF-8, and `\\r`, pass 
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ReplicaLines:
     """One line buffer per replica: feed() returns the whole lines a chunk completes, each with
@@ -45,3 +47,13 @@ class ReplicaLines:
 
 def _prefix(role: str, replica: int) -> bytes:
     return f"{role}/{replica} ".encode()
+
+
+def long_line_note(chunk: Any) -> str:
+    """What a LogsResponse with long_line says, in words (no trailing newline)."""
+    x = chunk.long_line
+    return (
+        f"{chunk.role}/{chunk.replica}: the line at byte {x.offset} ({x.length} bytes) was"
+        " dropped without the regex being tested on it whole: a match over 64 KiB long could"
+        " have been missed"
+    )

@@ -153,7 +153,12 @@ def _parser() -> argparse.ArgumentParser:
         help="only the last N lines of each replica (with -f, then what comes next)",
     )
     logs.add_argument("-f", "--follow", action="store_true", help="follow until the job ends")
-    logs.add_argument("--regex", default="", help="only lines matching this regex")
+    logs.add_argument(
+        "--regex",
+        default="",
+        help="only lines matching this regex (Python re, on each whole line; a line over 1 MiB"
+        " that a pattern able to match over 64 KiB of text misses is named on stderr)",
+    )
     logs.add_argument("--since", help="only lines written since: ISO time, epoch, or 10s/5m/2h/1d")
     logs.add_argument("--until", help="only lines written before (same forms as --since)")
     logs.add_argument("--streams", choices=["combined", "stdout", "stderr"], default="combined")
@@ -690,7 +695,7 @@ async def _print_logs(
     whole lines only, each prefixed with `role/k `; a replica's unfinished line waits for its
     newline, or for the end of the stream (then it is printed with a newline added). A
     replica whose log cannot be read is named on stderr; returns how many were."""
-    from txd.client._lines import ReplicaLines
+    from txd.client._lines import ReplicaLines, long_line_note
 
     out = out or sys.stdout.buffer
     lines: ReplicaLines | None = None
@@ -708,6 +713,9 @@ async def _print_logs(
                 unreadable += 1
                 print(f"txctl: {chunk.unreadable}; the output is incomplete", file=sys.stderr)
                 continue
+            if chunk.HasField("long_line"):
+                print(f"txctl: {long_line_note(chunk)}", file=sys.stderr, flush=True)
+                continue  # carries no data
             if not decided:
                 desc = await client.describe(handle)
                 roles = [r for r in desc.app.roles if not role or r.name == role]

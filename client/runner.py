@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as dt
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +31,7 @@ from typing import Any
 from txd.cfgvalue import CfgVal
 from txd.client._async import DEFAULT_TIMEOUT
 from txd.client._errors import NotFoundError
+from txd.client._lines import long_line_note
 from txd.client._sync import Client
 from txd.client.torchx_compat import (
     to_torchx_appdef,
@@ -224,7 +226,7 @@ class Runner:
             follow=should_tail,
             streams=str(getattr(streams, "value", streams or "combined")),
         )
-        return _lines(chunk.data for chunk in chunks)
+        return _lines(_data(chunks))
 
     def scheduler_backends(self) -> builtins.list[str]:
         """The names of the schedulers the daemon can run jobs on."""
@@ -259,6 +261,16 @@ def _workspace(workspace: Any) -> str | None:
     if isinstance(projects, dict) and len(projects) == 1 and not next(iter(projects.values())):
         return str(next(iter(projects)))
     raise ValueError("txd takes a workspace as one directory, not several projects")
+
+
+def _data(chunks: Iterator[Any]) -> Iterator[bytes]:
+    """The bytes of LogsResponse chunks; a long line the regex may have missed (long_line) is
+    a warning, as `txctl logs` says it on stderr."""
+    for chunk in chunks:
+        if chunk.HasField("long_line"):
+            warnings.warn(long_line_note(chunk), stacklevel=2)
+        else:
+            yield chunk.data
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[str]:

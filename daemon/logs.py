@@ -3,19 +3,21 @@ the replica and merged as they come when following several."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 from txd.daemon import validate
+from txd.daemon.lastlines import LastLines
 from txd.schedulers.aiters import merge
-from txd.schedulers.api import Ended, Job, LogQuery, Scheduler, num_replicas
+from txd.schedulers.api import Ended, Job, LogQuery, LongLine, Scheduler, num_replicas
 from txd.schedulers.errors import InvalidArgument, LogGone, NotFound, Unsupported
 from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef
 from txd.v1.runner_pb2 import LogsRequest, LogsResponse
+from txd.v1.runner_pb2 import LongLine as LongLineMsg
 
 # Bounds the bytes buffered per merged log stream (chunks are at most 64 KiB).
 MERGE_QUEUE_CHUNKS = 16
@@ -35,9 +37,13 @@ async def read(
         stream=req.streams,
         tail=tail,
     )
-    iters = [(role, k, sched.log_iter(job, role, k, query, ended)) for role, k in targets]
+    iters = []
+    for role, k in targets:
+        long_lines: list[LongLine] = []  # the filter's reports, sent as they come
+        each = dataclasses.replace(query, on_long_line=long_lines.append)
+        iters.append((role, k, sched.log_iter(job, role, k, each, ended), long_lines))
     if tail is not None:
-        iters = [(role, k, _last_lines(it, tail)) for role, k, it in iters]
+        iters = [(role, k, _last_lines(it, tail), lines) for role, k, it, lines in iters]
     if not req.follow or len(iters) == 1:
         # Replica after replica: finished output reads best grouped.
         for i in iters:
@@ -105,46 +111,49 @@ def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]
     return targets
 
 
-async def _tagged(role: str, k: int, it: AsyncIterator[bytes]) -> AsyncIterator[LogsResponse]:
+async def _tagged(
+    role: str, k: int, it: AsyncIterator[bytes], long_lines: list[LongLine]
+) -> AsyncIterator[LogsResponse]:
     try:
         async for chunk in it:
             if chunk:  # an empty one only says "caught up"
                 yield LogsResponse(data=chunk, role=role, replica=k)
+            for msg in _long_lines(role, k, long_lines):
+                yield msg
     except LogGone as e:  # this replica only: the others are still sent
         yield LogsResponse(role=role, replica=k, unreadable=str(e))
+    for msg in _long_lines(role, k, long_lines):
+        yield msg
+
+
+def _long_lines(role: str, k: int, long_lines: list[LongLine]) -> list[LogsResponse]:
+    """The lines the filter reported since last asked (LogsResponse.long_line)."""
+    msgs = [
+        LogsResponse(role=role, replica=k, long_line=LongLineMsg(offset=x.offset, length=x.length))
+        for x in long_lines
+    ]
+    long_lines.clear()
+    return msgs
 
 
 async def _last_lines(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:
     """The last n lines of what `chunks` holds when it first catches up (an empty chunk) or
     ends, then every chunk after: `tail -n N -f` for one replica, whatever its scheduler.
-    Holds the chunks that may still hold those lines: n + 1 newlines' worth, and one chunk."""
-    held: deque[tuple[bytes, int]] = deque()  # chunks, with their newline counts
-    newlines = 0
+    Holds the chunks that may still hold those lines in bounded memory (lastlines.LastLines:
+    on disk past a MiB), and sends them in pieces, so a line of any length goes out."""
+    held = LastLines(n)
     try:
         async for chunk in chunks:
             if not chunk:
                 break
-            count = chunk.count(b"\n")
-            held.append((chunk, count))
-            newlines += count
-            while len(held) > 1 and newlines - held[0][1] > n:  # the rest has n + 1 newlines
-                newlines -= held.popleft()[1]
-        if last := last_lines(b"".join(c for c, _ in held), n):
-            yield last
-        held.clear()
+            held.add(chunk)
+        for piece in held.lines():
+            yield piece
+        held.close()
         async for chunk in chunks:
             yield chunk
     finally:
+        held.close()
         aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
-
-
-def last_lines(data: bytes, n: int) -> bytes:
-    """The last n lines of data; a last line without a newline counts as one."""
-    end = len(data) - 1 if data.endswith(b"\n") else len(data)
-    for _ in range(n):
-        end = data.rfind(b"\n", 0, end)
-        if end < 0:
-            return data
-    return data[end + 1 :]

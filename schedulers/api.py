@@ -162,6 +162,18 @@ class LogQuery:
     # The daemon keeps only this many last lines of what log_iter sends (Scheduler.log_iter,
     # rule 6): a hint that earlier bytes may be skipped. None: the whole log.
     tail: int | None = None
+    # Told of each line the regex filter dropped without being sure it does not match (rule 2).
+    on_long_line: Callable[[LongLine], None] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """A line dropped by the regex although a match longer than the window overlap could have
+    been missed in it (txd.schedulers.longlines): where it begins, in bytes from the first
+    byte read of the replica's stream, and its length without its newline."""
+
+    offset: int
+    length: int
 
 
 # Returns once the daemon's status cache holds a terminal status for the job.
@@ -340,7 +352,9 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
 
         1. Bytes arrive exactly as written: no decoding, `\\r` and very long lines kept.
         2. With `query.regex`, only whole matching lines are sent (a final line without `\\n` is
-           tested once the job is over).
+           tested once the job is over). A line of any length is tested whole where the
+           pattern's reach is bounded (txd.schedulers.longlines); one dropped without that
+           certainty is passed to `query.on_long_line`. logfiles.selected does all of this.
         3. With `query.follow`, the iterator ends only when the job is terminal and every byte
            was sent; otherwise it ends at the current end of the log. `ended()` returns once
            the daemon knows the job is terminal: the scheduler keeps no status of its own.

@@ -11,7 +11,8 @@ byte of output: a job that prints nothing creates no file (file creation is what
 submissions per second on a slow disk).
 
 A line's time is the time its first byte was read; readers keep lines with since <= time < until.
-A line longer than LINE_LIMIT is filtered without ever being held whole (see LINE_LIMIT).
+A line longer than LINE_LIMIT is filtered without ever being held whole in memory (see
+LINE_LIMIT).
 """
 
 from __future__ import annotations
@@ -23,25 +24,30 @@ import os
 import re
 import struct
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from txd.schedulers.api import LogQuery, compile_regex
+from txd.schedulers import longlines
+from txd.schedulers.api import LogQuery, LongLine, compile_regex
+from txd.schedulers.longlines import LineScan
 from txd.schedulers.pulse import Pulse
 from txd.v1 import Stream
 
 CHUNK = 64 * 1024
-# The longest line a regex is tested against whole. A longer line (a progress bar without
-# "\n", a dump) is decided on its first LINE_LIMIT bytes, as if it ended there (so `$` matches
-# at the cut): on a match the whole line is sent, streamed on piece by piece up to its "\n";
-# otherwise the rest of it is skipped unread into memory. Its time, like any line's, is that of
-# its first byte. So a filter holds at most LINE_LIMIT bytes of a line, whatever its length.
+# The longest line a regex is tested against held whole in memory. A longer line (a progress
+# bar without "\n", a dump) is searched as it comes, in windows (txd.schedulers.longlines):
+# exactly over its whole length when the pattern's matches are bounded (at most
+# longlines.MAX_REACH bytes with its lookarounds); otherwise a line no window matched is
+# reported (on_long_line). Its bytes wait in a spool file meanwhile, so that a late match still
+# sends the whole line, streamed; its time, like any line's, is that of its first byte. So a
+# filter holds about LINE_LIMIT bytes of a line at most, whatever its length.
 LINE_LIMIT = 1024 * 1024
 _CAUGHT_UP = (b"", 0)  # from _pieces: no more bytes until the writer writes again
 # filter_lines: what becomes of the rest of the current line.
 _HOLD = "hold"  # kept until its "\n" (or LINE_LIMIT), then tested whole
-_SEND = "send"  # an overlong line that matched: sent as it comes
+_SCAN = "scan"  # overlong: searched as it comes (a LineScan), not decided yet
+_SEND = "send"  # an overlong line that matched (or kept by since/until): sent as it comes
 _DROP = "drop"  # filtered out: skipped as it comes
 _REC = struct.Struct("<QQB")
 _MIN_GAP_NS = 1_000_000
@@ -242,9 +248,11 @@ async def filter_lines(
     regex: re.Pattern[bytes] | None,
     since_ns: int | None,
     until_ns: int | None,
+    on_long_line: Callable[[LongLine], None] | None = None,
 ) -> AsyncIterator[bytes]:
     """Keeps the whole lines that pass the filters; a last line without a newline is tested
-    when the pieces end. Lines over LINE_LIMIT are decided on their start (see LINE_LIMIT).
+    when the pieces end. Lines over LINE_LIMIT are searched as they come (see LINE_LIMIT); one
+    dropped without certainty is passed to `on_long_line`.
 
     Linear in the bytes read (each is copied a fixed number of times), and cooperative: it
     yields to the event loop after every piece, so a scan that keeps nothing does not stall
@@ -253,36 +261,58 @@ async def filter_lines(
     held: list[bytes] = []  # the current line so far, while it can still be tested whole
     held_len = 0
     mode = _HOLD  # what becomes of the rest of the current line
-    out: list[bytes] = []  # what this piece sends
+    out: list[bytes | LineScan] = []  # what this piece sends (a LineScan: its line so far)
+    scope = longlines.reach(regex) if regex is not None else None
+    scan: LineScan | None = None  # the current line's, once it is overlong
+    line_start = 0  # where the current line begins, in the bytes read
 
-    def feed(seg: bytes, ends: bool) -> None:
-        """The next bytes of the current line, without its newline; `ends`: it ends there."""
-        nonlocal held_len, mode
+    def feed(seg: bytes, ends: bool, newline: bool = True) -> None:
+        """The next bytes of the current line, without its newline; `ends`: it ends there
+        (`newline`: with one)."""
+        nonlocal held_len, mode, scan
+        nl = b"\n" if newline else b""
         if mode == _HOLD:
-            if held_len + len(seg) <= LINE_LIMIT:
+            if ends or held_len + len(seg) <= LINE_LIMIT:
                 if not ends:
                     held.append(seg)
                     held_len += len(seg)
                     return
-                line = b"".join([*held, seg])
-                if regex is None or regex.search(line):
-                    out.extend((line, b"\n"))
+                line = b"".join([*held, seg]) if held else seg  # in memory already: test whole
                 held.clear()
                 held_len = 0
+                if regex is None or regex.search(line):
+                    out.extend((line, nl))
                 return
-            seg = b"".join([*held, seg])  # overlong: decided on its first LINE_LIMIT bytes
+            if regex is None:  # kept by since/until: sent as it comes
+                out.extend(held)
+                mode = _SEND
+            else:
+                assert scope is not None
+                scan = LineScan(regex, scope, line_start)
+                seg = b"".join([*held, seg])
+                mode = _SCAN
             held.clear()
             held_len = 0
-            if regex is not None and not regex.search(seg, 0, LINE_LIMIT):
-                mode = _DROP
-                return
-            mode = _SEND
+        if mode == _SCAN:
+            assert scan is not None
+            if scan.feed(seg, ends):
+                out.append(scan)  # its spool holds the line so far: sent from there
+                mode, scan = _SEND, None
+                if ends:
+                    out.append(nl)
+            elif ends:
+                if scan.unsure and on_long_line is not None:
+                    on_long_line(LongLine(scan.offset, scan.length))
+                scan.close()
+                mode, scan = _HOLD, None
+            return
         if mode == _SEND:
             out.append(seg)
             if ends:
-                out.append(b"\n")
+                out.append(nl)
 
     in_line = False  # a line has begun and not ended
+    read = 0  # bytes of the pieces before this one
     try:
         async for block, when in pieces:
             if not block:
@@ -299,8 +329,8 @@ async def filter_lines(
                     pos, in_line = nl + 1, False
             if pos < n:  # lines begin in this piece: their time is `when`
                 if until_ns is not None and when >= until_ns:
-                    if out:
-                        yield b"".join(out)
+                    for part in _drained(out):
+                        yield part
                     return
                 last = block.rfind(b"\n", pos)  # the newline of the last line ending here
                 if since_ns is not None and when < since_ns:
@@ -322,17 +352,39 @@ async def filter_lines(
                     mode = _HOLD
                 if last + 1 < n:  # a line begins and goes on in the next pieces
                     in_line = True
+                    line_start = read + max(last + 1, pos)
                     feed(block[max(last + 1, pos) :], False)
-            if out:
-                yield b"".join(out)
-                out.clear()
+            read += n
+            for part in _drained(out):
+                yield part
             await asyncio.sleep(0)  # let other RPCs (and a cancellation) in
-        if held:
-            line = b"".join(held)
-            if regex is None or regex.search(line):
-                yield line
+        if in_line:
+            feed(b"", True, newline=False)
+            for part in _drained(out):
+                yield part
     finally:
+        for s in [scan, *out]:  # a scan going on, matched lines not sent yet
+            if isinstance(s, LineScan):
+                s.close()
         await _aclose(pieces)
+
+
+def _drained(out: list[bytes | LineScan]) -> Iterator[bytes]:
+    """What `out` holds, joined where it can be; a matched long line read back from its spool
+    in pieces. Empties `out`."""
+    run: list[bytes] = []
+    for item in out:
+        if isinstance(item, LineScan):
+            if data := b"".join(run):
+                yield data
+            run = []
+            yield from item.spool.pieces()
+            item.close()
+        else:
+            run.append(item)
+    out.clear()
+    if run and (data := b"".join(run)):
+        yield data
 
 
 async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
@@ -361,7 +413,7 @@ async def selected(
     if regex is None and since_ns is None and until_ns is None:
         chunks: AsyncIterator[bytes] = (block async for block, _ in pieces)
     else:
-        chunks = filter_lines(pieces, regex, since_ns, until_ns)
+        chunks = filter_lines(pieces, regex, since_ns, until_ns, query.on_long_line)
     out = batched(chunks)
     try:
         async for chunk in out:

@@ -43,7 +43,8 @@ def read_stream(
 ) -> AsyncIterator[bytes]:
     """The stream's bytes as `query` selects them, in chunks (see the module docstring)."""
     # since/until are applied here, on the events' whole ms; selected() applies the regex.
-    return selected(_pieces(aws, group, stream, query, ended, poll), LogQuery(regex=query.regex))
+    only_regex = LogQuery(regex=query.regex, on_long_line=query.on_long_line)
+    return selected(_pieces(aws, group, stream, query, ended, poll), only_regex)
 
 
 def _ms(t: dt.datetime | None) -> int | None:

@@ -50,7 +50,7 @@ async def read_files(
         if regex is None:
             return raw
         # Lines are filtered per file, so a last line without "\n" never joins the next file's.
-        return filter_lines(((b, 0) async for b in raw), regex, None, None)
+        return filter_lines(((b, 0) async for b in raw), regex, None, None, query.on_long_line)
 
     if not query.follow:
         chunks = _chain([filtered(_read(host, p)) for p in paths])

@@ -11,7 +11,10 @@ module each under areas/:
           in its own venv, .bench/torchx-venv, created when missing), and `txctl status` wall time
   submit  local_cwd submissions/s through AsyncClient with 50 concurrent callers (state dir in
           the temp dir, and again on tmpfs /dev/shm to separate daemon cost from filesystem cost)
-  logs    a finished job's 2,000,000 x 100-byte-line log read by AsyncClient.logs vs `cat`
+  logs    a finished job's 2,000,000 x 100-byte-line log read by AsyncClient.logs vs `cat`;
+          one 100 MiB line on fresh daemons: `txctl logs --tail 1` (daemon peak RSS), --regex
+          of a needle at its middle and of a pattern that cannot match (with --base-python,
+          the base's daemon beside, interleaved)
   latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait
   rss     daemon VmRSS while it tracks 10,000 finished jobs (fresh daemon; 1,000 with --quick)
   slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs

@@ -18,7 +18,20 @@ from pathlib import Path
 
 from txd.client import AsyncClient
 
-from benchmarks.areas import aws, cli, docker, k8s, latency, load, logs, rss, slurm, soak, submit
+from benchmarks.areas import (
+    aws,
+    cli,
+    docker,
+    k8s,
+    latency,
+    load,
+    logs,
+    logs_huge_line,
+    rss,
+    slurm,
+    soak,
+    submit,
+)
 from benchmarks.common import BENCH_DIR, HEADER, log
 from benchmarks.context import Context
 from benchmarks.daemons import stop
@@ -40,6 +53,10 @@ async def amain(ctx: Context) -> None:
         )
     if only & {"cli", "submit", "logs", "latency"}:
         await _shared_daemon(ctx, only)
+    if "logs" in only:
+        log("logs: one 100 MiB line, fresh daemons (and the base's, with --base-python)")
+        with res.section():
+            await logs_huge_line.run(ctx)
     shm = Path("/dev/shm")
     if "submit" in only and args.tmpfs and shm.is_dir() and os.access(shm, os.W_OK):
         await _tmpfs_submit(ctx, shm)
@@ -145,6 +162,11 @@ def parser() -> argparse.ArgumentParser:
         "--torchx-venv",
         default=str(BENCH_DIR / "torchx-venv"),
         help="venv for torchx from PyPI (default %(default)s)",
+    )
+    p.add_argument(
+        "--base-python",
+        help="the python of a base commit's venv (its own scripts/setup dev): areas that compare"
+        " side by side (logs: the 100 MiB line) run its daemon too, interleaved with this tree's",
     )
     p.add_argument("--runs", type=int, default=15, help="txctl/torchx run repetitions")
     p.add_argument("--status-runs", type=int, default=30)

@@ -163,6 +163,20 @@ def test_runner_round_trip(runner: Any) -> None:
     runner.delete(handle)
 
 
+def test_runner_log_lines_of_a_long_line(runner: Any) -> None:
+    """A 2 MiB line with "needle" at its end: found by a pattern of bounded reach; missed by
+    one whose match spans the line, and then a warning names the line (as txctl's stderr)."""
+    line = "B" + "x" * (2 << 20) + "needle"
+    code = "print('short'); print('B' + 'x' * (2 << 20) + 'needle', end='')"
+    role = specs.Role(name="r", image="/tmp", entrypoint=sys.executable, args=["-c", code])
+    app = specs.AppDef(name=unique("long"), roles=[role])
+    handle = runner.run(app, scheduler="local_cwd")
+    assert runner.wait(handle, wait_interval=0.1).state == specs.AppState.SUCCEEDED
+    assert list(runner.log_lines(handle, "r", regex="xneedle$")) == [line]
+    with pytest.warns(UserWarning, match=r"r/0: the line at byte 6 \(2097159 bytes\)"):
+        assert list(runner.log_lines(handle, "r", regex="^B.*needle")) == []
+
+
 def test_runner_cancel_and_dryrun(runner: Any) -> None:
     app = specs.AppDef(
         name=unique("rc"),

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from txd.schedulers import logfiles
-from txd.schedulers.api import LogQuery
+from txd.schedulers import logfiles, longlines
+from txd.schedulers.api import LogQuery, LongLine
 from txd.schedulers.logfiles import (
     CHUNK,
     LINE_LIMIT,
@@ -94,14 +94,17 @@ async def test_line_exactly_at_the_limit_is_tested_whole() -> None:
 # -- overlong lines -----------------------------------------------------------------------------
 
 
-async def test_overlong_line_is_tested_on_its_first_limit_bytes() -> None:
-    line = b"x" * LINE_LIMIT + b"y"  # one byte over: "y" is past the tested part
+async def test_overlong_line_is_searched_whole() -> None:
+    line = b"x" * LINE_LIMIT + b"y"  # one byte over the limit
     data = line + b"\nnext y\n"
-    assert await run(split(data), rb"y") == b"next y\n"
-    assert await run([(data, 0)], rb"y") == b"next y\n"  # one piece holding it all
+    assert await run(split(data), rb"y") == data
+    assert await run([(data, 0)], rb"y") == data  # one piece holding it all
     assert await run(split(data), rb"^x") == line + b"\n"
-    # The tested part ends at the cut, so `$` matches there.
-    assert await run(split(data), rb"^x+$") == line + b"\n"
+    # The line ends at its newline, not at the limit: `$` matches there only.
+    assert await run(split(data), rb"^x+$") == b""
+    assert await run(split(data), rb"^x+y$") == line + b"\n"
+    assert await run(split(data), rb"xy\b") == line + b"\n"
+    assert await run(split(data), rb"x\b") == b""
 
 
 async def test_overlong_line_matched_is_sent_whole_not_matched_dropped() -> None:
@@ -119,7 +122,8 @@ async def test_overlong_line_matched_is_sent_whole_not_matched_dropped() -> None
 async def test_overlong_final_line_without_newline() -> None:
     line = b"head" + b"z" * (2 * MiB) + b"tail"
     assert await run(split(b"a\n" + line), rb"^head") == line
-    assert await run(split(b"a\n" + line), rb"^a$|tail") == b"a\n"  # "tail" is past the limit
+    assert await run(split(b"a\n" + line), rb"^a$|tail$") == b"a\n" + line
+    assert await run(split(b"a\n" + line), rb"z$") == b""
 
 
 async def test_bytes_are_never_decoded() -> None:
@@ -147,63 +151,171 @@ async def test_overlong_line_is_never_held_whole(regex: bytes) -> None:
     assert peak < 4 * LINE_LIMIT, f"peak {peak / MiB:.1f} MiB for a 16 MiB line"
 
 
+async def test_needle_deep_in_a_40mb_line_is_found_in_bounded_memory() -> None:
+    """Issue 18, item 6: `needle` at byte 20M of a 40 MB line was dropped silently (only the
+    first LINE_LIMIT bytes were tested). Found now, the line sent whole, while the filter's
+    heap stays about LINE_LIMIT; a pattern that cannot match sends nothing and reports nothing."""
+    half = b"x" * (20 * MiB)
+    line = half + b"needle" + half
+    data = b"first\n" + line + b"\nlast\n"
+    cases = [
+        (rb"needle", line + b"\n"),
+        (rb"(?<=x)needle(?=x{4})", line + b"\n"),
+        (rb"x{2}$", line + b"\n"),
+        (rb"needle$", b""),
+        (rb"nomatch|needles", b""),
+    ]
+    for regex, want in cases:
+        reported: list[LongLine] = []
+        sent, head = 0, b""
+        tracemalloc.start()
+        try:
+            pieces = Source(split(data)).gen()
+            async for chunk in filter_lines(pieces, re.compile(regex), None, None, reported.append):
+                sent += len(chunk)
+                head = head or chunk[:8]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert (sent, head) == (len(want), want[:8]), regex
+        assert reported == []
+        assert peak < 4 * LINE_LIMIT, f"{regex!r}: peak {peak / MiB:.1f} MiB for a 40 MB line"
+
+
+async def test_unbounded_pattern_reports_the_line_it_may_have_missed() -> None:
+    """A match of `B.*needle` can be longer than any window: a long line it does not match is
+    reported (where it begins, how long it is), one it matches is sent; short lines are exact."""
+    long = b"B" + b"x" * (3 * MiB) + b"needle"
+    data = b"B needle\n" + long + b"\nshort\n"
+    reported: list[LongLine] = []
+    pattern = re.compile(rb"B.*needle")
+    got = b"".join([c async for c in filter_lines(Source(split(data)).gen(), pattern, None, None,
+                                                  reported.append)])  # fmt: skip
+    assert got == b"B needle\n"
+    assert reported == [LongLine(offset=len(b"B needle\n"), length=len(long))]
+    # An atomic group commits to its first alternative that matches: cut by a window's end,
+    # `xa*b` fails and `x` is taken, then `a` matches at once, far from that end; the whole
+    # line commits to `xa*b` and fails. So no window's match is trusted: reported, not sent.
+    atomic = b"x" + b"a" * (3 * MiB) + b"bz"
+    pattern = re.compile(rb"(?>xa*b|x)a")
+    assert pattern.search(atomic) is None
+    reported.clear()
+    got = b"".join([c async for c in filter_lines(Source(split(atomic)).gen(), pattern, None,
+                                                  None, reported.append)])  # fmt: skip
+    assert got == b""
+    assert reported == [LongLine(offset=0, length=len(atomic))]
+    # Matched within a window: sent whole, nothing to report; `x.*` cannot depend on an edge.
+    for regex in (rb"Bx{5}.*", rb"xneedle"):
+        reported.clear()
+        got = b"".join([c async for c in filter_lines(Source(split(data)).gen(),
+                                                      re.compile(regex), None, None,
+                                                      reported.append)])  # fmt: skip
+        assert got == long + b"\n", regex
+        assert reported == []
+
+
 def model(
     pieces: list[tuple[bytes, int]],
     regex: re.Pattern[bytes] | None,
     since: int | None,
     until: int | None,
-    limit: int,
-) -> bytes:
-    """The rule, line by line: a line's time is its first byte's; a line over `limit` bytes is
-    tested on its first `limit` bytes; the first line at or after `until` ends the read."""
-    lines: list[tuple[bytes, int, bool]] = []  # (content, time, ended by "\n")
-    cur, cur_time, open_ = b"", 0, False
+) -> list[tuple[bytes, int, bool]]:
+    """The rule, line by line: a line's time is its first byte's; the regex is tested on the
+    whole line; the first line at or after `until` ends the read. The lines kept: (content with
+    its newline, offset, whether it is kept)."""
+    lines: list[tuple[bytes, int, int, bool]] = []  # (content, offset, time, ended by "\n")
+    cur, cur_time, cur_at, open_ = b"", 0, 0, False
+    at = 0
     for block, when in pieces:
         for byte in block:
             if not open_:
-                cur_time, open_ = when, True
+                cur_time, cur_at, open_ = when, at, True
+            at += 1
             if byte == ord("\n"):
-                lines.append((cur, cur_time, True))
+                lines.append((cur, cur_at, cur_time, True))
                 cur, open_ = b"", False
             else:
                 cur += bytes([byte])
     if open_:
-        lines.append((cur, cur_time, False))
-    out = b""
-    for content, t, ended in lines:
+        lines.append((cur, cur_at, cur_time, False))
+    out = []
+    for content, offset, t, ended in lines:
         if until is not None and t >= until:
             break
         if since is not None and t < since:
             continue
-        if regex is None or regex.search(content[:limit]):
-            out += content + b"\n" * ended
+        out.append((content + b"\n" * ended, offset, regex is None or bool(regex.search(content))))
     return out
 
 
+# Patterns whose reach is bounded (searched exactly, whatever the line's length), and ones
+# whose matches can be longer than longlines.MAX_REACH (a line they miss must be reported).
+BOUNDED = [
+    rb"(?>ab|a)b",
+    rb"a?+\r",
+    rb"a",
+    rb"^a",
+    rb"b$",
+    rb"^$",
+    rb"ab|ba",
+    rb"^[ab]{3}$",
+    rb"(?<=a)b\b",
+    rb"a(?!b)",
+    rb"a(?!b\r)",
+]
+UNBOUNDED = [
+    rb"(?>ab|a)b",
+    rb"a?+\r",
+    rb"a[ab\r]*b",
+    rb"^a.*b$",
+    rb"a.*",
+    rb"\bb+\r",
+    rb"(?<=\xff)a+(?=b)",
+    rb"(?>a*\r|a)b",
+    rb"b(?>a+)\xff",
+    rb"ba*+\r",
+]
+
+
 async def test_matches_the_line_by_line_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Random logs cut into random pieces, with a small limit so that overlong lines, pieces
-    longer than the limit and lines at the limit all come up (fixed seed: reproducible)."""
+    """Random logs cut into random pieces, with a small limit, windows and overlap, so that
+    overlong lines, windows cut anywhere, pieces longer than the limit and lines at the limit
+    all come up (fixed seed: reproducible)."""
     limit = 6
     monkeypatch.setattr(logfiles, "LINE_LIMIT", limit)
+    monkeypatch.setattr(longlines, "MAX_REACH", 5)
     rng = random.Random(7)
-    regexes = [None, rb"a", rb"^a", rb"b$", rb"^$", rb"ab|ba", rb"^[ab]{6}$"]
-    for _ in range(3000):
-        data = bytes(rng.choice(b"ab\n\n\r\xff") for _ in range(rng.randrange(40)))
+    for _ in range(6000):
+        monkeypatch.setattr(longlines, "STEP", rng.choice([1, 2, 3, 7]))
+        data = bytes(rng.choice(b"ab\n\n\r\xff") for _ in range(rng.randrange(60)))
         pieces, pos, when = [], 0, 0
         while pos < len(data):
             size = rng.choice([1, 2, 3, 5, 6, 7, 13, 40])
             when += rng.randrange(2)
             pieces.append((data[pos : pos + size], when))
             pos += size
-        rx = rng.choice(regexes)
+        rx = rng.choice([None, *BOUNDED, *UNBOUNDED])
         pattern = re.compile(rx) if rx is not None else None
         since = rng.choice([None, 0, 1, 2, 4])
         until = rng.choice([None, 1, 3, 5, 100])
         if pattern is None and since is None and until is None:
             since = 0  # filter_lines is only used with some filter
-        expected = model(pieces, pattern, since, until, limit)
-        got = await run(pieces, rx, since, until)
-        assert got == expected, (pieces, rx, since, until)
+        reported: list[LongLine] = []
+        got = b"".join(
+            [
+                c
+                async for c in filter_lines(
+                    Source(pieces).gen(), pattern, since, until, reported.append
+                )
+            ]
+        )
+        lines = model(pieces, pattern, since, until)
+        unsure = {r.offset for r in reported}
+        expected = b"".join(line for line, at, keep in lines if keep and at not in unsure)
+        assert got == expected, (pieces, rx, since, until, reported)
+        lengths = {at: len(line.rstrip(b"\n")) for line, at, _ in lines}
+        for r in reported:
+            assert rx in UNBOUNDED and lengths[r.offset] == r.length > limit, (pieces, rx, r)
 
 
 # -- since / until ------------------------------------------------------------------------------
@@ -306,6 +418,22 @@ async def test_aclose_reaches_the_reader() -> None:
     assert await anext(gen) == b"one\ntwo\n"
     await gen.aclose()
     assert src.closed, "closing the filter left its reader open until garbage collection"
+
+
+@pytest.mark.parametrize("at", ["scanning", "sending"])
+async def test_aclose_frees_a_long_lines_spool(at: str) -> None:
+    """A long line's spool file is closed with the filter: while the line is searched (closed
+    at a caught-up mark), and while a late match is sent from it."""
+    line = b"x" * (3 * MiB) + b"needle" + b"x" * (3 * MiB) + b"\n"
+    pieces = [*split(line[: 2 * MiB]), (b"", 0), *split(line[2 * MiB :])]
+    before = len(os.listdir("/proc/self/fd"))
+    gen = filter_lines(Source(pieces).gen(), re.compile(rb"needle"), None, None)
+    assert await anext(gen) == b""  # caught up at 2 MiB: the line is being searched
+    if at == "sending":
+        assert (await anext(gen)).startswith(b"xxx")  # matched: sent from the spool
+    assert len(os.listdir("/proc/self/fd")) == before + 1  # the spool
+    await gen.aclose()
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def _open_count(path: Path) -> int:

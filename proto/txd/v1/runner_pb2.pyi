@@ -257,16 +257,26 @@ class LogsRequest(_message.Message):
     def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
-    __slots__ = ("data", "role", "replica", "unreadable")
+    __slots__ = ("data", "role", "replica", "long_line", "unreadable")
     DATA_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     REPLICA_FIELD_NUMBER: _ClassVar[int]
+    LONG_LINE_FIELD_NUMBER: _ClassVar[int]
     UNREADABLE_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     role: str
     replica: int
+    long_line: LongLine
     unreadable: str
-    def __init__(self, data: _Optional[bytes] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., unreadable: _Optional[str] = ...) -> None: ...
+    def __init__(self, data: _Optional[bytes] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., long_line: _Optional[_Union[LongLine, _Mapping]] = ..., unreadable: _Optional[str] = ...) -> None: ...
+
+class LongLine(_message.Message):
+    __slots__ = ("offset", "length")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    length: int
+    def __init__(self, offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
 class SchedulersRequest(_message.Message):
     __slots__ = ("check_backends",)
