@@ -25,7 +25,9 @@ import asyncio
 import logging
 import os
 import re
-from dataclasses import asdict, replace
+import time
+import typing
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from txd.schedulers.api import (
@@ -39,7 +41,7 @@ from txd.schedulers.api import (
     num_replicas,
 )
 from txd.schedulers.errors import BackendUnavailable, FailedPrecondition
-from txd.schedulers.hpc.base import BatchScheduler, check_replica
+from txd.schedulers.hpc.base import BatchScheduler, BatchSettings, check_replica
 from txd.schedulers.hpc.hosts import Host, Hosts, SshTarget, target_to_native
 from txd.schedulers.hpc.slurm_script import (
     SBATCH_ARGV,
@@ -63,6 +65,7 @@ from txd.schedulers.hpc.slurm_status import (
     squeue_argv,
     status_of,
 )
+from txd.schedulers.options import opt
 from txd.schedulers.workspace import files as ws
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
@@ -75,6 +78,29 @@ WORKSPACES_DIR = "txd-workspaces"
 # What scancel says of a job that has ended, or that Slurm has forgotten: cancel is a no-op.
 _SCANCEL_DONE = (b"already completing or completed", b"Invalid job id specified")
 _VERSION = re.compile(rb"(\d+)\.(\d+)")
+# Batch outputs read by one command when settling forgotten jobs (bounds its argv).
+LAST_LINES_AT_ONCE = 200
+# Prints, for each file given, "+" and its last line, or "-" when it cannot be read: one line
+# per file ($(...) drops the line's own newline).
+_LAST_LINES = (
+    'for f; do if l=$(tail -n 1 -- "$f" 2>/dev/null); then printf "+%s\\n" "$l"; '
+    "else echo -; fi; done"
+)
+
+
+@dataclass
+class SlurmSettings(BatchSettings):
+    forgotten_grace: float = opt(
+        60.0,
+        "seconds a job Slurm forgot before its batch output showed an exit code (slurmctld "
+        "restarted without its state) is kept stale, its output read again at every poll, "
+        "before it is recorded UNKNOWN",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.forgotten_grace >= 0:
+            raise ValueError(f"forgotten_grace must be >= 0, got {self.forgotten_grace!r}")
 
 
 def app_id_of(target: SshTarget | None, job_id: str) -> str:
@@ -98,6 +124,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         workspace=True,
     )
     Opts = SlurmOpts
+    Settings = SlurmSettings
 
     def __init__(
         self, session_name: str, settings: Any = None, *, hosts: Hosts | None = None
@@ -106,6 +133,9 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         # Per cluster, not per job: keyed by the Host (one per login node, and this host).
         self._versions: dict[Host, tuple[int, int]] = {}
         self._no_accounting: set[Host] = set()
+        # When each forgotten job with no exit code yet was first found so (monotonic), by its
+        # batch output (host, path): unique, though Slurm may hand a job id out again.
+        self._forgotten_since: dict[tuple[Host, str], float] = {}
 
     # -- submission -------------------------------------------------------------------------
 
@@ -207,6 +237,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
                 out[job.app_id] = None
             elif slurm_job.job_id in found:
                 out[job.app_id] = status_of(slurm_job, found[slurm_job.job_id])
+                self._forgotten_since.pop((host, slurm_job.log_file(".out")), None)
             else:
                 forgotten[job.app_id] = slurm_job
         if forgotten:
@@ -228,10 +259,13 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
     async def _settle_forgotten(
         self, host: Host, jobs: dict[str, SlurmJob]
     ) -> dict[str, Described]:
-        """Statuses of jobs squeue no longer shows: they ended more than MinJobAge ago. A job
-        nothing can settle is None: the daemon records it UNKNOWN and stops asking. While
-        sacct fails for another reason than accounting being off (slurmdbd unreachable), such
-        a job is NoAnswer: kept stale, asked again next poll."""
+        """Statuses of jobs squeue no longer shows: they ended more than MinJobAge ago, or
+        slurmctld lost them (restarted without its state) and they may be ending yet. From
+        sacct where accounting is on, else from the exit code the batch output ends with.
+        While sacct fails for another reason than accounting being off (slurmdbd
+        unreachable), or for `forgotten_grace` seconds while the output has no exit code yet,
+        such a job is NoAnswer: kept stale, asked again next poll. A job nothing settled by
+        then is None: the daemon records it UNKNOWN and stops asking."""
         final: dict[str, tuple[str, int]] = {}
         sacct_failed = ""
         if host not in self._no_accounting:
@@ -243,27 +277,48 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
                 sacct_failed = f"sacct on {host.label} failed: {res.error()}"
             else:
                 final = parse_sacct(res.text)
+        unsettled = [job for job in jobs.values() if job.job_id not in final]
+        marks = await _exit_marks(host, [job.log_file(".out") for job in unsettled])
+        grace = typing.cast(SlurmSettings, self.settings).forgotten_grace
+        now = time.monotonic()
+        self._forget_old_sightings(now, grace)
         out: dict[str, Described] = {}
         for app_id, job in jobs.items():
+            output = job.log_file(".out")
             if job.job_id in final:
                 state_text, code = final[job.job_id]
                 out[app_id] = settled(job, slurm_state(state_text), code, "sacct")
-            elif (mark := await _exit_mark(host, job)) is not None:
+            elif (mark := marks.get(output)) is not None:
                 state = AppState.SUCCEEDED if mark == 0 else AppState.FAILED
                 out[app_id] = settled(job, state, mark, "its batch output")
             elif sacct_failed:
                 out[app_id] = NoAnswer(
                     f"squeue no longer shows job {job.job_id} and {sacct_failed}"
                 )
+            elif now - self._forgotten_since.setdefault((host, output), now) < grace:
+                out[app_id] = NoAnswer(
+                    f"Slurm forgot job {job.job_id} (squeue no longer shows it) before its "
+                    f"batch output {output} showed an exit code; waiting up to {grace:g} s "
+                    "for one"
+                )
+                continue  # keeps its sighting
             else:
                 log.warning(
-                    "slurm: on %s, job %s ended more than MinJobAge ago, accounting is off and "
-                    "its batch output has no exit code: its end is unknown",
+                    "slurm: on %s, Slurm forgot job %s, accounting is off and its batch "
+                    "output has no exit code: its end is unknown",
                     host.label,
                     job.job_id,
                 )
                 out[app_id] = None
+            self._forgotten_since.pop((host, output), None)
         return out
+
+    def _forget_old_sightings(self, now: float, grace: float) -> None:
+        """Drops the sightings of jobs no longer asked about (deleted meanwhile), so the table
+        stays as small as the jobs still waiting for an exit code."""
+        old = [key for key, t in self._forgotten_since.items() if now - t > 2 * grace + 60]
+        for key in old:
+            del self._forgotten_since[key]
 
     async def list(self) -> list[AppStatus]:
         """Every job of yours on this host's cluster. Login nodes are not asked: the scheduler
@@ -299,9 +354,20 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             raise FailedPrecondition(f"scancel {slurm_job.job_id} on {host.label}: {res.error()}")
 
 
-async def _exit_mark(host: Host, job: SlurmJob) -> int | None:
-    res = await host.run(["tail", "-n", "1", "--", job.log_file(".out")])
-    return exit_mark(res.text) if res.returncode == 0 else None
+async def _exit_marks(host: Host, outputs: list[str]) -> dict[str, int | None]:
+    """The exit code each batch output ends with (None: none, or the file is unreadable), read
+    by one command per LAST_LINES_AT_ONCE files."""
+    marks: dict[str, int | None] = {}
+    for i in range(0, len(outputs), LAST_LINES_AT_ONCE):
+        chunk = outputs[i : i + LAST_LINES_AT_ONCE]
+        res = await host.run(["sh", "-c", _LAST_LINES, "sh", *chunk])
+        lines = res.text.split("\n")
+        if res.returncode != 0 or len(lines) != len(chunk) + 1:
+            log.warning("slurm: reading batch outputs on %s failed: %s", host.label, res.error())
+            continue
+        for path, line in zip(chunk, lines, strict=False):
+            marks[path] = exit_mark(line[1:]) if line.startswith("+") else None
+    return marks
 
 
 def _in_dir(directory: str, name: str) -> str:
