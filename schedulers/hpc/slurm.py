@@ -27,6 +27,7 @@ import os
 import re
 import time
 import typing
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -40,9 +41,19 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.errors import BackendUnavailable, FailedPrecondition
+from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
+from txd.schedulers.hpc import slurm_precheck
 from txd.schedulers.hpc.base import BatchScheduler, BatchSettings, check_replica
-from txd.schedulers.hpc.hosts import Host, Hosts, SshTarget, target_to_native
+from txd.schedulers.hpc.hosts import (
+    NOT_FOUND,
+    Host,
+    Hosts,
+    SshTarget,
+    missing_command,
+    target_to_native,
+)
+from txd.schedulers.hpc.precheck import SKIP, Check, refuse_failed
+from txd.schedulers.hpc.precheck import render as render_checks
 from txd.schedulers.hpc.slurm_script import (
     SBATCH_ARGV,
     SbatchRequest,
@@ -69,7 +80,7 @@ from txd.schedulers.options import opt
 from txd.schedulers.workspace import files as ws
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
-from txd.v1.scheduler_pb2 import Capabilities
+from txd.v1.scheduler_pb2 import Capabilities, CfgValue
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +156,8 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         check_time(opts)
         target = opts.ssh_target()
         workdir = opts.job_dir or ("" if target else ctx.cwd)
-        check_directives(opts, workdir, "cfg.job_dir" if opts.job_dir else "cwd")
+        workdir_field = "cfg.job_dir" if opts.job_dir or target else "cwd"
+        check_directives(opts, workdir, workdir_field)
         version = (0, 0)
         if any(r.resource.gpu > 0 for r in app.roles):
             version = await self._version(self.hosts.get(target))
@@ -155,15 +167,55 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
         job = SlurmJob(replicas, workdir, target_to_native(target), tag=tag)
         req = SbatchRequest(script, job, {} if target else sbatch_env(ctx.env), bool(opts.job_dir))
+        req.workdir_field = workdir_field
         if ctx.workspace:  # prepare_workspace made the copy the job's directory
             req.workspace_copy = workdir
         where = f" (on {target})" if target else ""
-        return DryRunInfo(
-            app=app,
-            request=req,
-            opts=opts,
-            render=lambda: f"# sbatch --parsable{where} < script\n{script}",
+        label = self.hosts.get(target).label
+
+        def render() -> str:
+            checks = render_checks(req.checks or [], label)
+            return f"# sbatch --parsable{where} < script\n{script}\n{checks}\n"
+
+        return DryRunInfo(app=app, request=req, opts=opts, render=render)
+
+    async def submit_dryrun(
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgValue],
+        ctx: SubmitContext,
+        *,
+        build_workspace: bool = False,
+    ) -> DryRunInfo[SbatchRequest]:
+        """A dry run (no build_workspace) also runs the prechecks, for its text to show; a
+        Run's come in `schedule`, just before sbatch."""
+        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
+        if not build_workspace and info.opts.precheck:
+            try:
+                info.request.checks = await self._precheck(info, dry=True)
+            except BackendUnavailable as e:  # a dry run needs no cluster: say why not
+                info.request.checks = [Check("precheck", SKIP, f"not run: {e}")]
+        return info
+
+    async def _precheck(self, info: DryRunInfo[SbatchRequest], *, dry: bool) -> list[Check]:
+        """hpc.slurm_precheck's checks, by one command where sbatch runs (with its env)."""
+        req = info.request
+        target = slurm_precheck.Target(
+            app=info.app,
+            opts=info.opts,
+            workdir=req.job.workdir,
+            workdir_field=req.workdir_field,
+            script=req.script,
+            create=req.make_dir and not dry,
+            pending_copy=dry and bool(req.workspace_copy),
         )
+        probe = slurm_precheck.probe(target)
+        host = self.hosts.get(req.job.target)
+        res = await host.run(["/bin/bash", "-s"], input=probe.text.encode(), env=req.env or None)
+        sections = probe.sections(res.text)
+        if sections.get("testonly", (0, ""))[0] == NOT_FOUND:  # the backend is not there
+            raise missing_command(SBATCH_ARGV[0], host.label)
+        return slurm_precheck.evaluate(target, sections)
 
     async def prepare_workspace(
         self, app: AppDef, opts: SlurmOpts, ctx: SubmitContext, *, dryrun: bool
@@ -211,7 +263,15 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         job = req.job
         host = self.hosts.get(job.target)
         env = req.env or None
-        if req.make_dir:
+        if dryrun.opts.precheck:  # which makes an explicit job_dir too
+            checks = await self._precheck(dryrun, dry=False)
+            try:
+                refuse_failed(checks, host.label)
+            except InvalidArgument:
+                if req.workspace_copy:  # nothing left behind
+                    await host.run(["rm", "-rf", "--", req.workspace_copy])
+                raise
+        elif req.make_dir:
             made = await host.run(["mkdir", "-p", "--", job.workdir])
             if made.returncode != 0:
                 raise FailedPrecondition(f"cannot create job_dir {job.workdir}: {made.error()}")
