@@ -52,7 +52,7 @@ from txd.schedulers.hpc.hosts import (
     missing_command,
     target_to_native,
 )
-from txd.schedulers.hpc.precheck import SKIP, Check, refuse_failed
+from txd.schedulers.hpc.precheck import FAIL, SKIP, Check, refuse_failed
 from txd.schedulers.hpc.precheck import render as render_checks
 from txd.schedulers.hpc.slurm_script import (
     SBATCH_ARGV,
@@ -143,6 +143,8 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         super().__init__(session_name, settings, hosts=hosts)
         # Per cluster, not per job: keyed by the Host (one per login node, and this host).
         self._versions: dict[Host, tuple[int, int]] = {}
+        # The partitions' and nodes' descriptions the last checks read (slurm_precheck), when.
+        self._partitions: dict[Host, tuple[float, dict[str, tuple[int, str]]]] = {}
         self._no_accounting: set[Host] = set()
         # When each forgotten job with no exit code yet was first found so (monotonic), by its
         # batch output (host, path): unique, though Slurm may hand a job id out again.
@@ -209,12 +211,39 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             create=req.make_dir and not dry,
             pending_copy=dry and bool(req.workspace_copy),
         )
-        probe = slurm_precheck.probe(target)
         host = self.hosts.get(req.job.target)
-        res = await host.run(["/bin/bash", "-s"], input=probe.text.encode(), env=req.env or None)
+        known = self._partitions.get(host)
+        reuse = (
+            known is not None
+            and time.monotonic() - known[0] < slurm_precheck.PARTITIONS_TTL
+            and slurm_precheck.knows(known[1]["partitions"], info.opts)
+        )
+        checks = await self._probe(host, target, req.env, known[1] if reuse and known else None)
+        if reuse and any(c.outcome == FAIL for c in checks):
+            # Refused on what was read earlier: ask afresh (limits or node states changed).
+            checks = await self._probe(host, target, req.env, None)
+        return checks
+
+    async def _probe(
+        self,
+        host: Host,
+        target: slurm_precheck.Target,
+        env: dict[str, str],
+        partitions: dict[str, tuple[int, str]] | None,
+    ) -> list[Check]:
+        """One probe; `partitions`: the partitions' and nodes' sections read earlier (None:
+        read them too, and keep them)."""
+        now = time.monotonic()
+        probe = slurm_precheck.probe(target, partitions=partitions is None)
+        res = await host.run(["/bin/bash", "-s"], input=probe.text.encode(), env=env or None)
         sections = probe.sections(res.text)
         if sections.get("testonly", (0, ""))[0] == NOT_FOUND:  # the backend is not there
             raise missing_command(SBATCH_ARGV[0], host.label)
+        if partitions is not None:
+            sections.update(partitions)
+        elif sections.get("partitions", (1, ""))[0] == 0 and sections.get("nodes", (1, ""))[0] == 0:
+            kept = ("partitions", "nodes")
+            self._partitions[host] = (now, {k: sections[k] for k in kept})
         return slurm_precheck.evaluate(target, sections)
 
     async def prepare_workspace(

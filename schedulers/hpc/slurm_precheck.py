@@ -58,7 +58,22 @@ class Target:
     pending_copy: bool  # a dry run with a workspace: the job's directory is copied at submit
 
 
-def probe(t: Target) -> ProbeScript:
+# How long the partitions' and nodes' descriptions are reused for a host's later checks: they
+# change rarely, and asking costs two Slurm commands per Run. A partition they do not name is
+# asked for at once.
+PARTITIONS_TTL = 60.0
+
+
+def knows(partitions: tuple[int, str], opts: SlurmOpts) -> bool:
+    """Whether a `partitions` section describes the partition the job asks for."""
+    found = parse_partitions(partitions[1]) if partitions[0] == 0 else {}
+    if not opts.partition:
+        return any(p.fields.get("Default") == "YES" for p in found.values())
+    return all(name in found for name in opts.partition.split(","))
+
+
+def probe(t: Target, partitions: bool = True) -> ProbeScript:
+    """The probe; without `partitions`, it leaves out the partitions and nodes (known)."""
     p = ProbeScript()
     jobdir = shlex.quote(t.workdir) if t.workdir else '"$HOME"'
     p.lines.append(f"jobdir={jobdir}")
@@ -66,8 +81,9 @@ def probe(t: Target) -> ProbeScript:
     for i, (ep, path, cwd_last) in enumerate(_entrypoints(t.app)):
         path_text = shlex.quote(path) if path is not None else '"$PATH"'
         p.step(f"entry{i}", f'entry {shlex.quote(ep)} "$jobdir" {path_text} {int(cwd_last)}')
-    p.step("partitions", PARTITIONS)
-    p.step("nodes", NODES)
+    if partitions:
+        p.step("partitions", PARTITIONS)
+        p.step("nodes", NODES)
     p.step("testonly", "sbatch --test-only " + p.heredoc(t.script))
     return p
 

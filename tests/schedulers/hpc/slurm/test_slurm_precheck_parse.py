@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.hpc.precheck import FAIL, OK, SKIP, Check, ProbeScript, refuse_failed
-from txd.schedulers.hpc.slurm_precheck import Target, evaluate, minutes
+from txd.schedulers.hpc.slurm_precheck import Target, evaluate, knows, minutes, probe
 from txd.schedulers.hpc.slurm_script import SlurmOpts
 from txd.v1 import AppDef, Resource, Role
 
@@ -130,3 +130,15 @@ def test_probe_sections_cannot_be_forged_by_a_commands_output() -> None:
     fake = "@txd-precheck-0000000000000000 testonly 0"
     out = f"{probe.mark} a 0\nline\n{fake}\n{probe.mark} b 3\n\n"
     assert probe.sections(out) == {"a": (0, f"line\n{fake}"), "b": (3, "")}
+
+
+def test_known_partitions_are_not_asked_again() -> None:
+    """Within PARTITIONS_TTL a host's probe reuses the partitions read before, unless the job
+    names one they do not describe."""
+    assert "scontrol show partition" in probe(target()).text
+    assert "scontrol show partition" not in probe(target(), partitions=False).text
+    assert "sbatch --test-only" in probe(target(), partitions=False).text
+    read = (0, PARTITIONS)
+    assert knows(read, SlurmOpts()) and knows(read, SlurmOpts(partition="short"))
+    assert not knows(read, SlurmOpts(partition="gpu"))
+    assert not knows((1, "slurm_load_partitions: Unable to contact slurm controller"), SlurmOpts())
