@@ -2,8 +2,9 @@
 
 A Run becomes one bash script (hpc.lsf_script): per replica a `bsub ... << 'EOF'` whose job
 body is a `docker run` of the role's image. The script runs on this host or on a login node over
-SSH (hpc.hosts), so `txctl run --dryrun` prints exactly what is submitted. LSF is asked only to
-submit: a dry run works where no LSF answers.
+SSH (hpc.hosts), so `txctl run --dryrun` prints exactly what is submitted, then the checks made
+before queueing (hpc.lsf_precheck); a dry run works where no LSF answers (the checks then say
+they were not run).
 
 - Status: LSF cannot push, so the daemon polls (`poll_interval`). One `bjobs -a` per host
   answers for every app at once (hpc.lsf_status reads it); rows are matched to apps by project
@@ -114,7 +115,7 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
     ) -> DryRunInfo[BsubRequest]:
         check_request(app, opts)
         app_id = clean_name(make_unique(app.name))
-        req = build_request(app_id, app, opts, None)  # LSF is asked only at submit
+        req = build_request(app_id, app, opts, None)  # the rank-0 host is picked at submit
         label = self.hosts.get(req.target).label
 
         def render() -> str:

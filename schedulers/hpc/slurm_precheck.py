@@ -106,7 +106,10 @@ def evaluate(t: Target, sections: dict[str, tuple[int, str]]) -> list[Check]:
     for role in t.app.roles:
         key = (role.entrypoint, role.env.get("PATH") if role.env else None, not role.env)
         field = f"role {role.name}: entrypoint"
-        if t.pending_copy and not role.entrypoint.startswith("/"):
+        # A path from the job's directory (and srun's own search, without env(1), which ends
+        # there) cannot be checked before the workspace is copied there.
+        in_copy = "/" in role.entrypoint or not role.env
+        if t.pending_copy and not role.entrypoint.startswith("/") and in_copy:
             checks.append(Check(field, SKIP, "resolves in the workspace copy, made at submit"))
             continue
         checks.append(probe_result(field, sections.get(f"entry{entrypoints.index(key)}")))
