@@ -170,10 +170,7 @@ class Host(abc.ABC):
             yield chunk
 
     def _missing(self, argv: Sequence[str]) -> BackendUnavailable:
-        return BackendUnavailable(
-            f"{argv[0]}: command not found on {self.label}; is the scheduler's client installed "
-            "and on PATH there?"
-        )
+        return missing_command(argv[0], self.label)
 
     @abc.abstractmethod
     async def _run(
@@ -188,6 +185,13 @@ class Host(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 (optional hook)
         """Releases connections. Safe to call twice."""
+
+
+def missing_command(program: str, where: str) -> BackendUnavailable:
+    return BackendUnavailable(
+        f"{program}: command not found on {where}; is the scheduler's client installed and on "
+        "PATH there?"
+    )
 
 
 class LocalHost(Host):

@@ -2,8 +2,9 @@
 
 A Run becomes one bash script (hpc.lsf_script): per replica a `bsub ... << 'EOF'` whose job
 body is a `docker run` of the role's image. The script runs on this host or on a login node over
-SSH (hpc.hosts), so `txctl run --dryrun` prints exactly what is submitted. LSF is asked only to
-submit: a dry run works where no LSF answers.
+SSH (hpc.hosts), so `txctl run --dryrun` prints exactly what is submitted, then the checks made
+before queueing (hpc.lsf_precheck); a dry run works where no LSF answers (the checks then say
+they were not run).
 
 - Status: LSF cannot push, so the daemon polls (`poll_interval`). One `bjobs -a` per host
   answers for every app at once (hpc.lsf_status reads it); rows are matched to apps by project
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from txd.schedulers.api import (
@@ -41,6 +43,7 @@ from txd.schedulers.errors import (
     Unsupported,
 )
 from txd.schedulers.fold import replica_states
+from txd.schedulers.hpc import lsf_precheck
 from txd.schedulers.hpc.base import BatchScheduler, check_replica
 from txd.schedulers.hpc.hosts import Host, Hosts, Result
 from txd.schedulers.hpc.lsf_script import (
@@ -66,9 +69,11 @@ from txd.schedulers.hpc.lsf_status import (
     looks_like_app,
     parse_bjobs,
 )
+from txd.schedulers.hpc.precheck import SKIP, Check, refuse_failed
+from txd.schedulers.hpc.precheck import render as render_checks
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, Role
-from txd.v1.scheduler_pb2 import Capabilities
+from txd.v1.scheduler_pb2 import Capabilities, CfgValue
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +116,47 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
     ) -> DryRunInfo[BsubRequest]:
         check_request(app, opts)
         app_id = clean_name(make_unique(app.name))
-        req = build_request(app_id, app, opts, None)  # LSF is asked only at submit
-        return DryRunInfo(app=app, request=req, opts=opts, render=lambda: req.script)
+        req = build_request(app_id, app, opts, None)  # the rank-0 host is picked at submit
+        label = self.hosts.get(req.target).label
+
+        def render() -> str:
+            return f"{req.script}{render_checks(req.checks or [], label)}\n"
+
+        return DryRunInfo(app=app, request=req, opts=opts, render=render)
+
+    async def submit_dryrun(
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgValue],
+        ctx: SubmitContext,
+        *,
+        build_workspace: bool = False,
+    ) -> DryRunInfo[BsubRequest]:
+        """A dry run (no build_workspace) also runs the prechecks, for its text to show (or
+        says why it could not, LSF not answering: a dry run needs no LSF); a Run's come in
+        `schedule`, before bsub."""
+        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
+        if not build_workspace and info.opts.precheck:
+            try:
+                info.request.checks = await self._precheck(info.request, dry=True)
+            except BackendUnavailable as e:
+                info.request.checks = [Check("precheck", SKIP, f"not run: {e}")]
+        return info
+
+    async def _precheck(self, req: BsubRequest, *, dry: bool) -> list[Check]:
+        """hpc.lsf_precheck's checks. The rank-0 host is checked here only in a dry run: a
+        submit picks it anyway."""
+        host = self.hosts.get(req.target)
+        checks = []
+        if req.opts.lsf_queue:
+            res = await host.run(lsf_precheck.bqueues_argv(req.opts.lsf_queue))
+            checks.append(lsf_precheck.queue_check(req.opts.lsf_queue, res))
+        if req.jobdir:
+            res = await host.run(lsf_precheck.jobdir_argv(req.jobdir, create=not dry))
+            checks.append(lsf_precheck.jobdir_check(res))
+        if dry:
+            checks.append(lsf_precheck.rank0_check(req.app, await host.run(BHOSTS)))
+        return checks + lsf_precheck.unchecked(req.app)
 
     async def _rank0_host(self, role: Role, opts: LsfOpts) -> str:
         host = self.hosts.get(opts.ssh_target())
@@ -130,6 +174,9 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
 
     async def schedule(self, dryrun: DryRunInfo[BsubRequest]) -> Submitted:
         req = dryrun.request
+        if req.opts.precheck:
+            where = self.hosts.get(req.target).label
+            refuse_failed(await self._precheck(req, dry=False), where)
         if req.rank0_host is None:
             rank0_host = await self._rank0_host(req.app.roles[0], req.opts)
             req = build_request(req.app_id, req.app, req.opts, rank0_host)

@@ -19,6 +19,7 @@ from typing import Any
 from txd.schedulers.api import Job, Macros, num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.hpc.hosts import SshOpts, SshTarget, target_to_native
+from txd.schedulers.hpc.precheck import Check
 from txd.schedulers.options import opt
 from txd.v1.app_pb2 import AppDef, Role
 
@@ -53,6 +54,11 @@ class LsfOpts(SshOpts):
         False, "run the containers in the host's network and IPC namespaces (--net=host)"
     )
     shm_size: str = opt("64m", "size of /dev/shm in the containers (docker --shm-size)")
+    precheck: bool = opt(
+        True,
+        "check before queueing what can be checked from here: the queue exists and is open, "
+        "jobdir is writable; False: submit as is",
+    )
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,8 @@ class BsubRequest:
     app: AppDef
     opts: LsfOpts
     rank0_host: str | None
+    # The prechecks' results, for a dry run's text; None: not run (precheck=False).
+    checks: list[Check] | None = None
 
 
 def submitted_ids(bsub_stdout: str) -> list[str]:

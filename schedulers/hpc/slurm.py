@@ -25,7 +25,10 @@ import asyncio
 import logging
 import os
 import re
-from dataclasses import asdict, replace
+import time
+import typing
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from txd.schedulers.api import (
@@ -38,9 +41,19 @@ from txd.schedulers.api import (
     make_unique,
     num_replicas,
 )
-from txd.schedulers.errors import BackendUnavailable, FailedPrecondition
-from txd.schedulers.hpc.base import BatchScheduler, check_replica
-from txd.schedulers.hpc.hosts import Host, Hosts, SshTarget, target_to_native
+from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
+from txd.schedulers.hpc import slurm_precheck
+from txd.schedulers.hpc.base import BatchScheduler, BatchSettings, check_replica
+from txd.schedulers.hpc.hosts import (
+    NOT_FOUND,
+    Host,
+    Hosts,
+    SshTarget,
+    missing_command,
+    target_to_native,
+)
+from txd.schedulers.hpc.precheck import FAIL, SKIP, Check, refuse_failed
+from txd.schedulers.hpc.precheck import render as render_checks
 from txd.schedulers.hpc.slurm_script import (
     SBATCH_ARGV,
     SbatchRequest,
@@ -63,10 +76,11 @@ from txd.schedulers.hpc.slurm_status import (
     squeue_argv,
     status_of,
 )
+from txd.schedulers.options import opt
 from txd.schedulers.workspace import files as ws
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
-from txd.v1.scheduler_pb2 import Capabilities
+from txd.v1.scheduler_pb2 import Capabilities, CfgValue
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +89,29 @@ WORKSPACES_DIR = "txd-workspaces"
 # What scancel says of a job that has ended, or that Slurm has forgotten: cancel is a no-op.
 _SCANCEL_DONE = (b"already completing or completed", b"Invalid job id specified")
 _VERSION = re.compile(rb"(\d+)\.(\d+)")
+# Batch outputs read by one command when settling forgotten jobs (bounds its argv).
+LAST_LINES_AT_ONCE = 200
+# Prints, for each file given, "+" and its last line, or "-" when it cannot be read: one line
+# per file ($(...) drops the line's own newline).
+_LAST_LINES = (
+    'for f; do if l=$(tail -n 1 -- "$f" 2>/dev/null); then printf "+%s\\n" "$l"; '
+    "else echo -; fi; done"
+)
+
+
+@dataclass
+class SlurmSettings(BatchSettings):
+    forgotten_grace: float = opt(
+        60.0,
+        "seconds a job Slurm forgot before its batch output showed an exit code (slurmctld "
+        "restarted without its state) is kept stale, its output read again at every poll, "
+        "before it is recorded UNKNOWN",
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.forgotten_grace >= 0:
+            raise ValueError(f"forgotten_grace must be >= 0, got {self.forgotten_grace!r}")
 
 
 def app_id_of(target: SshTarget | None, job_id: str) -> str:
@@ -98,6 +135,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         workspace=True,
     )
     Opts = SlurmOpts
+    Settings = SlurmSettings
     PROBE = ("scontrol", "ping")  # slurmctld answers
 
     def __init__(
@@ -106,7 +144,12 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         super().__init__(session_name, settings, hosts=hosts)
         # Per cluster, not per job: keyed by the Host (one per login node, and this host).
         self._versions: dict[Host, tuple[int, int]] = {}
+        # The partitions' and nodes' descriptions the last checks read (slurm_precheck), when.
+        self._partitions: dict[Host, tuple[float, dict[str, tuple[int, str]]]] = {}
         self._no_accounting: set[Host] = set()
+        # When each forgotten job with no exit code yet was first found so (monotonic), by its
+        # batch output (host, path): unique, though Slurm may hand a job id out again.
+        self._forgotten_since: dict[tuple[Host, str], float] = {}
 
     # -- submission -------------------------------------------------------------------------
 
@@ -116,7 +159,8 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         check_time(opts)
         target = opts.ssh_target()
         workdir = opts.job_dir or ("" if target else ctx.cwd)
-        check_directives(opts, workdir, "cfg.job_dir" if opts.job_dir else "cwd")
+        workdir_field = "cfg.job_dir" if opts.job_dir or target else "cwd"
+        check_directives(opts, workdir, workdir_field)
         version = (0, 0)
         if any(r.resource.gpu > 0 for r in app.roles):
             version = await self._version(self.hosts.get(target))
@@ -126,15 +170,82 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
         job = SlurmJob(replicas, workdir, target_to_native(target), tag=tag)
         req = SbatchRequest(script, job, {} if target else sbatch_env(ctx.env), bool(opts.job_dir))
+        req.workdir_field = workdir_field
         if ctx.workspace:  # prepare_workspace made the copy the job's directory
             req.workspace_copy = workdir
         where = f" (on {target})" if target else ""
-        return DryRunInfo(
-            app=app,
-            request=req,
-            opts=opts,
-            render=lambda: f"# sbatch --parsable{where} < script\n{script}",
+        label = self.hosts.get(target).label
+
+        def render() -> str:
+            checks = render_checks(req.checks or [], label)
+            return f"# sbatch --parsable{where} < script\n{script}\n{checks}\n"
+
+        return DryRunInfo(app=app, request=req, opts=opts, render=render)
+
+    async def submit_dryrun(
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgValue],
+        ctx: SubmitContext,
+        *,
+        build_workspace: bool = False,
+    ) -> DryRunInfo[SbatchRequest]:
+        """A dry run (no build_workspace) also runs the prechecks, for its text to show; a
+        Run's come in `schedule`, just before sbatch."""
+        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
+        if not build_workspace and info.opts.precheck:
+            try:
+                info.request.checks = await self._precheck(info, dry=True)
+            except BackendUnavailable as e:  # a dry run needs no cluster: say why not
+                info.request.checks = [Check("precheck", SKIP, f"not run: {e}")]
+        return info
+
+    async def _precheck(self, info: DryRunInfo[SbatchRequest], *, dry: bool) -> list[Check]:
+        """hpc.slurm_precheck's checks, by one command where sbatch runs (with its env)."""
+        req = info.request
+        target = slurm_precheck.Target(
+            app=info.app,
+            opts=info.opts,
+            workdir=req.job.workdir,
+            workdir_field=req.workdir_field,
+            script=req.script,
+            create=req.make_dir and not dry,
+            pending_copy=dry and bool(req.workspace_copy),
         )
+        host = self.hosts.get(req.job.target)
+        known = self._partitions.get(host)
+        reuse = (
+            known is not None
+            and time.monotonic() - known[0] < slurm_precheck.PARTITIONS_TTL
+            and slurm_precheck.knows(known[1]["partitions"], info.opts)
+        )
+        checks = await self._probe(host, target, req.env, known[1] if reuse and known else None)
+        if reuse and any(c.outcome == FAIL for c in checks):
+            # Refused on what was read earlier: ask afresh (limits or node states changed).
+            checks = await self._probe(host, target, req.env, None)
+        return checks
+
+    async def _probe(
+        self,
+        host: Host,
+        target: slurm_precheck.Target,
+        env: dict[str, str],
+        partitions: dict[str, tuple[int, str]] | None,
+    ) -> list[Check]:
+        """One probe; `partitions`: the partitions' and nodes' sections read earlier (None:
+        read them too, and keep them)."""
+        now = time.monotonic()
+        probe = slurm_precheck.probe(target, partitions=partitions is None)
+        res = await host.run(["/bin/bash", "-s"], input=probe.text.encode(), env=env or None)
+        sections = probe.sections(res.text)
+        if sections.get("testonly", (0, ""))[0] == NOT_FOUND:  # the backend is not there
+            raise missing_command(SBATCH_ARGV[0], host.label)
+        if partitions is not None:
+            sections.update(partitions)
+        elif sections.get("partitions", (1, ""))[0] == 0 and sections.get("nodes", (1, ""))[0] == 0:
+            kept = ("partitions", "nodes")
+            self._partitions[host] = (now, {k: sections[k] for k in kept})
+        return slurm_precheck.evaluate(target, sections)
 
     async def prepare_workspace(
         self, app: AppDef, opts: SlurmOpts, ctx: SubmitContext, *, dryrun: bool
@@ -182,7 +293,15 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         job = req.job
         host = self.hosts.get(job.target)
         env = req.env or None
-        if req.make_dir:
+        if dryrun.opts.precheck:  # which makes an explicit job_dir too
+            checks = await self._precheck(dryrun, dry=False)
+            try:
+                refuse_failed(checks, host.label)
+            except InvalidArgument:
+                if req.workspace_copy:  # nothing left behind
+                    await host.run(["rm", "-rf", "--", req.workspace_copy])
+                raise
+        elif req.make_dir:
             made = await host.run(["mkdir", "-p", "--", job.workdir])
             if made.returncode != 0:
                 raise FailedPrecondition(f"cannot create job_dir {job.workdir}: {made.error()}")
@@ -208,6 +327,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
                 out[job.app_id] = None
             elif slurm_job.job_id in found:
                 out[job.app_id] = status_of(slurm_job, found[slurm_job.job_id])
+                self._forgotten_since.pop((host, slurm_job.log_file(".out")), None)
             else:
                 forgotten[job.app_id] = slurm_job
         if forgotten:
@@ -229,10 +349,13 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
     async def _settle_forgotten(
         self, host: Host, jobs: dict[str, SlurmJob]
     ) -> dict[str, Described]:
-        """Statuses of jobs squeue no longer shows: they ended more than MinJobAge ago. A job
-        nothing can settle is None: the daemon records it UNKNOWN and stops asking. While
-        sacct fails for another reason than accounting being off (slurmdbd unreachable), such
-        a job is NoAnswer: kept stale, asked again next poll."""
+        """Statuses of jobs squeue no longer shows: they ended more than MinJobAge ago, or
+        slurmctld lost them (restarted without its state) and they may be ending yet. From
+        sacct where accounting is on, else from the exit code the batch output ends with.
+        While sacct fails for another reason than accounting being off (slurmdbd
+        unreachable), or for `forgotten_grace` seconds while the output has no exit code yet,
+        such a job is NoAnswer: kept stale, asked again next poll. A job nothing settled by
+        then is None: the daemon records it UNKNOWN and stops asking."""
         final: dict[str, tuple[str, int]] = {}
         sacct_failed = ""
         if host not in self._no_accounting:
@@ -244,27 +367,48 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
                 sacct_failed = f"sacct on {host.label} failed: {res.error()}"
             else:
                 final = parse_sacct(res.text)
+        unsettled = [job for job in jobs.values() if job.job_id not in final]
+        marks = await _exit_marks(host, [job.log_file(".out") for job in unsettled])
+        grace = typing.cast(SlurmSettings, self.settings).forgotten_grace
+        now = time.monotonic()
+        self._forget_old_sightings(now, grace)
         out: dict[str, Described] = {}
         for app_id, job in jobs.items():
+            output = job.log_file(".out")
             if job.job_id in final:
                 state_text, code = final[job.job_id]
                 out[app_id] = settled(job, slurm_state(state_text), code, "sacct")
-            elif (mark := await _exit_mark(host, job)) is not None:
+            elif (mark := marks.get(output)) is not None:
                 state = AppState.SUCCEEDED if mark == 0 else AppState.FAILED
                 out[app_id] = settled(job, state, mark, "its batch output")
             elif sacct_failed:
                 out[app_id] = NoAnswer(
                     f"squeue no longer shows job {job.job_id} and {sacct_failed}"
                 )
+            elif now - self._forgotten_since.setdefault((host, output), now) < grace:
+                out[app_id] = NoAnswer(
+                    f"Slurm forgot job {job.job_id} (squeue no longer shows it) before its "
+                    f"batch output {output} showed an exit code; waiting up to {grace:g} s "
+                    "for one"
+                )
+                continue  # keeps its sighting
             else:
                 log.warning(
-                    "slurm: on %s, job %s ended more than MinJobAge ago, accounting is off and "
-                    "its batch output has no exit code: its end is unknown",
+                    "slurm: on %s, Slurm forgot job %s, accounting is off and its batch "
+                    "output has no exit code: its end is unknown",
                     host.label,
                     job.job_id,
                 )
                 out[app_id] = None
+            self._forgotten_since.pop((host, output), None)
         return out
+
+    def _forget_old_sightings(self, now: float, grace: float) -> None:
+        """Drops the sightings of jobs no longer asked about (deleted meanwhile), so the table
+        stays as small as the jobs still waiting for an exit code."""
+        old = [key for key, t in self._forgotten_since.items() if now - t > 2 * grace + 60]
+        for key in old:
+            del self._forgotten_since[key]
 
     async def list(self) -> list[AppStatus]:
         """Every job of yours on this host's cluster. Login nodes are not asked: the scheduler
@@ -300,9 +444,20 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             raise FailedPrecondition(f"scancel {slurm_job.job_id} on {host.label}: {res.error()}")
 
 
-async def _exit_mark(host: Host, job: SlurmJob) -> int | None:
-    res = await host.run(["tail", "-n", "1", "--", job.log_file(".out")])
-    return exit_mark(res.text) if res.returncode == 0 else None
+async def _exit_marks(host: Host, outputs: list[str]) -> dict[str, int | None]:
+    """The exit code each batch output ends with (None: none, or the file is unreadable), read
+    by one command per LAST_LINES_AT_ONCE files."""
+    marks: dict[str, int | None] = {}
+    for i in range(0, len(outputs), LAST_LINES_AT_ONCE):
+        chunk = outputs[i : i + LAST_LINES_AT_ONCE]
+        res = await host.run(["sh", "-c", _LAST_LINES, "sh", *chunk])
+        lines = res.text.split("\n")
+        if res.returncode != 0 or len(lines) != len(chunk) + 1:
+            log.warning("slurm: reading batch outputs on %s failed: %s", host.label, res.error())
+            continue
+        for path, line in zip(chunk, lines, strict=False):
+            marks[path] = exit_mark(line[1:]) if line.startswith("+") else None
+    return marks
 
 
 def _in_dir(directory: str, name: str) -> str:

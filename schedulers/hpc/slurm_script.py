@@ -20,6 +20,7 @@ from typing import Any
 from txd.schedulers.api import Job, Macros, num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.hpc.hosts import SshOpts, SshTarget, target_from_native
+from txd.schedulers.hpc.precheck import Check
 from txd.schedulers.options import opt
 from txd.v1.app_pb2 import AppDef, Role
 
@@ -56,6 +57,11 @@ class SlurmOpts(SshOpts):
         None,
         "working directory of the job, where its log files go; created if missing (default: "
         "the caller's directory, or the home directory on a login node)",
+    )
+    precheck: bool = opt(
+        True,
+        "check before queueing what would fail the job at once (partition, time limit, "
+        "resources, sbatch --test-only, entrypoints, a writable job_dir); False: submit as is",
     )
 
 
@@ -107,6 +113,9 @@ class SbatchRequest:
     env: dict[str, str] = field(default_factory=dict)  # sbatch's environment on this host
     make_dir: bool = False  # create job.workdir first (an explicit job_dir)
     workspace_copy: str = ""  # removed when sbatch refuses the job
+    workdir_field: str = "cfg.job_dir"  # how a refusal names job.workdir
+    # The prechecks' results, for a dry run's text; None: not run (precheck=False).
+    checks: list[Check] | None = None
 
 
 def check_time(opts: SlurmOpts) -> None:

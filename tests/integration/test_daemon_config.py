@@ -52,6 +52,7 @@ def test_config_file_and_set_reach_the_schedulers(root: Path) -> None:
         assert settings["slurm"] == {  # the defaults
             "poll_interval": {"float": 1.0},
             "command_timeout": {"float": 60.0},
+            "forgotten_grace": {"float": 60.0},
         }
     finally:
         d.close()

@@ -1,6 +1,7 @@
 """slurm: on a real Slurm test cluster (scripts/slurm-up), submit -> RUNNING through txctl
-against plain sbatch + squeue polled at the same interval, and squeue calls per minute while
-1, 10 and 100 clients watch.
+against plain sbatch + squeue polled at the same interval; what the checks before queueing
+(cfg precheck, on by default) add to a Run, against precheck=False, interleaved; and squeue
+calls per minute while 1, 10 and 100 clients watch.
 
 The cluster is scripts/slurm-up's, as the tests' (their cluster is a pytest fixture in
 tests/schedulers/hpc/slurm/conftest.py, not a harness module the bench could import)."""
@@ -49,6 +50,8 @@ async def run(ctx: Context) -> None:
             with res.section():
                 await _latency(ctx, client, d, env, sdir, 3 if quick else 10)
             with res.section():
+                await _precheck_cost(ctx, client, sdir, 6 if quick else 20)
+            with res.section():
                 await _squeue_rate(ctx, client, d, sdir, 5.0 if quick else 20.0)
     finally:
         stop(d)
@@ -86,6 +89,26 @@ async def _latency(
         fmt_s(median(plain_times)),
         note=f"median of {n}; p95 {fmt_s(pct(plain_times, 95))}",
     )
+
+
+async def _precheck_cost(ctx: Context, client: AsyncClient, sdir: Path, n: int) -> None:
+    """Run (the RPC, until the handle comes back) of a one-replica app, with the checks and
+    with precheck=False, alternately, through the Python client (no txctl start-up)."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    app = trivial_app("pre", "bash", ["-c", "sleep 30"])
+    for i in range(2 * n):
+        on = i % 2 == 0
+        cfg = {} if on else {"precheck": False}
+        t0 = time.perf_counter()
+        handle = await client.run(app, "slurm", cfg, cwd=str(sdir))
+        times[on].append(time.perf_counter() - t0)
+        await client.cancel(handle)
+    for on in (True, False):
+        ctx.res.add(
+            f"slurm Run (submit, until the handle), precheck={'on' if on else 'False'}",
+            fmt_s(median(times[on])),
+            note=f"median of {n}, alternating; p95 {fmt_s(pct(times[on], 95))}",
+        )
 
 
 async def _squeue_rate(

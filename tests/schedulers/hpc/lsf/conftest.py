@@ -40,6 +40,8 @@ def local(hosts: Any) -> Any:
     host = hosts.get(None)
     host.reply("bhosts", lsf_fakes.Reply(lsf_fakes.recorded("bhosts.txt")))
     host.respond("/bin/bash", lsf_fakes.submitted)
+    host.respond("bqueues", lsf_fakes.bqueues)
+    host.respond("sh", lsf_fakes.shared_jobdirs)
     return host
 
 

@@ -148,3 +148,23 @@ def submitted(argv: tuple[str, ...], script: bytes | None, first_id: int = 5000)
     n = sum(1 for line in script.decode().splitlines() if line.startswith("bsub "))
     lines = [f"Job <{first_id + i}> is submitted to queue <normal>.\n" for i in range(n)]
     return Reply(stdout="".join(lines).encode())
+
+
+def bqueues(argv: tuple[str, ...], stdin: bytes | None) -> Reply:
+    """`bqueues -w QUEUE` as LSF answers it: the header and the queue's row of bqueues.txt, or
+    bqueues_no_such.stderr (with the queue's name) for a queue not there."""
+    assert argv[:2] == ("bqueues", "-w") and len(argv) == 3, argv
+    header, *rows = recorded("bqueues.txt").decode().splitlines(keepends=True)
+    row = [r for r in rows if r.split()[0] == argv[2]]
+    if not row:
+        said = recorded("bqueues_no_such.stderr").decode().replace("nosuch", argv[2], 1)
+        return Reply(stderr=said.encode(), returncode=255)
+    return Reply(stdout=(header + row[0]).encode())
+
+
+def shared_jobdirs(argv: tuple[str, ...], stdin: bytes | None) -> Reply:
+    """The jobdir probe (hpc.lsf_precheck.jobdir_argv) on a login node whose shared
+    filesystem lets the user write anywhere: the fake's model, not a real shell (the probe
+    itself runs in a real shell in test_lsf_precheck.py)."""
+    assert argv[:2] == ("sh", "-c") and argv[2].endswith('logdir "$1" "$2"'), argv
+    return Reply(stdout=f"ok {argv[4]} is writable\n".encode())

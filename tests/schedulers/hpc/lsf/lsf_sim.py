@@ -31,7 +31,7 @@ import shlex
 import zlib
 from dataclasses import dataclass
 
-from lsf_fakes import FakeHost, Reply, recorded
+from lsf_fakes import FakeHost, Reply, bqueues, recorded, shared_jobdirs
 from txd.schedulers.testing import Output, Script
 
 ENTRYPOINT = "txd-contract-job"
@@ -95,6 +95,8 @@ class LsfSim:
         host.respond("/bin/bash", self._bash)
         host.respond("bjobs", self._bjobs)
         host.respond("bkill", self._bkill)
+        host.respond("bqueues", bqueues)
+        host.respond("sh", shared_jobdirs)
 
     def release(self, project: str) -> None:
         """Lets the blocking jobs of an app go on at the next cycle."""

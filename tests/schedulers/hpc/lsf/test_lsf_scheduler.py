@@ -73,6 +73,8 @@ def cluster(hosts: FakeHosts, target: SshTarget | None) -> FakeHost:
     host = hosts.put(target, FakeHost(f"fake {target}"))
     host.reply("bhosts", Reply(recorded("bhosts.txt")))
     host.respond("/bin/bash", lsf_fakes.submitted)
+    host.respond("bqueues", lsf_fakes.bqueues)
+    host.respond("sh", lsf_fakes.shared_jobdirs)
     return host
 
 
@@ -92,12 +94,13 @@ async def collect(chunks: Any) -> bytes:
 # -- submission ---------------------------------------------------------------------------------
 
 
-async def test_dryrun_asks_lsf_nothing_and_the_submit_picks_the_rank0_host(
+async def test_dryrun_without_precheck_asks_lsf_nothing_and_the_submit_picks_the_rank0_host(
     sched: LsfScheduler, local: FakeHost
 ) -> None:
-    info = await sched.submit_dryrun(make_app("ddp", {"trainer": 2}, cpu=8, gpu=2), {}, CTX)
+    app = make_app("ddp", {"trainer": 2}, cpu=8, gpu=2)
+    info = await sched.submit_dryrun(app, cfg(precheck=False), CTX)
     assert local.runs == []  # works where no LSF answers
-    assert info.text == info.request.script
+    assert info.text == info.request.script + "# precheck: off (precheck=False)\n"
     assert f'-m "{RANK0_PLACEHOLDER}"' in info.text
     assert f"# {RANK0_PLACEHOLDER}: when submitted, the first host bhosts lists with 8 job\n" in (
         info.text
@@ -678,7 +681,14 @@ async def test_the_scheduler_as_the_daemon_builds_it(tmp_path: Any) -> None:
     assert not caps.push_status and not caps.log_since_until and not caps.retries
     names = [o.name for o in sched.run_opts()]
     assert names[:4] == ["ssh_host", "ssh_user", "ssh_port", "ssh_key"]
-    assert names[4:] == ["lsf_queue", "jobdir", "container_workdir", "host_network", "shm_size"]
+    assert names[4:] == [
+        "lsf_queue",
+        "jobdir",
+        "container_workdir",
+        "host_network",
+        "shm_size",
+        "precheck",
+    ]
     assert {o.name: o.default.str for o in sched.run_opts()}["shm_size"] == "64m"
     await sched.aclose()
     await sched.aclose()  # twice is fine

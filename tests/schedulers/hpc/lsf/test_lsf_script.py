@@ -145,6 +145,8 @@ def _cluster_host() -> lsf_fakes.FakeHost:
     host = lsf_fakes.FakeHost("fake login1")
     host.reply("bhosts", lsf_fakes.Reply(lsf_fakes.recorded("bhosts.txt")))
     host.respond("/bin/bash", lsf_fakes.submitted)
+    host.respond("bqueues", lsf_fakes.bqueues)
+    host.respond("sh", lsf_fakes.shared_jobdirs)
     return host
 
 
@@ -178,12 +180,13 @@ print("err of", name, file=sys.stderr)
 
 
 class ShellHost(lsf_fakes.FakeHost):
-    """Runs the submit script with the real bash; everything else is fake."""
+    """Runs the submit script and the jobdir precheck with the real shells; everything else is
+    fake."""
 
     async def _run(
         self, argv: tuple[str, ...], input: bytes | None, env: Mapping[str, str] | None = None
     ) -> Result:
-        if argv[0] == "/bin/bash":
+        if argv[0] in ("/bin/bash", "sh"):
             self.runs.append((argv, input))
             return await LocalHost()._run(argv, input, env)
         return await super()._run(argv, input, env)
@@ -208,6 +211,7 @@ def shell_sched(hosts: Any) -> LsfScheduler:
     host = hosts.put(None, ShellHost("this host, real bash"))
     host.reply("bhosts", lsf_fakes.Reply(lsf_fakes.recorded("bhosts.txt")))
     host.reply("bkill", lsf_fakes.Reply(b"Job <700> is being terminated\n"))
+    host.respond("bqueues", lsf_fakes.bqueues)
     return LsfScheduler("test", hosts=hosts)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -282,3 +283,32 @@ async def test_a_job_forgotten_while_sacct_fails_waits_for_sacct(slurm: Any, wor
         assert final.state == AppState.SUCCEEDED, final
         assert final.msg == f"Slurm job {job_id} ended while txd was away (from sacct)"
         assert (await c.status(handle)).state == AppState.SUCCEEDED
+
+
+async def test_a_job_forgotten_before_its_exit_code_waits_for_it(slurm: Any, workdir: Path) -> None:
+    """Slurm forgets a running job (slurmctld lost its state) and accounting is off: the job
+    stays RUNNING, stale, saying why, until its batch output ends with its exit code."""
+    daemon, fake = slurm
+    async with daemon.client() as c:
+        handle = await _submit(c, fake, workdir, "lost")
+        job_id = handle.rsplit("/", 1)[1]
+        script = (fake.ctl / f"script-{job_id}").read_text()
+        output = workdir / re.findall(r"--output=(slurm-%j-\w+\.out)", script)[0].replace(
+            "%j", job_id
+        )
+        async with watching(c, handle) as w:
+            await w.next("RUNNING", is_fresh_running)
+            output.write_text("srun: a line the job printed\n")
+            fake.set_job(job_id, None)
+            stale = await w.next("stale", lambda s: is_stale(s) or s.state != AppState.RUNNING)
+            assert stale.state == AppState.RUNNING, stale  # was UNKNOWN at once
+            assert stale.stale_msg.endswith(
+                f": Slurm forgot job {job_id} (squeue no longer shows it) before its batch "
+                f"output {output} showed an exit code; waiting up to 60 s for one"
+            ), stale.stale_msg
+            with output.open("a") as f:
+                f.write("txd: exit code 0\n")
+            final = await w.next("the end", lambda s: s.state != AppState.RUNNING)
+        assert final.state == AppState.SUCCEEDED, final
+        assert final.msg == f"Slurm job {job_id} ended while txd was away (from its batch output)"
+        assert not is_stale(final)

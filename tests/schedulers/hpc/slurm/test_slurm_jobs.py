@@ -278,8 +278,7 @@ async def test_bad_input_and_unreachable_backends(slurm_client: Any, jobdir: Pat
     assert e.value.code == "INVALID_ARGUMENT" and "cfg.time" in str(e.value)
     with pytest.raises(TxdError) as e:
         await slurm_client.run(app, "slurm", {"partition": "nope", "job_dir": str(jobdir)})
-    assert e.value.code == "FAILED_PRECONDITION"
-    assert "Invalid partition" in str(e.value)
+    assert e.value.code == "INVALID_ARGUMENT" and "cfg.partition: no partition nope" in str(e.value)
     with pytest.raises(TxdError) as e:
         await slurm_client.run(app, "slurm", env={"PATH": "/nonexistent"})
     assert e.value.code == "UNAVAILABLE"

@@ -185,10 +185,20 @@ async def test_list_shows_this_hosts_jobs(sched: SlurmScheduler, jobdir: Path) -
 
 @pytest.mark.slow
 async def test_jobs_slurm_forgot_are_settled_from_their_output_or_unknown(
-    sched: SlurmScheduler, slurm_cluster: Any, jobdir: Path
+    slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch, jobdir: Path
 ) -> None:
     """Ended and forgotten (MinJobAge) before anyone asked: the cluster has no accounting, so
-    the batch script's last line settles the job; without it the job is unknown (None)."""
+    the batch script's last line settles the job; without it the job waits forgotten_grace
+    for one (NoAnswer: the daemon keeps it stale), then is unknown (None)."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    sched = create_scheduler("test", settings={"forgotten_grace": 1.0})
+    try:
+        await _forgotten_jobs(sched, slurm_cluster, jobdir)
+    finally:
+        await sched.aclose()
+
+
+async def _forgotten_jobs(sched: SlurmScheduler, slurm_cluster: Any, jobdir: Path) -> None:
     apps = {
         "fails": AppDef(name="fails", roles=[role("main", "exit 4")]),
         "works": AppDef(name="works", roles=[role("main", "true")]),
@@ -204,14 +214,25 @@ async def test_jobs_slurm_forgot_are_settled_from_their_output_or_unknown(
     mute = jobs["mute"].native
     (jobdir / f"slurm-{mute['job_id']}-{mute['tag']}.out").unlink()
 
-    found = {n: answered(s) for n, s in (await sched.describe_many(list(jobs.values()))).items()}
-    fails, works = found[jobs["fails"].app_id], found[jobs["works"].app_id]
+    t0 = asyncio.get_running_loop().time()
+    found = await sched.describe_many(list(jobs.values()))
+    fails, works = answered(found[jobs["fails"].app_id]), answered(found[jobs["works"].app_id])
     assert fails is not None and fails.state == AppState.FAILED
     assert fails.msg.endswith("ended while txd was away (from its batch output), exit code 4")
     assert [r.state for rs in fails.roles for r in rs.replicas] == [AppState.FAILED]
     assert works is not None and works.state == AppState.SUCCEEDED
-    assert found[jobs["mute"].app_id] is None  # the daemon records it UNKNOWN and stops asking
+    waiting = found[jobs["mute"].app_id]
+    assert isinstance(waiting, NoAnswer), waiting
+    assert waiting.reason.endswith("showed an exit code; waiting up to 1 s for one"), waiting
     assert sched.backend_calls()["sacct"] == 1
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            mute_now = (await sched.describe_many([jobs["mute"]]))[jobs["mute"].app_id]
+            if not isinstance(mute_now, NoAnswer):
+                break
+            await asyncio.sleep(POLL)
+    assert mute_now is None  # the daemon records it UNKNOWN and stops asking
+    assert asyncio.get_running_loop().time() - t0 >= 1.0
     await sched.describe_many([jobs["works"]])
     assert sched.backend_calls()["sacct"] == 1  # no accounting here: not asked again
     await sched.cancel(jobs["mute"])  # Slurm no longer knows it: no error

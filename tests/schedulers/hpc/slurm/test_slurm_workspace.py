@@ -45,6 +45,10 @@ async def test_job_runs_the_copy_made_at_submission(
     assert f"would copy it to {jobdir}/txd-workspaces/ws-" in dry.workspace
     assert f"--chdir={jobdir}/txd-workspaces/ws-" in dry.request
     assert not (jobdir / "txd-workspaces").exists()  # a dry run copies nothing
+    # Its checks: bash on the job's PATH; the copy's place, which does not exist yet.
+    assert "\n#   ok    role main: entrypoint: bash is " in dry.request, dry.request
+    assert "/txd-workspaces/ws-" in dry.request.split("#   ok    cfg.job_dir: ")[1]
+    assert "\n#   FAIL" not in dry.request
 
     handle = await slurm_client.run(app, "slurm", cfg, workspace=str(ws))
     # The caller edits the workspace after submitting, before the job reads it.
