@@ -146,6 +146,12 @@ def parser() -> argparse.ArgumentParser:
         default=str(BENCH_DIR / "torchx-venv"),
         help="venv for torchx from PyPI (default %(default)s)",
     )
+    p.add_argument(
+        "--base-tree",
+        type=Path,
+        help="a worktree of an older commit with its own .venv (scripts/setup dev there): the "
+        "docker area runs its daemon and txctl beside this tree's, interleaved",
+    )
     p.add_argument("--runs", type=int, default=15, help="txctl/torchx run repetitions")
     p.add_argument("--status-runs", type=int, default=30)
     p.add_argument("--submit-runs", type=int, default=500)
