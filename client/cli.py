@@ -406,12 +406,13 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
 
 
 async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
-    from txd.client._format import app_text, status_text, to_dict
-    from txd.client._waiting import interruptible
     from txd.handle import Handle
 
     app, scheduler, cfg = args.submission
     workspace = args.workspace_dir
+    if args.dryrun or args.json or args.wait or args.log:  # a plain run prints the handle only
+        from txd.client._format import app_text, status_text, to_dict
+        from txd.client._waiting import interruptible
     if args.dryrun:
         resp = await _cfg_checked(args, client.dryrun(app, scheduler, cfg, workspace=workspace))
         if args.json:

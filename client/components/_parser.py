@@ -312,8 +312,6 @@ class Component:
         """Map command-line tokens (plus string defaults, e.g. from a config file, which
         replace the declared ones) to the function's argument values. Raises ComponentHelp
         when `--help` is among the options, ComponentError for anything wrong."""
-        import difflib
-
         parser = self.parser(prog, defaults, texts=False)
         try:
             given, extra = parser.parse_known_args(list(args))
@@ -330,6 +328,8 @@ class Component:
                 raise ComponentError(
                     f"component {self.name} takes no positional arguments (got {extra[0]!r})"
                 )
+            import difflib  # for this error only
+
             option = extra[0].partition("=")[0]
             known = [o for p in self.params for o in p.options()]
             close = difflib.get_close_matches(option, known, n=1)
