@@ -6,6 +6,7 @@ engine API calls while clients watch, and runs with a 1,000-file workspace."""
 from __future__ import annotations
 
 import asyncio
+import resource
 import shlex
 import subprocess
 import time
@@ -84,6 +85,10 @@ class Side:
     api: list[float] = field(default_factory=list)  # AsyncClient.run + Watch until RUNNING
     cli: list[float] = field(default_factory=list)  # `txctl run` + Watch until RUNNING
     help: list[float] = field(default_factory=list)  # `txctl --help`
+    # CPU seconds (user + system) of each `txctl run` and `txctl --help`: steadier than their
+    # wall times on a busy machine
+    cli_cpu: list[float] = field(default_factory=list)
+    help_cpu: list[float] = field(default_factory=list)
 
 
 def _commit(tree: Path) -> str:
@@ -123,7 +128,9 @@ async def _latency(ctx: Context, client: AsyncClient, d: Daemon, engine: Engine,
         # A round of each first, not counted: the first run pays for what is loaded or opened
         # once (the scheduler, the engine's image cache, the CLIs' files).
         for side in sides:
-            await _side_round(ctx, replace(side, api=[], cli=[], help=[]), engine, -1)
+            await _side_round(
+                ctx, replace(side, api=[], cli=[], help=[], cli_cpu=[], help_cpu=[]), engine, -1
+            )
         await _plain(engine)
         for i in range(n):
             for side in sides if i % 2 == 0 else sides[::-1]:
@@ -134,7 +141,7 @@ async def _latency(ctx: Context, client: AsyncClient, d: Daemon, engine: Engine,
             handle = await client.run(sleeper(f"p{i}", 30, 2), "local_docker", workspace="")
             await asyncio.wait_for(until_running(client, handle), JOB_TIMEOUT)
             pair_times.append(time.perf_counter() - t0)
-            await client.cancel(handle)
+            await _end(client, handle)
     finally:
         if base_client is not None:
             await base_client.close()
@@ -159,24 +166,39 @@ async def _side_round(ctx: Context, side: Side, engine: Engine, i: int) -> None:
     handle = await side.client.run(sleeper(f"l{i + 1}", 30), "local_docker", workspace="")
     await asyncio.wait_for(until_running(side.client, handle), JOB_TIMEOUT)
     side.api.append(time.perf_counter() - t0)
-    await side.client.cancel(handle)
+    await _end(side.client, handle)
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     handle = await txctl_run(
         side.txctl, side.daemon.socket, engine.env(), side.daemon.root,
         "-s", "local_docker", "--workspace", "", "utils.sh", "--image", BUSYBOX, "sleep", "30",
     )  # fmt: skip
+    side.cli_cpu.append(_children_cpu() - cpu0)  # txctl has exited: nothing else ran meanwhile
     await asyncio.wait_for(until_running(side.client, handle), JOB_TIMEOUT)
     side.cli.append(time.perf_counter() - t0)
-    await side.client.cancel(handle)
+    await _end(side.client, handle)
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     proc = await asyncio.create_subprocess_exec(
         str(side.txctl), "--help", stdout=subprocess.DEVNULL, cwd=ctx.work
     )
     if await proc.wait():
         raise RuntimeError(f"{side.txctl} --help exited {proc.returncode}")
     side.help.append(time.perf_counter() - t0)
+    side.help_cpu.append(_children_cpu() - cpu0)
+
+
+async def _end(client: AsyncClient, handle: str) -> None:
+    """Cancels the job and waits for its end: the engine is quiet when the next run starts, as
+    it is after the docker CLI's `rm -f`."""
+    await client.cancel(handle)
+    await client.wait(handle, timeout=JOB_TIMEOUT)
+
+
+def _children_cpu() -> float:
+    """CPU seconds used by this process's children that ended and were waited for."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 async def txctl_run(txctl: Path, socket: Path, env: dict[str, str], cwd: Path, *args: str) -> str:
@@ -242,6 +264,16 @@ def _latency_rows(
         "`txctl --help` wall time (median): txctl's start-up",
         fmt_s(median(new.help)),
         note=f"{new.label}, runs {_runs(new.help)}{beside(lambda s: s.help)}",
+    )
+    res.add(
+        "`txctl --help` CPU, user + system (median)",
+        fmt_s(median(new.help_cpu)),
+        note=f"{new.label}, runs {_runs(new.help_cpu)}{beside(lambda s: s.help_cpu)}",
+    )
+    res.add(
+        "`txctl run -s local_docker utils.sh ...` CPU, user + system (median)",
+        fmt_s(median(new.cli_cpu)),
+        note=f"{new.label}, runs {_runs(new.cli_cpu)}{beside(lambda s: s.cli_cpu)}",
     )
     res.add(
         "local_docker submit -> RUNNING seen, 2 replicas (the app's own network), AsyncClient",
