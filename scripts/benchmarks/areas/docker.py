@@ -117,6 +117,7 @@ async def _latency(ctx: Context, client: AsyncClient, d: Daemon, engine: Engine,
     sides = [Side(f"this tree ({_commit(ROOT)})", d, client, BIN / "txctl")]
     base_tree = ctx.args.base_tree
     base_client: AsyncClient | None = None
+    base_d: Daemon | None = None
     if base_tree is not None:
         base_d = _base_daemon(ctx, engine, base_tree)
         base_client = AsyncClient(base_d.socket, timeout=120)
@@ -145,6 +146,8 @@ async def _latency(ctx: Context, client: AsyncClient, d: Daemon, engine: Engine,
     finally:
         if base_client is not None:
             await base_client.close()
+        if base_d is not None:  # the other figures are this tree's alone
+            stop(base_d)
     _latency_rows(ctx, sides, plain_times, pair_times, n)
 
 
