@@ -1,7 +1,8 @@
 """`txctl`: the command line client of txd.
 
 Only argparse and the standard library load at start; each command imports what it needs, so
-`txctl --help` imports no gRPC at all and `txctl status` imports gRPC, protobuf and txd.v1 only.
+`txctl --help` imports neither gRPC nor asyncio, and `txctl status` imports gRPC, protobuf and
+txd.v1 only.
 
 Exit codes (txd.client._exitcodes, printed by `txctl --help`): 0 ok; 1 the job did not succeed;
 2 bad request (usage, unknown handle or scheduler, invalid app or option, a component's error);
@@ -14,7 +15,6 @@ interrupted. TXD_DEBUG=1 adds the traceback of an error on stderr; the exit code
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
 import re
@@ -266,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         from txd.client._completion import complete
 
         return complete(argv[1:])
-    args = _parse(argv)
+    args = _parse(argv)  # --help and usage errors exit here, before asyncio loads (~20 ms)
     debug = os.environ.get("TXD_DEBUG") == "1"
+    import asyncio
+
     try:
         return asyncio.run(_dispatch(args))
     except CliError as e:
@@ -411,12 +413,13 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
 
 
 async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
-    from txd.client._format import app_text, status_text, to_dict
-    from txd.client._waiting import interruptible
     from txd.handle import Handle
 
     app, scheduler, cfg = args.submission
     workspace = args.workspace_dir
+    if args.dryrun or args.json or args.wait or args.log:  # a plain run prints the handle only
+        from txd.client._format import app_text, status_text, to_dict
+        from txd.client._waiting import interruptible
     if args.dryrun:
         resp = await _cfg_checked(args, client.dryrun(app, scheduler, cfg, workspace=workspace))
         if args.json:
@@ -488,6 +491,8 @@ async def _cmd_status(client: Any, args: argparse.Namespace) -> int:
 
 
 async def _cmd_wait(client: Any, args: argparse.Namespace) -> int:
+    import asyncio
+
     from txd.client._format import status_text, to_dict
     from txd.client._waiting import interruptible
 

@@ -18,6 +18,7 @@ import abc
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,10 +26,14 @@ from txd.daemon.cache import LiveJob, StatusCache
 from txd.schedulers.api import Described, NoAnswer, Scheduler, Subscribed, TaskGroupLike
 from txd.schedulers.errors import TxdError
 from txd.schedulers.pulse import Pulse
+from txd.v1 import AppStatus
 
 log = logging.getLogger(__name__)
 
 NOT_DESCRIBED = NoAnswer("the backend's answer left this job out")
+# Statuses a ChangeFeed keeps of jobs not followed (yet), the oldest dropped first: pushes for
+# other daemons' jobs on a shared backend must not grow the daemon.
+UNCLAIMED = 1024
 
 
 class Feed(abc.ABC):
@@ -147,7 +152,19 @@ class PollFeed(Feed):
 
 
 class ChangeFeed(Feed):
-    """The informer pattern: subscribe, describe everything once, then apply pushed changes."""
+    """The informer pattern: subscribe, describe everything once, then apply pushed changes.
+
+    A status pushed for a job not followed yet (one being submitted: its first changes come
+    while schedule() runs) is kept, while the stream that pushed it stays open: the job's
+    refresh once it is followed takes it instead of asking the backend, as every later change
+    will be pushed too."""
+
+    def __init__(
+        self, name: str, sched: Scheduler[Any, Any], cache: StatusCache, tasks: TaskGroupLike
+    ) -> None:
+        super().__init__(name, sched, cache, tasks)
+        # The last status pushed for each app id not followed, on the open stream (see above).
+        self._unclaimed: OrderedDict[str, AppStatus] = OrderedDict()
 
     async def _run(self) -> None:
         while self.cache.any_followed(self.name):
@@ -155,9 +172,12 @@ class ChangeFeed(Feed):
                 async with contextlib.aclosing(self.sched.changes()) as changes:
                     async for item in changes:
                         if isinstance(item, Subscribed):
+                            self._unclaimed.clear()  # pushed before: maybe missed since
                             await self._describe(self.cache.followed(self.name))
                         elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
                             self._apply([job], {item.app_id: item.status})
+                        else:
+                            self._keep_unclaimed(item.app_id, item.status)
                         if not self.cache.any_followed(self.name):
                             return
                 reason = "its change stream ended"
@@ -166,14 +186,30 @@ class ChangeFeed(Feed):
             except Exception as e:  # a scheduler's bug must not stop its feed
                 log.exception("%s: change stream raised", self.name)
                 reason = f"internal error: {e!r}"
+            finally:
+                self._unclaimed.clear()  # nothing will keep them current now
             jobs = self.cache.followed(self.name)
             log.warning("%s: %s; reconnecting in %g s", self.name, reason, self.interval)
             self.cache.mark_stale(jobs, self.name, reason)
             await asyncio.sleep(self.interval)
 
+    def _keep_unclaimed(self, app_id: str, status: Described) -> None:
+        self._unclaimed.pop(app_id, None)
+        if isinstance(status, AppStatus):  # else the refresh asks
+            self._unclaimed[app_id] = status
+            while len(self._unclaimed) > UNCLAIMED:
+                self._unclaimed.popitem(last=False)
+
     async def refresh(self, jobs: Sequence[LiveJob], *, wait: bool = True) -> None:
         self.start()
-        await self._describe([j for j in jobs if j.followed])
+        followed = [j for j in jobs if j.followed]
+        pushed = {
+            j.record.app_id: status
+            for j in followed
+            if (status := self._unclaimed.pop(j.record.app_id, None)) is not None
+        }
+        self._apply([j for j in followed if j.record.app_id in pushed], pushed)
+        await self._describe([j for j in followed if j.record.app_id not in pushed])
 
 
 def feed_for(

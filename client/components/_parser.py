@@ -156,13 +156,32 @@ def evaluate(annotation: Any, namespace: dict[str, Any]) -> Any:
     return annotation
 
 
+class Docs:
+    """A component's docstring, parsed only when its text is wanted (--help): docstring-parser
+    and the regular expressions it compiles cost `txctl run` about 15 ms."""
+
+    def __init__(self, doc: str) -> None:
+        self.doc = doc
+        self._parsed: tuple[str, dict[str, str]] | None = None
+
+    def parsed(self) -> tuple[str, dict[str, str]]:
+        """(description, {argument: help}), as parse_docstring gives them."""
+        if self._parsed is None:
+            self._parsed = parse_docstring(self.doc)
+        return self._parsed
+
+
 class Param(NamedTuple):
     name: str
     kind: str  # "positional", "keyword" or "varargs"
     type: ArgType
     has_default: bool
     default: Any
-    help: str
+    docs: Docs  # the component's
+
+    @property
+    def help(self) -> str:
+        return self.docs.parsed()[1].get(self.name, "")
 
     def options(self) -> list[str]:
         names = [f"--{self.name}"]
@@ -183,8 +202,7 @@ class Component:
             signature = inspect.signature(fn)
         except (TypeError, ValueError) as exc:
             raise ComponentError(f"component {display_name}: cannot read signature: {exc}") from exc
-        description, arg_help = parse_docstring(inspect.getdoc(fn) or "")
-        self.description = description
+        self.docs = Docs(inspect.getdoc(fn) or "")
         namespace = _annotation_namespace(fn)
         self.params: list[Param] = []
         self.varargs: Param | None = None
@@ -233,22 +251,30 @@ class Component:
                 type=argtype,
                 has_default=p.default is not p.empty,
                 default=None if p.default is p.empty else p.default,
-                help=arg_help.get(p.name, ""),
+                docs=self.docs,
             )
             if kind == "varargs":
                 self.varargs = param
             else:
                 self.params.append(param)
 
+    @property
+    def description(self) -> str:
+        return self.docs.parsed()[0]
+
     # -- parsing -----------------------------------------------------------------------------
 
-    def parser(self, prog: str, defaults: Mapping[str, str]) -> argparse.ArgumentParser:
+    def parser(
+        self, prog: str, defaults: Mapping[str, str], *, texts: bool = True
+    ) -> argparse.ArgumentParser:
         """The component's argparse parser. Every value is kept as the string given (decoded
-        by parse()); `--help` (and `-h`, unless a parameter is named h) raises ComponentHelp."""
+        by parse()); `--help` (and `-h`, unless a parameter is named h) raises ComponentHelp.
+        Without `texts`, no description or argument help (no docstring is parsed); its --help
+        builds the parser with them to show."""
         parser = _Parser(
             self.name,
             prog=f"{prog} {self.name}",
-            description=self.description or None,
+            description=(self.description or None) if texts else None,
             formatter_class=_HelpFormatter,
             add_help=False,  # -h may be a component's own option (a named resource, often)
             allow_abbrev=False,  # `--nam` is a typo, not --name
@@ -256,7 +282,12 @@ class Component:
         )
         names = {option for param in self.params for option in param.options()}
         help_options = ["--help"] if "-h" in names else ["-h", "--help"]
-        parser.add_argument(*help_options, action=_Help, help=argparse.SUPPRESS)
+        parser.add_argument(
+            *help_options,
+            action=_Help,
+            help=argparse.SUPPRESS,
+            show=lambda: self.parser(prog, defaults).format_help(),
+        )
         for param in self.params:
             parser.add_argument(
                 *param.options(),
@@ -265,13 +296,13 @@ class Component:
                 metavar=param.type.metavar(),
                 required=not param.has_default and param.name not in defaults,
                 default=None,
-                help=_help_text(param, defaults).replace("%", "%%"),
+                help=_help_text(param, defaults).replace("%", "%%") if texts else None,
             )
         if self.varargs is not None:
             parser.add_argument(
                 self.varargs.name,
                 nargs=argparse.REMAINDER,
-                help=_help_text(self.varargs, defaults).replace("%", "%%"),
+                help=_help_text(self.varargs, defaults).replace("%", "%%") if texts else None,
             )
         return parser
 
@@ -281,9 +312,7 @@ class Component:
         """Map command-line tokens (plus string defaults, e.g. from a config file, which
         replace the declared ones) to the function's argument values. Raises ComponentHelp
         when `--help` is among the options, ComponentError for anything wrong."""
-        import difflib
-
-        parser = self.parser(prog, defaults)
+        parser = self.parser(prog, defaults, texts=False)
         try:
             given, extra = parser.parse_known_args(list(args))
         except argparse.ArgumentError as exc:
@@ -299,6 +328,8 @@ class Component:
                 raise ComponentError(
                     f"component {self.name} takes no positional arguments (got {extra[0]!r})"
                 )
+            import difflib  # for this error only
+
             option = extra[0].partition("=")[0]
             known = [o for p in self.params for o in p.options()]
             close = difflib.get_close_matches(option, known, n=1)
@@ -388,11 +419,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Help(argparse.Action):
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+    """Raises ComponentHelp with the text `show` makes: the help of the parser with its texts
+    (the one parsing may have none)."""
+
+    def __init__(
+        self, option_strings: Sequence[str], dest: str, show: Callable[[], str], **kwargs: Any
+    ) -> None:
         super().__init__(option_strings, dest, nargs=0, **kwargs)
+        self.show = show
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
-        raise ComponentHelp(parser.format_help())
+        raise ComponentHelp(self.show())
 
 
 class _StoreOnce(argparse.Action):

@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import difflib
-
 from txd.v1.app_pb2 import Resource
 
 GiB = 1024
@@ -92,6 +90,8 @@ def lookup(name: str) -> Resource:
             devices=devices,
             capabilities={_INSTANCE_TYPE: name[4:]},
         )
+    import difflib  # for this error only: `txctl run` starts sooner without it
+
     close = difflib.get_close_matches(name, names(), n=3)
     hint = f"did you mean {', '.join(close)}?" if close else f"known: {', '.join(names())}"
     raise KeyError(f"unknown named resource {name!r}; {hint}")

@@ -4,17 +4,20 @@ Containers are named `{app_id}-{role}-{k}` and labelled (`txd.scheduler`, `txd.a
 `txd.role`, `txd.replica_id`, `txd.session`, and `txd.roles`: the app's shape), so that list,
 describe and a restarted daemon find every job by its labels alone. Status is pushed: one
 subscription to the engine's event stream, filtered by the scheduler label, serves every job;
-each batch of events is answered with one container listing. A cancel is remembered on the
-engine, as a labelled marker volume (labels cannot change after create), so a cancelled job is
-CANCELLED after a daemon restart too. Logs come from the engine (the `local` log driver keeps
-bytes as written) with its timestamps, so since/until select lines exactly.
+a batch of events the stream tells in full (containers made or started: docker.event_states)
+is answered from the events alone, any other with one container listing. A cancel is
+remembered on the engine, as a labelled marker volume (labels cannot change after create), so
+a cancelled job is CANCELLED after a daemon restart too. Logs come from the engine (the `local`
+log driver keeps bytes as written) with its timestamps, so since/until select lines exactly.
 
-By default the replicas of an app share a bridge network of their own, named after the app,
-created at submit and removed once the job has ended (or by delete); the `network` option
-picks another (`host`, `none`, or an existing network). Replicas find rank 0 by its container
-name through the engine's embedded DNS, which works on an engine with `"iptables": false` and
-`"bridge": "none"` too (user-defined bridge networks are still created there); on `host` and
-`none` rank 0 is `localhost`.
+By default the replicas of an app of more than one replica share a bridge network of their
+own, named after the app, created at submit and removed once the job has ended (or by delete);
+a single replica joins the engine's default network, as `docker run` does (making and joining
+a network of its own would triple its start-up). The `network` option picks another (`host`,
+`none`, or an existing network). Replicas find rank 0 by its container name through the
+engine's embedded DNS, which works on an engine with `"iptables": false` and `"bridge": "none"`
+too (user-defined bridge networks are still created there); a single replica, and every
+replica on `host` and `none`, has rank 0 at `localhost`.
 
 What is created for an AppDef is built in docker.request; the engine's answers become statuses
 in docker.status.
@@ -49,6 +52,7 @@ from txd.schedulers.api import (
     is_terminal,
 )
 from txd.schedulers.docker import request
+from txd.schedulers.docker.event_states import EventStates
 from txd.schedulers.docker.request import (
     CANCELLED_LABEL,
     NAME,
@@ -289,22 +293,29 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
             # Exit codes from die events, by container id, kept until the app is terminal: the
             # engine's listing shows an exit only a while after its die event.
             died: dict[str, tuple[str, int]] = {}
+            # What the events alone tell: an app they tell in full costs no engine call.
+            told = EventStates()
             # Each read's events (all that came while the last batch was answered) make one
             # batch, described with one listing: a burst of events costs one engine call.
             async for events in reads:
                 batch = Batch()
                 for event in events:
                     batch.add(event)
+                    told.add(event)
                 for container in batch.restarted:
                     died.pop(container, None)
                 died.update(batch.codes)
                 if not batch.apps:
                     continue
+                known = {a: s for a in batch.apps if (s := told.status(a)) is not None}
                 codes = {c: code for c, (_, code) in died.items()}
-                found = await self._statuses(batch.apps, batch.exited, codes)
+                if asked := [a for a in batch.apps if a not in known]:
+                    known.update(await self._statuses(asked, batch.exited, codes))
+                found = {a: known[a] for a in batch.apps if a in known}
                 for app_id, status in found.items():
                     if is_terminal(status.state):
                         died = {c: v for c, v in died.items() if v[0] != app_id}
+                        told.forget(app_id)
                     yield Change(app_id, status)
                 for app_id in batch.apps:
                     if app_id not in found and app_id not in self._deleted:

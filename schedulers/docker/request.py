@@ -18,6 +18,9 @@ from txd.v1.app_pb2 import AppDef, Role
 
 NAME = "local_docker"
 RANK0_ENV = "TORCHX_RANK0_HOST"
+# The engine's default network (its `bridge` network, where it has one): what a container of
+# `docker run` without --network joins.
+DEFAULT_NETWORK = "default"
 # On the marker volume of a cancelled job (labels cannot change after create).
 CANCELLED_LABEL = "txd.cancelled"
 _SIZE = re.compile(r"(\d+)([bkmg]?)", re.IGNORECASE)
@@ -35,8 +38,9 @@ class DockerOpts:
     privileged: bool = opt(False, "run the containers privileged")
     network: str | None = opt(
         None,
-        "the network the containers join: host, none or an existing network (default: a "
-        "network of the app's own, removed when the job is deleted)",
+        "the network the containers join: host, none or an existing network (default: an app "
+        "of more than one replica gets a network of its own, removed once the job has ended; "
+        "a single replica joins the engine's default network, as `docker run` does)",
     )
     shm_size: str | None = opt(
         None, "size of /dev/shm (bytes, or with k, m, g; default: the role's memory if set)"
@@ -172,10 +176,16 @@ def build(app: AppDef, opts: DockerOpts, ctx: SubmitContext, session: str) -> Do
     """Every create request of the app's submission, under a new app id."""
     if opts.stop_timeout < 0:
         raise InvalidArgument("cfg.stop_timeout", f"must be >= 0, got {opts.stop_timeout}")
+    if not app.roles:
+        raise InvalidArgument("app.roles", "an app needs at least one role")
     app_id = make_unique(app.name)
-    network = opts.network or network_name(app_id)
+    # Only replicas that must talk get a network of their own: a container's start on it took
+    # 250 ms on the test engine, against 85 ms on the default network.
+    single = sum(num_replicas(r) for r in app.roles) == 1
+    own = opts.network is None and not single
+    network = opts.network or (network_name(app_id) if own else DEFAULT_NETWORK)
     req = DockerJob(app_id=app_id, network=None)
-    if opts.network is None:
+    if own:
         req.network = {
             "Name": network,
             "Driver": "bridge",
@@ -186,10 +196,10 @@ def build(app: AppDef, opts: DockerOpts, ctx: SubmitContext, session: str) -> Do
                 "txd.session": session,
             },
         }
-    if not app.roles:
-        raise InvalidArgument("app.roles", "an app needs at least one role")
     rank0 = container_name(app_id, app.roles[0].name, 0)
-    rank0_host = "localhost" if network in ("host", "none") else rank0
+    # Rank 0 is found by its container name (the engine's DNS on the app's network); a single
+    # replica is rank 0 itself, and on host or none every replica is on localhost.
+    rank0_host = "localhost" if single or network in ("host", "none") else rank0
     copied = {
         k: v for k, v in ctx.env.items() if any(fnmatch.fnmatchcase(k, p) for p in opts.copy_env)
     }

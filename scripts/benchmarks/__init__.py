@@ -13,14 +13,18 @@ module each under areas/:
           the temp dir, and again on tmpfs /dev/shm to separate daemon cost from filesystem cost)
   logs    a finished job's 2,000,000 x 100-byte-line log read by AsyncClient.logs vs `cat`;
           one 100 MiB line on fresh daemons: `txctl logs --tail 1` (daemon peak RSS), --regex
-          of a needle at its middle and of a pattern that cannot match (with --base-python,
+          of a needle at its middle and of a pattern that cannot match (with --base-tree,
           the base's daemon beside, interleaved)
   latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait
   rss     daemon VmRSS while it tracks 10,000 finished jobs (fresh daemon; 1,000 with --quick)
   slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs
           plain sbatch + squeue polled at the same interval, and squeue calls per minute with
           1, 10 and 100 clients watching
-  docker  local_docker on a dockerd of its own (docker_testing.Engine)
+  docker  local_docker on a dockerd of its own (docker_testing.Engine): submit -> RUNNING
+          through AsyncClient and txctl against `docker run -d` + `docker inspect` (goal: at
+          most 1.15x through AsyncClient), with --base-tree an older commit's daemon and txctl
+          beside this tree's, interleaved; die event -> Wait; engine calls while clients watch;
+          runs with a 1,000-file workspace
   k8s     kubernetes on a real single-node cluster of its own (docker_testing.Engine +
           k8s_testing.Cluster): API requests per minute (txd's count and the apiserver's
           /metrics) while 1, 10 and 100 clients watch 10 and 100 jobs, next to TorchX's describe

@@ -54,7 +54,7 @@ async def amain(ctx: Context) -> None:
     if only & {"cli", "submit", "logs", "latency"}:
         await _shared_daemon(ctx, only)
     if "logs" in only:
-        log("logs: one 100 MiB line, fresh daemons (and the base's, with --base-python)")
+        log("logs: one 100 MiB line, fresh daemons (and the base's, with --base-tree)")
         with res.section():
             await logs_huge_line.run(ctx)
     shm = Path("/dev/shm")
@@ -164,9 +164,11 @@ def parser() -> argparse.ArgumentParser:
         help="venv for torchx from PyPI (default %(default)s)",
     )
     p.add_argument(
-        "--base-python",
-        help="the python of a base commit's venv (its own scripts/setup dev): areas that compare"
-        " side by side (logs: the 100 MiB line) run its daemon too, interleaved with this tree's",
+        "--base-tree",
+        type=Path,
+        help="a worktree of an older commit with its own .venv (scripts/setup dev there): the "
+        "areas that compare side by side (docker, logs) run its daemon and txctl beside this "
+        "tree's, interleaved",
     )
     p.add_argument("--runs", type=int, default=15, help="txctl/torchx run repetitions")
     p.add_argument("--status-runs", type=int, default=30)

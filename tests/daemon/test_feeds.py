@@ -306,3 +306,55 @@ async def test_refresh_describes_the_jobs(
     assert sched.calls == [[a.record.app_id]]
     assert a.status.state == AppState.RUNNING and b.status.state == AppState.SUBMITTED
     assert len(tasks.tasks) == 1  # and the feed runs
+
+
+async def test_a_status_pushed_before_the_job_is_followed_answers_its_refresh(
+    cache: StatusCache, store: JobStore, tasks: Tasks
+) -> None:
+    """A job's first changes come while it is submitted, before the daemon follows it: the
+    stream that pushed them stays open, so the refresh after the submit takes the last of them
+    and asks the backend nothing."""
+    sched, feed = change_feed(cache, tasks)
+    follow(cache, store, 1, "fakepush")  # the feed runs for another job
+    feed.start()
+    sched.items.put_nowait(SUBSCRIBED)
+    await sched.next_call()
+    new = new_record(store, "fakepush")
+    sched.items.put_nowait(Change(new.app_id, AppStatus(state=AppState.SUBMITTED)))
+    sched.items.put_nowait(Change(new.app_id, AppStatus(state=AppState.RUNNING, msg="pushed")))
+    await settle()
+    job = cache.follow(new)
+    async with asyncio.timeout(TIMEOUT):
+        await feed.refresh([job], wait=False)
+    assert (job.status.state, job.status.msg) == (AppState.RUNNING, "pushed")
+    assert len(sched.calls) == 1, "the refresh asked the backend"
+
+
+@pytest.mark.parametrize("then", ["dropped", "no answer"])
+async def test_a_status_pushed_before_the_job_is_followed_is_dropped_when_it_may_be_stale(
+    cache: StatusCache, store: JobStore, tasks: Tasks, then: str
+) -> None:
+    """Once the stream that pushed it drops (changes may be missed), or the backend says it
+    cannot tell, the refresh asks the backend."""
+    sched, feed = change_feed(cache, tasks)
+    follow(cache, store, 1, "fakepush")
+    feed.start()
+    sched.items.put_nowait(SUBSCRIBED)
+    await sched.next_call()
+    new = new_record(store, "fakepush")
+    sched.items.put_nowait(Change(new.app_id, AppStatus(state=AppState.RUNNING, msg="pushed")))
+    await settle()
+    if then == "dropped":
+        sched.items.put_nowait(BackendUnavailable("watch lost"))
+        await sched.next_open()
+        sched.items.put_nowait(SUBSCRIBED)  # a new stream: the first's pushes may be stale
+        await sched.next_open()
+    else:
+        sched.items.put_nowait(Change(new.app_id, NoAnswer("cannot tell")))
+    await settle()
+    calls = len(sched.calls)
+    job = cache.follow(new)
+    async with asyncio.timeout(TIMEOUT):
+        await feed.refresh([job], wait=False)
+    assert sched.calls[calls:][-1] == [new.app_id]
+    assert job.status.msg != "pushed"

@@ -1,11 +1,17 @@
 """docker: local_docker on a dockerd of the bench's own (docker_testing.Engine), side by side
-with the docker CLI driving the same engine: submit -> RUNNING, engine die event -> client in
-Wait, engine API calls while clients watch, and runs with a 1,000-file workspace."""
+with the docker CLI driving the same engine: submit -> RUNNING (with --base-tree, the base
+tree's daemon and txctl beside this tree's, interleaved), engine die event -> client in Wait,
+engine API calls while clients watch, and runs with a 1,000-file workspace."""
 
 from __future__ import annotations
 
 import asyncio
+import resource
+import shlex
+import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from docker_testing import BUSYBOX, Engine, EngineClient, make_docker_daemon
@@ -13,17 +19,10 @@ from txd.client import AsyncClient
 from txd.v1 import AppDef, Role
 from txd_testing import Daemon
 
-from benchmarks.common import (
-    JOB_TIMEOUT,
-    fmt_ms,
-    fmt_s,
-    median,
-    pct,
-    txctl_run,
-    until_running,
-)
+from benchmarks.common import BIN, JOB_TIMEOUT, fmt_ms, fmt_s, median, pct, until_running
 from benchmarks.context import Context
 from benchmarks.daemons import stop
+from benchmarks.harnesses import ROOT
 from benchmarks.watching import calls_per_minute
 
 
@@ -55,9 +54,18 @@ async def run(ctx: Context) -> None:
         await asyncio.to_thread(engine.stop)
 
 
-def sleeper(name: str, seconds: int) -> AppDef:
+def sleeper(name: str, seconds: int, replicas: int = 1) -> AppDef:
     return AppDef(
-        name=name, roles=[Role(name="w", image=BUSYBOX, entrypoint="sleep", args=[str(seconds)])]
+        name=name,
+        roles=[
+            Role(
+                name="w",
+                image=BUSYBOX,
+                entrypoint="sleep",
+                args=[str(seconds)],
+                num_replicas=replicas,
+            )
+        ],
     )
 
 
@@ -66,60 +74,214 @@ async def _docker(engine: Engine, *args: str) -> str:
     return (await asyncio.to_thread(engine.docker, *args)).stdout.strip()
 
 
+@dataclass
+class Side:
+    """One tree's daemon and txctl, and what they measured."""
+
+    label: str  # "this tree (abc1234)" or "base (abc1234)"
+    daemon: Daemon
+    client: AsyncClient
+    txctl: Path
+    api: list[float] = field(default_factory=list)  # AsyncClient.run + Watch until RUNNING
+    cli: list[float] = field(default_factory=list)  # `txctl run` + Watch until RUNNING
+    help: list[float] = field(default_factory=list)  # `txctl --help`
+    # CPU seconds (user + system) of each `txctl run` and `txctl --help`: steadier than their
+    # wall times on a busy machine
+    cli_cpu: list[float] = field(default_factory=list)
+    help_cpu: list[float] = field(default_factory=list)
+
+
+def _commit(tree: Path) -> str:
+    return subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def _base_daemon(ctx: Context, engine: Engine, tree: Path) -> Daemon:
+    """A daemon of the base tree's own venv (its `python -m txd.daemon`, exec'd in place of
+    this one's, so that its pid is the daemon's) on the same engine."""
+    python = tree / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"bench: --base-tree {tree} has no .venv: run scripts/setup dev there")
+    prefix = ["/bin/sh", "-c", f'shift; exec {shlex.quote(str(python))} "$@"', "sh"]
+    return ctx.daemons.start(ctx.daemons.adopt(make_docker_daemon(engine, prefix=prefix)))
+
+
 async def _latency(ctx: Context, client: AsyncClient, d: Daemon, engine: Engine, n: int) -> None:
-    txd_times: list[float] = []
+    """submit -> RUNNING seen through the Python client and through txctl, against `docker run
+    -d` + `docker inspect` on the same engine; with --base-tree, the base tree's daemon and
+    txctl too, each round interleaving the two (in alternating order)."""
+    sides = [Side(f"this tree ({_commit(ROOT)})", d, client, BIN / "txctl")]
+    base_tree = ctx.args.base_tree
+    base_client: AsyncClient | None = None
+    base_d: Daemon | None = None
+    if base_tree is not None:
+        base_d = _base_daemon(ctx, engine, base_tree)
+        base_client = AsyncClient(base_d.socket, timeout=120)
+        txctl = base_tree / ".venv" / "bin" / "txctl"
+        sides.append(Side(f"base ({_commit(base_tree)})", base_d, base_client, txctl))
     plain_times: list[float] = []
-    api_times: list[float] = []
-    api_none_times: list[float] = []
-    for i in range(n):
-        # The daemon's part alone: the Python client, with the app's own network and without
-        # one (as the docker CLI runs here: the engine has no default bridge).
-        for times, cfg in ((api_times, {}), (api_none_times, {"network": "none"})):
+    pair_times: list[float] = []
+    try:
+        # A round of each first, not counted: the first run pays for what is loaded or opened
+        # once (the scheduler, the engine's image cache, the CLIs' files).
+        for side in sides:
+            await _side_round(
+                ctx, replace(side, api=[], cli=[], help=[], cli_cpu=[], help_cpu=[]), engine, -1
+            )
+        await _plain(engine)
+        for i in range(n):
+            for side in sides if i % 2 == 0 else sides[::-1]:
+                await _side_round(ctx, side, engine, i)
+            plain_times.append(await _plain(engine))
+            # Two replicas that must talk: the app's own network is made and joined.
             t0 = time.perf_counter()
-            handle = await client.run(sleeper(f"l{i}", 30), "local_docker", cfg, workspace="")
+            handle = await client.run(sleeper(f"p{i}", 30, 2), "local_docker", workspace="")
             await asyncio.wait_for(until_running(client, handle), JOB_TIMEOUT)
-            times.append(time.perf_counter() - t0)
-            await client.cancel(handle)
+            pair_times.append(time.perf_counter() - t0)
+            await _end(client, handle)
+    finally:
+        if base_client is not None:
+            await base_client.close()
+        if base_d is not None:  # the other figures are this tree's alone
+            stop(base_d)
+    _latency_rows(ctx, sides, plain_times, pair_times, n)
 
-        t0 = time.perf_counter()
-        handle = await txctl_run(
-            d.socket, engine.env(), d.root,
-            "-s", "local_docker", "--workspace", "", "utils.sh", "--image", BUSYBOX, "sleep", "30",
-        )  # fmt: skip
-        await asyncio.wait_for(until_running(client, handle), JOB_TIMEOUT)
-        txd_times.append(time.perf_counter() - t0)
-        await client.cancel(handle)
 
-        t0 = time.perf_counter()
-        cid = await _docker(engine, "run", "-d", "--init", BUSYBOX, "sleep", "30")
-        # `docker run -d` returns once the container started; one inspect observes it running
-        running = await _docker(engine, "inspect", "-f", "{{.State.Running}}", cid)
-        plain_times.append(time.perf_counter() - t0)
-        if running != "true":
-            raise RuntimeError(f"docker run -d: container {cid} not running ({running})")
-        await _docker(engine, "rm", "-f", cid)
-    ratio = median(txd_times) / median(plain_times)
-    res = ctx.res
+async def _plain(engine: Engine) -> float:
+    """`docker run -d` + `docker inspect`: the seconds until the CLI saw the container run."""
+    t0 = time.perf_counter()
+    cid = await _docker(engine, "run", "-d", "--init", BUSYBOX, "sleep", "30")
+    # `docker run -d` returns once the container started; one inspect observes it running
+    running = await _docker(engine, "inspect", "-f", "{{.State.Running}}", cid)
+    took = time.perf_counter() - t0
+    if running != "true":
+        raise RuntimeError(f"docker run -d: container {cid} not running ({running})")
+    await _docker(engine, "rm", "-f", cid)
+    return took
+
+
+async def _side_round(ctx: Context, side: Side, engine: Engine, i: int) -> None:
+    t0 = time.perf_counter()
+    handle = await side.client.run(sleeper(f"l{i + 1}", 30), "local_docker", workspace="")
+    await asyncio.wait_for(until_running(side.client, handle), JOB_TIMEOUT)
+    side.api.append(time.perf_counter() - t0)
+    await _end(side.client, handle)
+
+    t0, cpu0 = time.perf_counter(), _children_cpu()
+    handle = await txctl_run(
+        side.txctl, side.daemon.socket, engine.env(), side.daemon.root,
+        "-s", "local_docker", "--workspace", "", "utils.sh", "--image", BUSYBOX, "sleep", "30",
+    )  # fmt: skip
+    side.cli_cpu.append(_children_cpu() - cpu0)  # txctl has exited: nothing else ran meanwhile
+    await asyncio.wait_for(until_running(side.client, handle), JOB_TIMEOUT)
+    side.cli.append(time.perf_counter() - t0)
+    await _end(side.client, handle)
+
+    t0, cpu0 = time.perf_counter(), _children_cpu()
+    proc = await asyncio.create_subprocess_exec(
+        str(side.txctl), "--help", stdout=subprocess.DEVNULL, cwd=ctx.work
+    )
+    if await proc.wait():
+        raise RuntimeError(f"{side.txctl} --help exited {proc.returncode}")
+    side.help.append(time.perf_counter() - t0)
+    side.help_cpu.append(_children_cpu() - cpu0)
+
+
+async def _end(client: AsyncClient, handle: str) -> None:
+    """Cancels the job and waits for its end: the engine is quiet when the next run starts, as
+    it is after the docker CLI's `rm -f`."""
+    await client.cancel(handle)
+    await client.wait(handle, timeout=JOB_TIMEOUT)
+
+
+def _children_cpu() -> float:
+    """CPU seconds used by this process's children that ended and were waited for."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+async def txctl_run(txctl: Path, socket: Path, env: dict[str, str], cwd: Path, *args: str) -> str:
+    """`TXCTL --socket SOCKET --no-autostart run ARGS...`: the handle it prints."""
+    proc = await asyncio.create_subprocess_exec(
+        str(txctl), "--socket", str(socket), "--no-autostart", "run", *args,
+        stdout=subprocess.PIPE, env=env, cwd=cwd,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"{txctl} run {' '.join(args)} exited {proc.returncode}")
+    return out.decode().split()[0]
+
+
+def _runs(xs: list[float]) -> str:
+    return " / ".join(f"{x:.3f}" for x in xs)
+
+
+def _latency_rows(
+    ctx: Context, sides: list[Side], plain: list[float], pair: list[float], n: int
+) -> None:
+    res, new, base = ctx.res, sides[0], sides[1:]
+
+    def beside(pick: Callable[[Side], list[float]]) -> str:
+        return "".join(
+            f"; {b.label}: {fmt_s(median(pick(b)))} (runs {_runs(pick(b))})" for b in base
+        )
+
+    def ratios(pick: Callable[[Side], list[float]]) -> str:
+        return "".join(f"; {b.label}: {median(pick(b)) / median(plain):.2f}x" for b in base)
+
+    order = f"n={n} each, interleaved" if base else f"n={n}"
+    res.add(
+        "local_docker submit -> RUNNING seen, AsyncClient.run + Watch (median)",
+        fmt_s(median(new.api)),
+        note=f"{order}; {new.label}, runs {_runs(new.api)}{beside(lambda s: s.api)}",
+    )
     res.add(
         "local_docker submit -> RUNNING seen, `txctl run` + Watch (median)",
-        fmt_s(median(txd_times)),
-        note=f"n={n}, p95 {fmt_s(pct(txd_times, 95))}; the app's own network included",
+        fmt_s(median(new.cli)),
+        note=f"{order}; {new.label}, runs {_runs(new.cli)}{beside(lambda s: s.cli)}",
     )
     res.add(
         "`docker run -d` + `docker inspect` (median), same image and engine",
-        fmt_s(median(plain_times)),
-        note=f"n={n}, p95 {fmt_s(pct(plain_times, 95))}",
+        fmt_s(median(plain)),
+        note=f"n={n}, runs {_runs(plain)}",
     )
+    ratio = median(new.api) / median(plain)
     res.add(
-        "local_docker submit -> RUNNING seen, AsyncClient.run + Watch (median)",
-        fmt_s(median(api_times)),
-        note=f"n={n}; with `-c network=none`: {fmt_s(median(api_none_times))}",
-    )
-    res.add(
-        "txd / docker CLI, submit -> RUNNING (medians)",
+        "txd / docker CLI, submit -> RUNNING through the Python client (medians)",
         f"{ratio:.2f}x",
         "<= 1.15x",
         ratio <= 1.15,
+        note=f"{new.label}{ratios(lambda s: s.api)}",
+    )
+    cli_ratio = median(new.cli) / median(plain)
+    res.add(
+        "txd / docker CLI, submit -> RUNNING through txctl (medians)",
+        f"{cli_ratio:.2f}x",
+        note=f"{new.label}{ratios(lambda s: s.cli)}; txctl is a Python process, docker a Go one",
+    )
+    res.add(
+        "`txctl --help` wall time (median): txctl's start-up",
+        fmt_s(median(new.help)),
+        note=f"{new.label}, runs {_runs(new.help)}{beside(lambda s: s.help)}",
+    )
+    res.add(
+        "`txctl --help` CPU, user + system (median)",
+        fmt_s(median(new.help_cpu)),
+        note=f"{new.label}, runs {_runs(new.help_cpu)}{beside(lambda s: s.help_cpu)}",
+    )
+    res.add(
+        "`txctl run -s local_docker utils.sh ...` CPU, user + system (median)",
+        fmt_s(median(new.cli_cpu)),
+        note=f"{new.label}, runs {_runs(new.cli_cpu)}{beside(lambda s: s.cli_cpu)}",
+    )
+    res.add(
+        "local_docker submit -> RUNNING seen, 2 replicas (the app's own network), AsyncClient",
+        fmt_s(median(pair)),
+        note=f"n={n}, {new.label}; making and joining a bridge network of the app's own",
     )
 
 

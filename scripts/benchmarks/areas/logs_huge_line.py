@@ -1,8 +1,8 @@
 """logs, one huge line (issue 18, items 6 and 7): a job prints one 100 MiB line ("needle" at its
 middle); through `txctl logs`, on a fresh daemon each time: `--tail 1` (the daemon's peak RSS,
 whether the line arrives whole), `--regex needle` (found?) and `--regex` of a pattern that
-cannot match (silent and fast). With --base-python (the python of a base commit's venv, its
-own `scripts/setup dev`), the base daemon is measured too, interleaved base/this tree, and
+cannot match (silent and fast). With --base-tree (a base commit's worktree with its own
+`scripts/setup dev`), the base daemon is measured too, interleaved base/this tree, and
 its figures go beside this tree's in each row."""
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class _Figures:
 
 
 async def run(ctx: Context) -> None:
-    base_python = ctx.args.base_python
+    base_tree = ctx.args.base_tree
+    base_python = str(base_tree / ".venv/bin/python") if base_tree else None
     trees: list[tuple[str, str | None]] = [("this tree", None)]
     if base_python:
         trees.insert(0, (f"base {_commit(base_python)}", base_python))

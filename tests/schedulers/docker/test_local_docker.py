@@ -159,6 +159,29 @@ async def test_the_app_network_lives_as_long_as_the_job(
     assert await engine.containers({"txd.app_id": aid}) == []
 
 
+async def test_a_single_replica_joins_the_default_network_and_no_network_is_made(
+    docker_client: Any, engine: EngineClient
+) -> None:
+    # Only replicas that must talk get a network of their own (it triples a start's time).
+    app = AppDef(name="alone", roles=[sh_role("main", "sleep 600")])
+    info = await docker_client.dryrun(app, scheduler="local_docker")
+    data = json.loads(info.request)
+    assert data["network_create"] is None
+    [create] = data["container_create"]
+    assert create["body"]["HostConfig"]["NetworkMode"] == "default"
+    handle = await docker_client.run(app, scheduler="local_docker")
+    aid = app_id(handle)
+    [c] = await engine.containers({"txd.app_id": aid})
+    assert c["State"]["Running"], c["State"]
+    assert c["HostConfig"]["NetworkMode"] == "default"
+    assert "TORCHX_RANK0_HOST=localhost" in c["Config"]["Env"]  # rank 0 is itself
+    assert await engine.network(aid) is None
+    assert await engine.networks({"txd.app_id": aid}) == []
+    await docker_client.cancel(handle)
+    assert (await docker_client.wait(handle, timeout=60)).state == AppState.CANCELLED
+    await docker_client.delete(handle)
+
+
 async def test_rank1_reaches_rank0_by_torchx_rank0_host_on_the_host_network(
     docker_client: Any,
 ) -> None:
@@ -283,6 +306,41 @@ async def test_a_job_removed_behind_txds_back_is_pushed_as_no_answer(
                         if item.app_id == job.app_id and not isinstance(item.status, AppStatus):
                             break
             assert item.status == NoAnswer(REMOVED), item
+            await sched.delete(Job(job.app_id, job.native))
+    finally:
+        await sched.aclose()
+
+
+async def test_a_start_is_pushed_as_running_from_its_events_without_asking_the_engine(
+    docker_engine: Engine, tmp_path: Path
+) -> None:
+    """The create and start events of an app's every container tell its status in full: they
+    are pushed as SUBMITTED and RUNNING with no listing or inspect of the engine's."""
+    sched = create_scheduler("told", settings={"docker_host": docker_engine.host})
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            await sched.start(tasks)
+            app = AppDef(name="told", roles=[sh_role("main", "sleep 600")])
+            ctx = SubmitContext(cwd=str(tmp_path), env={})
+            info = await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
+            async with contextlib.aclosing(sched.changes()) as changes:
+                assert await anext(changes) is SUBSCRIBED
+                asked = sched.engine.calls.copy()
+                job = await sched.schedule(info)
+                pushed = []
+                async with asyncio.timeout(30):
+                    async for item in changes:
+                        assert isinstance(item, Change) and isinstance(item.status, AppStatus)
+                        if item.app_id == job.app_id:
+                            pushed.append(item.status.state)
+                            if item.status.state == AppState.RUNNING:
+                                break
+                calls = sched.engine.calls
+                assert (calls["containers.list"], calls["containers.inspect"]) == (
+                    asked["containers.list"],
+                    asked["containers.inspect"],
+                ), dict(calls)
+                assert pushed in ([AppState.SUBMITTED, AppState.RUNNING], [AppState.RUNNING])
             await sched.delete(Job(job.app_id, job.native))
     finally:
         await sched.aclose()
