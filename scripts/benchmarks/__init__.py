@@ -14,6 +14,9 @@ module each under areas/:
   logs    a finished job's 2,000,000 x 100-byte-line log read by AsyncClient.logs vs `cat`
   latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait
   rss     daemon VmRSS while it tracks 10,000 finished jobs (fresh daemon; 1,000 with --quick)
+  watchmem daemon VmRSS per open Watch stream, 100 clients x 250 running jobs (25,000 streams;
+          1,000 with --quick), beside the base commit's daemon (--watch-base), the same with
+          gRPC's ph2_server experiment, and a bare grpc.aio server (grpcio's own floor)
   slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs
           plain sbatch + squeue polled at the same interval, and squeue calls per minute with
           1, 10 and 100 clients watching

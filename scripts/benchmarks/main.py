@@ -18,14 +18,39 @@ from pathlib import Path
 
 from txd.client import AsyncClient
 
-from benchmarks.areas import aws, cli, docker, k8s, latency, load, logs, rss, slurm, soak, submit
+from benchmarks.areas import (
+    aws,
+    cli,
+    docker,
+    k8s,
+    latency,
+    load,
+    logs,
+    rss,
+    slurm,
+    soak,
+    submit,
+    watchmem,
+)
 from benchmarks.common import BENCH_DIR, HEADER, log
 from benchmarks.context import Context
 from benchmarks.daemons import stop
 from benchmarks.machine import machine_info
 from benchmarks.output import text_table, write_out
 
-ALL = ("cli", "submit", "logs", "latency", "rss", "slurm", "docker", "k8s", "aws", "load")
+ALL = (
+    "cli",
+    "submit",
+    "logs",
+    "latency",
+    "rss",
+    "watchmem",
+    "slurm",
+    "docker",
+    "k8s",
+    "aws",
+    "load",
+)
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
 
@@ -43,6 +68,10 @@ async def amain(ctx: Context) -> None:
     shm = Path("/dev/shm")
     if "submit" in only and args.tmpfs and shm.is_dir() and os.access(shm, os.W_OK):
         await _tmpfs_submit(ctx, shm)
+    if "watchmem" in only:
+        log("watchmem: daemon RSS per open Watch stream, fresh daemons")
+        with res.section():
+            await watchmem.run(ctx)
     if "slurm" in only:
         log("slurm: a real test cluster (scripts/slurm-up)")
         await slurm.run(ctx)
@@ -152,6 +181,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-lines", type=int, default=2_000_000)
     p.add_argument("--latency-runs", type=int, default=20)
     p.add_argument("--rss-jobs", type=int, default=10_000)
+    p.add_argument(
+        "--watch-base",
+        type=Path,
+        help="watchmem: a worktree of the commit to compare with, set up with its own .venv "
+        "(git worktree add DIR COMMIT; DIR/scripts/setup dev)",
+    )
     p.add_argument("--soak-minutes", type=float, default=10.0)
     p.add_argument("--soak-rate", type=float, default=5.0, help="soak jobs per second")
     return p
