@@ -188,6 +188,7 @@ async def run(ctx: Context) -> None:
         new.append(await _txd(ctx, f"watch-new-{k}", None))
     ph2 = await _txd(ctx, "watch-ph2", None, {"GRPC_EXPERIMENTS": "ph2_server"})
     floor = await _floor(ctx)
+    log(f"  grpc floor: {floor.n:,} streams, {floor.per_stream:,.0f} B/stream")
 
     def per(xs: Sequence[Streams]) -> str:
         return " / ".join(f"{x.per_stream:,.0f}" for x in xs)
