@@ -25,8 +25,30 @@ from txd.schedulers.errors import ShuttingDown
 from txd.schedulers.pulse import Pulse
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppStatus
+from txd.v1.runner_pb2 import WatchResponse
 
 log = logging.getLogger(__name__)
+
+
+class Shown:
+    """A status as Watch streams are sent it: a copy of the job's status at one pulse
+    generation, made once and shared by every stream of the job (with its WatchResponse
+    serialized once, on first use). Nobody changes it: the cache changes its own status in
+    place (mark_stale), and makes a new Shown for the next generation."""
+
+    __slots__ = ("_wire", "gen", "status")
+
+    def __init__(self, gen: int, status: AppStatus) -> None:
+        self.gen = gen
+        self.status = AppStatus()
+        self.status.CopyFrom(status)
+        self._wire: bytes | None = None
+
+    def wire(self) -> bytes:
+        """The serialized WatchResponse carrying the status."""
+        if self._wire is None:
+            self._wire = WatchResponse(status=self.status).SerializeToString()
+        return self._wire
 
 
 @dataclass(eq=False)
@@ -34,6 +56,7 @@ class LiveJob:
     record: JobRecord
     pulse: Pulse = field(default_factory=Pulse)
     followed: bool = True  # False once nothing can change: waiters return, watchers end
+    _shown: Shown | None = None  # the latest status shown to Watch streams
 
     @property
     def status(self) -> AppStatus:
@@ -42,6 +65,14 @@ class LiveJob:
     @property
     def job(self) -> Job:
         return self.record.job
+
+    def shown(self) -> Shown:
+        """The status as of the pulse's generation, for Watch streams: one copy per change
+        for all of them (every writer fires the pulse after changing the status)."""
+        shown = self._shown
+        if shown is None or shown.gen != self.pulse.gen:
+            shown = self._shown = Shown(self.pulse.gen, self.record.status)
+        return shown
 
 
 def now() -> Timestamp:
@@ -248,25 +279,32 @@ class StatusCache:
         return job.status
 
     async def watch(self, rec: JobRecord) -> AsyncIterator[AppStatus]:
+        """The statuses of `watch_shown`. Callers must not change them (they are shared)."""
+        async for shown in self.watch_shown(rec):
+            yield shown.status
+
+    async def watch_shown(self, rec: JobRecord) -> AsyncIterator[Shown]:
         """The current status, then every change, until nothing can change any more. Each
         status yielded differs from the one before in something besides `updated` (which
         moves only with the state): changes that cancel out between two looks (stale, then
-        fresh again) send nothing."""
+        fresh again) send nothing. What is yielded is shared by every watcher of the job: an
+        open stream holds no status of its own, only a reference (25,000 open streams)."""
         job = self._followed.get(rec.handle)
         if job is None:
-            yield rec.status
+            yield Shown(0, rec.status)
             return
-        sent: AppStatus | None = None
+        sent: Shown | None = None
         while True:
             gen = job.pulse.gen
-            status = job.status
+            shown = job.shown()
             ended = not job.followed
             if self._closing and not ended:
                 raise ShuttingDown(self._closing)
-            if sent is None or not _same_but_updated(sent, status):
-                sent = AppStatus()
-                sent.CopyFrom(status)  # a copy: mark_stale changes the cached one in place
-                yield status
+            if sent is None or (
+                shown is not sent and not _same_but_updated(sent.status, shown.status)
+            ):
+                sent = shown
+                yield shown
             # Test what was sent: the job may have ended during the yield.
             if ended:
                 return

@@ -21,7 +21,7 @@ from typing import Any
 
 from txd.daemon import logs, submission, validate
 from txd.daemon.backends import Backends
-from txd.daemon.cache import StatusCache, unknown
+from txd.daemon.cache import Shown, StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
 from txd.daemon.tasks import Tasks
@@ -379,8 +379,8 @@ class JobService:
     async def wait(self, handle: str) -> AppStatus:
         return await self.cache.wait(self.lookup(handle))
 
-    def watch(self, handle: str) -> AsyncIterator[AppStatus]:
-        return self.cache.watch(self.lookup(handle))
+    def watch(self, handle: str) -> AsyncIterator[Shown]:
+        return self.cache.watch_shown(self.lookup(handle))
 
     async def list(self, req: ListRequest) -> tuple[list[AppStatus], str]:
         """One page of jobs, newest first, and the next page's token ("" after the last)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -13,6 +12,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from txd.daemon import wire
+from txd.daemon.cache import Shown
 from txd.daemon.core import JobService, cfg_values
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
@@ -86,16 +86,17 @@ def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
 
 def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Parses the request (raw bytes, see txd.daemon.wire) and turns TxdError (and anything
-    unexpected) into a gRPC status, for unary and streams."""
+    unexpected) into a gRPC status, for unary and streams. A stream's method returns an async
+    iterator (or is an async generator); its items are served as they come, through this one
+    generator: every layer is held for as long as the stream is open."""
     method = wire.RUNNER.methods_by_name[fn.__name__]
     cls = getattr(pb, method.input_type.name)
-    if inspect.isasyncgenfunction(fn):
+    if method.server_streaming:
 
         @functools.wraps(fn)
         async def stream(self: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
-                request = wire.parse(cls, raw)
-                async for item in fn(self, request, context):
+                async for item in fn(self, wire.parse(cls, raw), context):
                     yield item
             except Exception as e:
                 await context.abort(*_status(e))
@@ -113,6 +114,9 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class RunnerServicer(runner_pb2_grpc.RunnerServicer):
+    # How a method's items become bytes where it is not the response's SerializeToString.
+    SERIALIZERS: dict[str, Callable[[Any], bytes]] = {"Watch": Shown.wire}
+
     def __init__(self, service: JobService) -> None:
         self.service = service
 
@@ -143,11 +147,9 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         return pb.WaitResponse(status=await self.service.wait(request.app_handle))
 
     @_mapped
-    async def Watch(
-        self, request: pb.WatchRequest, context: Any
-    ) -> AsyncIterator[pb.WatchResponse]:
-        async for status in self.service.watch(request.app_handle):
-            yield pb.WatchResponse(status=status)
+    def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[Shown]:
+        # The statuses come serialized, shared by every stream of the job (SERIALIZERS).
+        return self.service.watch(request.app_handle)
 
     @_mapped
     async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:

@@ -23,10 +23,13 @@ RUNNER = runner_pb2.DESCRIPTOR.services_by_name["Runner"]
 
 def add_runner(servicer: Any, server: grpc.aio.Server) -> None:
     """Registers every Runner method of `servicer`; each gets the request as raw bytes (see
-    `parse`). Responses are serialized as usual."""
+    `parse`). Responses are serialized as usual, or by the servicer's `SERIALIZERS` for the
+    methods it names there (a Watch stream's statuses come serialized once, for all)."""
     handlers = {}
+    serializers = getattr(servicer, "SERIALIZERS", {})
     for method in RUNNER.methods:
         response = getattr(runner_pb2, method.output_type.name)
+        serialize = serializers.get(method.name, response.SerializeToString)
         make = (
             grpc.unary_stream_rpc_method_handler
             if method.server_streaming
@@ -35,7 +38,7 @@ def add_runner(servicer: Any, server: grpc.aio.Server) -> None:
         handlers[method.name] = make(
             getattr(servicer, method.name),
             request_deserializer=None,  # the raw bytes
-            response_serializer=response.SerializeToString,
+            response_serializer=serialize,
         )
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(RUNNER.full_name, handlers),)

@@ -13,6 +13,11 @@ class Pulse:
         self.gen = 0
         self._waiters: list[asyncio.Future[None]] = []
 
+    @property
+    def waiting(self) -> int:
+        """How many callers wait for the next fire."""
+        return len(self._waiters)
+
     def fire(self) -> None:
         self.gen += 1
         waiters, self._waiters = self._waiters, []

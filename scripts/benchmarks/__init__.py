@@ -17,6 +17,9 @@ module each under areas/:
           the base's daemon beside, interleaved)
   latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait
   rss     daemon VmRSS while it tracks 10,000 finished jobs (fresh daemon; 1,000 with --quick)
+  watchmem daemon VmRSS per open Watch stream, 100 clients x 250 running jobs (25,000 streams;
+          1,000 with --quick), beside the base commit's daemon (--base-tree), the same with
+          gRPC's ph2_server experiment, and a bare grpc.aio server (grpcio's own floor)
   slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs
           plain sbatch + squeue polled at the same interval, and squeue calls per minute with
           1, 10 and 100 clients watching

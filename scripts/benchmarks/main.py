@@ -31,6 +31,7 @@ from benchmarks.areas import (
     slurm,
     soak,
     submit,
+    watchmem,
 )
 from benchmarks.common import BENCH_DIR, HEADER, log
 from benchmarks.context import Context
@@ -38,7 +39,19 @@ from benchmarks.daemons import stop
 from benchmarks.machine import machine_info
 from benchmarks.output import text_table, write_out
 
-ALL = ("cli", "submit", "logs", "latency", "rss", "slurm", "docker", "k8s", "aws", "load")
+ALL = (
+    "cli",
+    "submit",
+    "logs",
+    "latency",
+    "rss",
+    "watchmem",
+    "slurm",
+    "docker",
+    "k8s",
+    "aws",
+    "load",
+)
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
 
@@ -60,6 +73,10 @@ async def amain(ctx: Context) -> None:
     shm = Path("/dev/shm")
     if "submit" in only and args.tmpfs and shm.is_dir() and os.access(shm, os.W_OK):
         await _tmpfs_submit(ctx, shm)
+    if "watchmem" in only:
+        log("watchmem: daemon RSS per open Watch stream, fresh daemons")
+        with res.section():
+            await watchmem.run(ctx)
     if "slurm" in only:
         log("slurm: a real test cluster (scripts/slurm-up)")
         await slurm.run(ctx)
@@ -167,8 +184,8 @@ def parser() -> argparse.ArgumentParser:
         "--base-tree",
         type=Path,
         help="a worktree of an older commit with its own .venv (scripts/setup dev there): the "
-        "areas that compare side by side (docker, logs) run its daemon and txctl beside this "
-        "tree's, interleaved",
+        "areas that compare side by side (docker, logs, watchmem) run its daemon and txctl "
+        "beside this tree's, interleaved",
     )
     p.add_argument("--runs", type=int, default=15, help="txctl/torchx run repetitions")
     p.add_argument("--status-runs", type=int, default=30)

@@ -12,6 +12,7 @@ from txd.daemon.cache import LiveJob, StatusCache
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus
+from txd.v1.runner_pb2 import WatchResponse
 
 
 def st(state: AppState.ValueType, msg: str = "") -> AppStatus:
@@ -175,6 +176,31 @@ async def test_watch_yields_the_current_status_then_changes_until_terminal(
         await anext(watch)
     # A job no longer followed: its stored status, once.
     assert [s.state for s in await collect(cache.watch(rec))] == [AppState.FAILED]
+
+
+async def test_watchers_of_a_job_share_what_they_are_sent(
+    cache: StatusCache, store: JobStore
+) -> None:
+    """An open Watch stream holds no status of its own: every watcher of a job is sent the
+    same copy, serialized once (25,000 streams cost the daemon 26 KB each when each held a
+    copy and a response of its own)."""
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING, "up"))
+    watches = [cache.watch_shown(rec) for _ in range(3)]
+    firsts = [await anext(w) for w in watches]
+    assert all(f is firsts[0] for f in firsts)
+    wire = firsts[0].wire()
+    assert all(f.wire() is wire for f in firsts)
+    assert WatchResponse.FromString(wire).status == job.status
+    cache.mark_stale([job], "fake", "down")  # changes the cached status in place
+    async with asyncio.timeout(TIMEOUT):
+        nexts = [await anext(w) for w in watches]
+    assert all(n is nexts[0] for n in nexts) and nexts[0] is not firsts[0]
+    assert nexts[0].status.HasField("stale_since")
+    assert not firsts[0].status.HasField("stale_since")  # what was sent stays as sent
+    assert WatchResponse.FromString(nexts[0].wire()).status == job.status
+    for w in watches:
+        await w.aclose()
 
 
 async def test_wait_returns_the_final_status(cache: StatusCache, store: JobStore) -> None:
