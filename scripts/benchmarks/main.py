@@ -24,6 +24,7 @@ from benchmarks.context import Context
 from benchmarks.daemons import stop
 from benchmarks.machine import machine_info
 from benchmarks.output import text_table, write_out
+from benchmarks.sidebyside import open_tree
 
 ALL = ("cli", "submit", "logs", "latency", "rss", "slurm", "docker", "k8s", "aws", "load")
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
@@ -61,14 +62,8 @@ async def amain(ctx: Context) -> None:
     if "soak" in only:
         await soak.run(ctx)
     if "rss" in only:
-        d = ctx.daemons.start(ctx.daemons.new("rss"))
-        log(f"fresh daemon pid {d.pid} for the RSS benchmark")
-        try:
-            with res.section():
-                await rss.run(ctx, d)
-        finally:
-            rc = stop(d)
-            log(f"daemon stopped (exit {rc})")
+        with res.section():
+            await rss.run(ctx)
 
 
 async def _shared_daemon(ctx: Context, only: set[str]) -> None:
@@ -84,7 +79,10 @@ async def _shared_daemon(ctx: Context, only: set[str]) -> None:
         if "submit" in only:
             with res.section():
                 submit.fs_probe(ctx, d.root)
-                await submit.run(ctx, client)
+                if ctx.base_tree is None:
+                    await submit.run(ctx, client)
+                else:  # on daemons of their own, ours and the base's
+                    await submit.side_by_side(ctx)
         if "latency" in only:
             with res.section():
                 await latency.run(ctx, client)
@@ -152,6 +150,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-lines", type=int, default=2_000_000)
     p.add_argument("--latency-runs", type=int, default=20)
     p.add_argument("--rss-jobs", type=int, default=10_000)
+    p.add_argument(
+        "--base",
+        metavar="TREE",
+        help="an older txd tree with its own .venv (scripts/setup dev there): submit, rss and "
+        "load also measure a daemon of that tree, in turn with ours, and print its figures "
+        "beside ours",
+    )
+    p.add_argument(
+        "--base-runs",
+        type=int,
+        default=2,
+        help="with --base: turns of each side in rss and load, rounds in submit (at least 3 "
+        "there) (default %(default)s)",
+    )
     p.add_argument("--soak-minutes", type=float, default=10.0)
     p.add_argument("--soak-rate", type=float, default=5.0, help="soak jobs per second")
     return p
@@ -159,6 +171,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> int:
     args = parser().parse_args()
+    if args.base:
+        open_tree(args.base)  # a wrong --base stops here, before anything runs
 
     # SIGTERM/SIGHUP to the bench: unwind through the finally blocks (daemons stopped).
     def _interrupt(signum: int, frame: object) -> None:
