@@ -91,6 +91,8 @@ class _Replica:
         if self._open_pipes == 0:
             self.writer.close()
             self._check_ended()
+            if self.returncode is not None:  # its exit came first: it has ended only now
+                self.app.replica_exited()
 
     def process_exited(self, returncode: int | None) -> None:
         """returncode None: the process ended, its exit code unknown (see spawner)."""

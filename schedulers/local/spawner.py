@@ -30,6 +30,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 CHUNK = 32 << 10  # bytes of a request per packet (SEQPACKET keeps each whole)
 MORE, LAST = b"M", b"E"  # each packet's first byte: the request goes on / ends here
 STOP_TIMEOUT = 5.0  # seconds to wait for the helper to exit once its socket is closed
+EXEC_SETTLE = 1.0  # at most this long for a started process's argv to show (_until_exec_done)
 
 
 class SpawnerLost(OSError):
@@ -276,11 +278,29 @@ def _spawn(
         reply = {"id": req["id"], "errno": errno.EINVAL, "error": f"{type(e).__name__}: {e}"}
     else:
         children[proc.pid] = proc
+        _until_exec_done(proc.pid)
         reply = {"id": req["id"], "pid": proc.pid}
     finally:
         for fd in fds:
             os.close(fd)
     sock.sendall(json.dumps(reply).encode())
+
+
+def _until_exec_done(pid: int) -> None:
+    """Returns once the new program's arguments (and environment) show in /proc, or the
+    process has gone. Popen returns once the exec closed its close-on-exec pipe, a moment
+    before the kernel has set up the new image's argv and environ: a caller told "started" that
+    looks at /proc then (crash recovery reads TXD_LOCAL_REPLICA there) would find nothing.
+    Bounded: EXEC_SETTLE seconds."""
+    deadline = time.monotonic() + EXEC_SETTLE
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read(1):
+                    return
+        except OSError:
+            return
+        os.sched_yield()
 
 
 def _reap(sock: socket.socket, children: dict[int, subprocess.Popen[bytes]]) -> None:

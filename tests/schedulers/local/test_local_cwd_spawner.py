@@ -5,6 +5,7 @@ own; a spawner that dies costs only the exit codes of the replicas it ran."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 from txd.v1 import AppDef, AppState, Role
 from txd_testing import (
     Daemon,
+    Gates,
     PidWatch,
     pids_with_marker,
     proc_stat,
@@ -68,3 +70,31 @@ async def test_a_lost_spawner_costs_only_the_exit_codes_it_held(workdir: Path) -
         remove_tree(root)
     assert "process spawner exited" in log
     assert "Traceback" not in log, log
+
+
+async def test_a_replica_whose_output_outlives_its_exit_is_seen_ending(
+    daemon: Any, workdir: Path, tmp_path: Path
+) -> None:
+    """Replica 0 exits at once while a child of its own holds its pipes until a gate opens:
+    its exit comes first, its end (output complete) only then, and that end is pushed while
+    replica 1 still runs (it was not: the status said RUNNING for it until the job ended)."""
+    with Gates(tmp_path) as gates:
+        late, last = gates.new("late"), gates.new("last")
+        role = Role(
+            name="r",
+            entrypoint="sh",
+            num_replicas=2,
+            env={"K": "${replica_id}"},
+            args=["-c", f'if [ "$K" = 0 ]; then ({late.wait}; echo late) & else {last.wait}; fi'],
+        )
+        async with daemon.client() as c:
+            handle = await c.run(AppDef(name="late", roles=[role]), cwd=str(workdir))
+            async with asyncio.timeout(30):
+                async for status in c.watch(handle):
+                    first, second = (r for x in status.roles for r in x.replicas)
+                    if first.state == AppState.RUNNING and first.HasField("exit_code"):
+                        late.open()  # its shell has exited (said so); now its child ends
+                    if (first.state, second.state) == (AppState.SUCCEEDED, AppState.RUNNING):
+                        break
+            last.open()
+            assert (await c.wait(handle, timeout=30)).state == AppState.SUCCEEDED
