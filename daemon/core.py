@@ -148,6 +148,7 @@ class JobService:
     async def aclose(self) -> None:
         """Closes schedulers (in reverse order of creation) and the job store."""
         await self.schedulers.aclose()
+        self.cache.flush()  # the statuses of the last turn, written at its end otherwise
         self.store.close()
 
     # -- schedulers -------------------------------------------------------------------------
