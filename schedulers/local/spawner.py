@@ -288,7 +288,7 @@ def _spawn(
 
 def _until_exec_done(pid: int) -> None:
     """Returns once the new program's arguments (and environment) show in /proc, or the
-    process has gone. Popen returns once the exec closed its close-on-exec pipe, a moment
+    process has exited. Popen returns once the exec closed its close-on-exec pipe, a moment
     before the kernel has set up the new image's argv and environ: a caller told "started" that
     looks at /proc then (crash recovery reads TXD_LOCAL_REPLICA there) would find nothing.
     Bounded: EXEC_SETTLE seconds."""
@@ -298,6 +298,10 @@ def _until_exec_done(pid: int) -> None:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if f.read(1):
                     return
+            # A process that already exited shows no argv either: no need to wait (WNOWAIT:
+            # left for _reap).
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return
         except OSError:
             return
         os.sched_yield()
