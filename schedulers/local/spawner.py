@@ -11,7 +11,8 @@ reports each exit code as it reaps it.
 
 Replicas are the helper's children: they outlive txctl as before, and when the daemon dies the
 helper sees the socket close and exits at once, leaving them running for the next daemon's
-crash recovery (local.recovery, TXD_LOCAL_REPLICA) exactly as before. Should the helper die
+crash recovery (local.recovery, TXD_LOCAL_REPLICA) exactly as before; a request still queued
+when the daemon died is dropped, never started behind the next daemon's back. Should the helper die
 while the daemon lives, its replicas' exit codes are lost: the daemon awaits their ends through
 pidfds and starts a new helper for the next spawn.
 """
@@ -219,6 +220,7 @@ def main(fd: int) -> None:
 
 
 def _serve(sock: socket.socket) -> None:
+    daemon = os.getppid()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that it wakes us
@@ -243,6 +245,10 @@ def _serve(sock: socket.socket) -> None:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                         fds += array.array("i", data[: len(data) - len(data) % 4])
                 parts.append(packet[1:])
+                if os.getppid() != daemon:
+                    # The daemon died with requests still queued here: a process started
+                    # now could start after the next daemon looked for its leftovers.
+                    return
                 if packet[:1] == LAST:
                     _spawn(sock, json.loads(b"".join(parts)), fds, children)
                     parts, fds = [], []
