@@ -33,6 +33,12 @@ module each under areas/:
           each deleted after) at --soak-rate jobs/s beside 20 callers; RSS and open fds
           sampled every 10 s, their slope over the second half flagged when it grows
 
+Side by side with an older commit: `--base TREE` (a worktree of it with its own .venv, made by
+`scripts/setup dev` there) has submit, rss and load also measure a daemon of that tree, the two
+sides in turn (--base-runs each), and print its figures beside ours (sidebyside.py). E.g.
+`git worktree add --detach ../base-49ae975 49ae975 && ../base-49ae975/scripts/setup dev`, then
+`.venv/bin/python scripts/bench --only submit,rss --base ../base-49ae975`.
+
 The daemons, engines and servers are the test suite's harnesses (txd_testing.Daemon,
 docker_testing, k8s_testing, moto_testing, load_testing), found through harnesses.DIRS.
 
