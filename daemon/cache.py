@@ -11,6 +11,7 @@ feeds (daemon.feeds) are the only writers; clients only read.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import sqlite3
@@ -122,29 +123,46 @@ class StatusCache:
         self._count: Counter[str] = Counter()  # followed jobs by scheduler
         self._closing = ""  # why waits and watches of followed jobs end now, once set
         self._unsaved: dict[str, JobRecord] = {}  # by handle: statuses the store lacks
+        self._flush_due = False  # a write of _unsaved is due at the end of this turn
+        self._store_failing = False  # the last write failed (said once, until one succeeds)
 
     def _save(self, rec: JobRecord) -> None:
-        """Writes rec's status through to the store, and any the store could not take before.
-        A failing store (a full disk) loses no status: it stays in _unsaved, from which
-        lookups are answered, until a write succeeds."""
-        try:
-            self._store.update_status(rec.handle, rec.status)
-        except sqlite3.Error as e:
-            if rec.handle not in self._unsaved:
-                log.warning("cannot record the status of %s for now: %s", rec.handle, e)
-            self._unsaved[rec.handle] = rec
+        """Writes rec's status to the store with every other status changed in this turn of
+        the event loop, in one transaction at the turn's end: a commit per change held the
+        loop through a burst of exits. Until then, and while a failing store (a full disk)
+        cannot take it, lookups and List answer from _unsaved; it is written with the next
+        write that succeeds."""
+        self._unsaved[rec.handle] = rec
+        if self._flush_due:
             return
-        self._unsaved.pop(rec.handle, None)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool, a test): at once
+            self.flush()
+            return
+        self._flush_due = True
+        loop.call_soon(self._flush_turn)
+
+    def _flush_turn(self) -> None:
+        self._flush_due = False
         self.flush()
 
     def flush(self) -> None:
-        """Writes the statuses the store could not take before, while it takes them."""
-        for handle, rec in list(self._unsaved.items()):
-            try:
-                self._store.update_status(handle, rec.status)
-            except sqlite3.Error:
-                return
-            del self._unsaved[handle]
+        """Writes every status the store lacks, in one transaction; keeps them if it fails."""
+        if not self._unsaved:
+            return
+        pending = list(self._unsaved.values())
+        try:
+            self._store.update_statuses([(r.handle, r.status) for r in pending])
+        except sqlite3.Error as e:
+            if not self._store_failing:
+                log.warning("cannot record %d job statuses for now: %s", len(pending), e)
+            self._store_failing = True
+            return
+        self._store_failing = False
+        for r in pending:
+            if self._unsaved.get(r.handle) is r:
+                del self._unsaved[r.handle]
 
     def unsaved(self, handle: str) -> JobRecord | None:
         """The job's record, if the store lacks its latest status."""

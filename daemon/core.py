@@ -24,6 +24,7 @@ from txd.daemon.backends import Backends
 from txd.daemon.cache import Shown, StatusCache, unknown
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
+from txd.daemon.pacing import Pacer
 from txd.daemon.tasks import Tasks
 from txd.handle import Handle
 from txd.schedulers import options, plugins
@@ -56,6 +57,9 @@ PRUNE_BATCH = 1000
 # DryRun's native request is cut to this many characters: with one entry per replica it can
 # outgrow the response limit (txd.defaults.MAX_RESPONSE_BYTES, 64 MiB) even for a valid app.
 MAX_DRYRUN_TEXT = 8 << 20
+# Submissions that start their work in one turn of the event loop (daemon.pacing): a wave of
+# Runs goes through a few at a time, every other call answered between them.
+SUBMITS_PER_TURN = 4
 
 
 class JobService:
@@ -80,6 +84,7 @@ class JobService:
         self.closing = False
         self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
         self._submitting: set[asyncio.Future[JobRecord]] = set()
+        self._pacer = Pacer(SUBMITS_PER_TURN)
 
     @classmethod
     def open(
@@ -143,6 +148,7 @@ class JobService:
     async def aclose(self) -> None:
         """Closes schedulers (in reverse order of creation) and the job store."""
         await self.schedulers.aclose()
+        self.cache.flush()  # the statuses of the last turn, written at its end otherwise
         self.store.close()
 
     # -- schedulers -------------------------------------------------------------------------
@@ -244,6 +250,7 @@ class JobService:
         return name, sched, app, SubmitContext(cwd=cwd, env=env, workspace=workspace)
 
     async def _submit(self, req: RunRequest) -> JobRecord:
+        await self._pacer.turn()
         rid = req.request_id or None
         digests = submission.digests(req) if rid else None
         with backend_calls(req.scheduler or self.default_scheduler):

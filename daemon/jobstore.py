@@ -26,7 +26,7 @@ import secrets
 import sqlite3
 import struct
 import sys
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -370,6 +370,19 @@ class JobStore:
             "UPDATE jobs SET state = ?, status = ? WHERE handle = ?",
             (status.state, status.SerializeToString(), handle),
         )
+
+    def update_statuses(self, statuses: Sequence[tuple[str, AppStatus]]) -> None:
+        """Every (handle, status), in one transaction: one commit; none of them if one fails."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany(
+                "UPDATE jobs SET state = ?, status = ? WHERE handle = ?",
+                ((st.state, st.SerializeToString(), handle) for handle, st in statuses),
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def update_native(self, handle: str, native: dict[str, Any]) -> None:
         self._db.execute(

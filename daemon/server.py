@@ -210,7 +210,6 @@ async def _serve(
     log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
     if on_ready is not None:
         on_ready()
-    service.schedulers.preload()
     await stop.wait()
     log.info("shutting down")
     try:

@@ -12,6 +12,7 @@ Ignored, as in TorchX: image (the caller's cwd is the image root), resources, re
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import shutil
@@ -36,12 +37,18 @@ from txd.schedulers.api import (
     Subscribed,
     make_unique,
 )
-from txd.schedulers.errors import InvalidArgument, NotFound, ResourceExhausted
+from txd.schedulers.errors import (
+    BackendUnavailable,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+)
 from txd.schedulers.exhaustion import exhausted
 from txd.schedulers.fold import app_status
 from txd.schedulers.local import request
 from txd.schedulers.local.recovery import killpg, settle_after_crash
 from txd.schedulers.local.request import LocalOpts, PopenRequest, ReplicaSpec
+from txd.schedulers.local.spawner import Spawner, SpawnerLost
 from txd.schedulers.logfiles import LogSource, LogWriter, read_log
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, ReplicaStatus
@@ -62,40 +69,42 @@ def _exit_code(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
-class _Replica(asyncio.SubprocessProtocol):
-    """One running replica: feeds its pipes into its LogWriter and tells its app when it ends."""
+class _Replica:
+    """One running replica: its pipes feed its LogWriter (_Pipe), the spawner reports its exit
+    (LocalScheduler._exited), and it tells its app when it ends."""
 
     def __init__(self, app: _App, spec: ReplicaSpec) -> None:
         self.app = app
         self.spec = spec
         self.writer = LogWriter(Path(spec.log), on_loss=app.output_lost)
-        self.transport: asyncio.SubprocessTransport | None = None
+        self.pipes: list[asyncio.ReadTransport] = []
         self.pid = 0
         self.returncode: int | None = None
+        self.exit_unknown = False  # ended, but its exit code went with a lost spawner
         self.exited_after_cancel = False
         self._open_pipes = 2
         # Set once the process has exited AND its pipes are closed: all its output is on disk.
         self.ended = asyncio.Event()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        self.pid = transport.get_pid()  # type: ignore[attr-defined]
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self.writer.write(fd, data)  # fd 1 / 2 are Stream.STDOUT / STDERR
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+    def pipe_closed(self) -> None:
         self._open_pipes -= 1
         if self._open_pipes == 0:
             self.writer.close()
             self._check_ended()
+            if self.returncode is not None:  # its exit came first: it has ended only now
+                self.app.replica_exited()
 
-    def process_exited(self) -> None:
-        assert self.transport is not None
-        self.returncode = self.transport.get_returncode()
+    def process_exited(self, returncode: int | None) -> None:
+        """returncode None: the process ended, its exit code unknown (see spawner)."""
+        self.returncode = 255 if returncode is None else returncode
+        self.exit_unknown = returncode is None
         self.exited_after_cancel = self.app.cancelled
         self._check_ended()
         self.app.replica_exited()
+
+    def close_pipes(self) -> None:
+        for pipe in self.pipes:
+            pipe.close()
 
     def _check_ended(self) -> None:
         if self._open_pipes == 0 and self.returncode is not None:
@@ -114,7 +123,23 @@ class _Replica(asyncio.SubprocessProtocol):
             msg.state = AppState.CANCELLED if self.app.cancelled else AppState.FAILED
         else:
             msg.state = AppState.SUCCEEDED if self.returncode == 0 else AppState.FAILED
+        if self.exit_unknown:
+            msg.ClearField("exit_code")
         return msg
+
+
+class _Pipe(asyncio.Protocol):
+    """One of a replica's output pipes (fd 1 or 2, Stream.STDOUT / STDERR) into its log."""
+
+    def __init__(self, replica: _Replica, fd: int) -> None:
+        self.replica = replica
+        self.fd = fd
+
+    def data_received(self, data: bytes) -> None:
+        self.replica.writer.write(self.fd, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.replica.pipe_closed()
 
 
 class _App:
@@ -174,8 +199,7 @@ class _App:
         if not await self._ended_within(grace):
             # A process that left the group (setsid) still holds a pipe: stop reading from it.
             for r in self.replicas:
-                if r.transport is not None:
-                    r.transport.close()
+                r.close_pipes()
                 r.writer.close()
                 r.ended.set()
 
@@ -198,9 +222,14 @@ class _App:
             out.msg = ", ".join(
                 f"{r.role}/{r.id} exited with {r.exit_code}"
                 for r in replicas
-                if r.state == AppState.FAILED
+                if r.state == AppState.FAILED and r.HasField("exit_code")
             )
             out.structured_error_msg = _first_error_file(self.req)
+        if unknown := [r for r in self.replicas if r.exit_unknown]:
+            note = "exit code unknown (txd's process spawner exited meanwhile): " + ", ".join(
+                f"{r.spec.role}/{r.spec.replica_id}" for r in unknown
+            )
+            out.msg = f"{out.msg}; {note}" if out.msg else note
         if lost := [r for r in self.replicas if r.writer.lost]:
             note = "output lost: " + ", ".join(
                 f"{r.spec.role}/{r.spec.replica_id} {r.writer.lost} bytes ({r.writer.loss})"
@@ -246,6 +275,9 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         self._apps: dict[str, _App] = {}  # live: processes this daemon supervises
         self._recent: OrderedDict[str, AppStatus] = OrderedDict()  # see RECENT_FINISHED
         self._subscribers: set[asyncio.Queue[Change]] = set()
+        self._spawner = Spawner(self._exited)
+        self._by_pid: dict[int, _Replica] = {}  # started, exit not yet reported
+        self._early_exits: dict[int, int | None] = {}  # reported before _start recorded the pid
 
     # -- submission -------------------------------------------------------------------------
 
@@ -277,26 +309,18 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
                 raise ResourceExhausted(f"cannot make the job's log directory: {why}") from e
             raise
         self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
-        loop = asyncio.get_running_loop()
         for spec in req.replicas:
             replica = _Replica(app, spec)
             try:
-                await loop.subprocess_exec(
-                    _factory(replica),
-                    *spec.args,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    cwd=spec.cwd,
-                    env=spec.env,
-                    start_new_session=True,
-                )
+                await self._start(replica)
             except OSError as e:
                 replica.writer.close()
                 await self._abort(app)
                 what = f"could not start replica {spec.role}/{spec.replica_id}"
                 if (why := exhausted(e)) is not None:  # the host's fault, not the app's
                     raise ResourceExhausted(f"{what}: {why}") from e
+                if isinstance(e, SpawnerLost):  # the next spawn starts a new one
+                    raise BackendUnavailable(f"{what}: {e.strerror}") from e
                 raise InvalidArgument("app", f"{what}: {e}") from e
             app.replicas.append(replica)
         app.maybe_finish()  # every replica may have exited during the spawns
@@ -304,6 +328,40 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         # time, so a reused pid is never hit.
         pids = {(r.spec.role, r.spec.replica_id): r.pid for r in app.replicas}
         return Submitted(req.app_id, request.native(req, pids))
+
+    async def _start(self, replica: _Replica) -> None:
+        """Starts the replica through the spawner (off the event loop), its output piped into
+        its log: the read ends stay here, the write ends go to the process."""
+        loop = asyncio.get_running_loop()
+        fds: list[int] = []
+        try:
+            for _ in range(2):
+                fds += os.pipe2(os.O_CLOEXEC)
+            out_r, out_w, err_r, err_w = fds
+            spec = replica.spec
+            pid = await self._spawner.spawn(spec.args, spec.env, spec.cwd, out_w, err_w)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        os.close(out_w)
+        os.close(err_w)
+        replica.pid = pid
+        self._by_pid[pid] = replica
+        for fd, stream in ((out_r, 1), (err_r, 2)):  # Stream.STDOUT / STDERR
+            pipe = os.fdopen(fd, "rb", buffering=0)  # the transport closes it
+            reader = functools.partial(_Pipe, replica, stream)
+            transport, _ = await loop.connect_read_pipe(reader, pipe)
+            replica.pipes.append(transport)
+        if pid in self._early_exits:
+            self._exited(pid, self._early_exits.pop(pid))
+
+    def _exited(self, pid: int, returncode: int | None) -> None:
+        """The spawner reaped a replica (returncode None: it ended, its exit code unknown)."""
+        if (replica := self._by_pid.pop(pid, None)) is not None:
+            replica.process_exited(returncode)
+        else:  # before _start has recorded it
+            self._early_exits[pid] = returncode
 
     async def _abort(self, app: _App) -> None:
         """Undoes a half-done schedule: stops what started, then forgets the app and its logs."""
@@ -322,8 +380,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     def retire(self, app: _App) -> None:
         """An app has ended: report its final status and let go of its processes."""
         for r in app.replicas:
-            if r.transport is not None:
-                r.transport.close()
+            r.close_pipes()
         app_id = app.req.app_id
         status = app.status()
         self._recent[app_id] = status
@@ -406,16 +463,12 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     async def aclose(self) -> None:
         for app in self._apps.values():
             for r in app.replicas:
-                if r.transport is not None:
-                    r.transport.close()
+                r.close_pipes()
+        self._spawner.close()
 
 
 def _closed(writer: LogWriter) -> Callable[[], bool]:
     return lambda: writer.closed
-
-
-def _factory(replica: _Replica) -> Callable[[], _Replica]:
-    return lambda: replica
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> LocalScheduler:

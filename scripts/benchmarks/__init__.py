@@ -43,6 +43,13 @@ module each under areas/:
           each deleted after) at --soak-rate jobs/s beside 20 callers; RSS and open fds
           sampled every 10 s, their slope over the second half flagged when it grows
 
+Side by side with an older commit: `--base-tree TREE` (a worktree of it with its own .venv, by
+`scripts/setup dev` there) has submit, rss, load, docker, logs and watchmem also measure that
+tree, the two sides in turn (--base-runs each in submit, rss and load), and print its figures
+beside ours (sidebyside.py). E.g.
+`git worktree add --detach ../base-49ae975 49ae975 && ../base-49ae975/scripts/setup dev`, then
+`.venv/bin/python scripts/bench --only submit,rss --base-tree ../base-49ae975`.
+
 The daemons, engines and servers are the test suite's harnesses (txd_testing.Daemon,
 docker_testing, k8s_testing, moto_testing, load_testing), found through harnesses.DIRS.
 

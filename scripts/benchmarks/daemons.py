@@ -12,6 +12,7 @@ from pathlib import Path
 from txd_testing import Daemon, clean_env
 
 from benchmarks.common import Results, log
+from benchmarks.sidebyside import Tree
 
 QUIET = ("--log-level", "WARNING")  # no INFO line per job in the daemon's log
 
@@ -28,13 +29,15 @@ class Daemons:
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
         under: Path | None = None,
+        tree: Tree | None = None,
     ) -> Daemon:
         """A daemon (not started) on `base/name` (or `under/name`): its socket, state dir and
         log. `env`: what to add to the caller's environment (less the txd variables:
-        txd_testing.clean_env)."""
+        txd_testing.clean_env). `tree`: an older tree's daemon (--base-tree) instead of ours."""
         root = (under or self.base) / name
         root.mkdir(parents=True)
-        return self.adopt(Daemon(root, env=env, args=args))
+        prefix = tree.prefix() if tree is not None else []
+        return self.adopt(Daemon(root, env=env, args=args, prefix=prefix))
 
     def adopt(self, d: Daemon) -> Daemon:
         """A daemon made by a harness's factory (not started): quiet, and the bench's."""

@@ -38,6 +38,7 @@ from benchmarks.context import Context
 from benchmarks.daemons import stop
 from benchmarks.machine import machine_info
 from benchmarks.output import text_table, write_out
+from benchmarks.sidebyside import open_tree
 
 ALL = (
     "cli",
@@ -95,14 +96,8 @@ async def amain(ctx: Context) -> None:
     if "soak" in only:
         await soak.run(ctx)
     if "rss" in only:
-        d = ctx.daemons.start(ctx.daemons.new("rss"))
-        log(f"fresh daemon pid {d.pid} for the RSS benchmark")
-        try:
-            with res.section():
-                await rss.run(ctx, d)
-        finally:
-            rc = stop(d)
-            log(f"daemon stopped (exit {rc})")
+        with res.section():
+            await rss.run(ctx)
 
 
 async def _shared_daemon(ctx: Context, only: set[str]) -> None:
@@ -118,7 +113,10 @@ async def _shared_daemon(ctx: Context, only: set[str]) -> None:
         if "submit" in only:
             with res.section():
                 submit.fs_probe(ctx, d.root)
-                await submit.run(ctx, client)
+                if ctx.base_tree is None:
+                    await submit.run(ctx, client)
+                else:  # on daemons of their own, ours and the base's
+                    await submit.side_by_side(ctx)
         if "latency" in only:
             with res.section():
                 await latency.run(ctx, client)
@@ -184,8 +182,8 @@ def parser() -> argparse.ArgumentParser:
         "--base-tree",
         type=Path,
         help="a worktree of an older commit with its own .venv (scripts/setup dev there): the "
-        "areas that compare side by side (docker, logs, watchmem) run its daemon and txctl "
-        "beside this tree's, interleaved",
+        "areas that compare side by side (submit, rss, load, docker, logs, watchmem) run its "
+        "daemon (and txctl) in turn with this tree's and print its figures beside ours",
     )
     p.add_argument("--runs", type=int, default=15, help="txctl/torchx run repetitions")
     p.add_argument("--status-runs", type=int, default=30)
@@ -193,6 +191,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-lines", type=int, default=2_000_000)
     p.add_argument("--latency-runs", type=int, default=20)
     p.add_argument("--rss-jobs", type=int, default=10_000)
+    p.add_argument(
+        "--base-runs",
+        type=int,
+        default=2,
+        help="with --base-tree: turns of each side in rss and load, rounds in submit (at least 3 "
+        "there) (default %(default)s)",
+    )
     p.add_argument("--soak-minutes", type=float, default=10.0)
     p.add_argument("--soak-rate", type=float, default=5.0, help="soak jobs per second")
     return p
@@ -200,6 +205,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> int:
     args = parser().parse_args()
+    if args.base_tree:
+        open_tree(str(args.base_tree))  # a wrong --base-tree stops here, before anything runs
 
     # SIGTERM/SIGHUP to the bench: unwind through the finally blocks (daemons stopped).
     def _interrupt(signum: int, frame: object) -> None:

@@ -19,7 +19,9 @@ def st(state: AppState.ValueType, msg: str = "") -> AppStatus:
     return AppStatus(state=state, msg=msg)
 
 
-def stored(store: JobStore, rec: JobRecord) -> AppStatus:
+async def stored(store: JobStore, rec: JobRecord) -> AppStatus:
+    """The job's status in the store, once this turn's statuses are written (its end)."""
+    await asyncio.sleep(0)
     got = store.get(rec.handle)
     assert got is not None
     return got.status
@@ -46,7 +48,7 @@ async def test_record_stores_writes_through_and_wakes_watchers(
         now = await anext(watch)
     assert now.state == AppState.RUNNING
     assert now.app_handle == rec.handle and now.app_id == rec.app_id and now.scheduler == "fake"
-    assert stored(store, rec).state == AppState.RUNNING
+    assert (await stored(store, rec)).state == AppState.RUNNING
     await watch.aclose()
 
 
@@ -88,7 +90,7 @@ async def test_a_terminal_status_is_final(cache: StatusCache, store: JobStore) -
     assert cache.by_app_id("fake", rec.app_id) is None and cache.followed("fake") == []
     cache.record(job, st(AppState.RUNNING))
     assert job.status.state == AppState.SUCCEEDED
-    assert stored(store, rec).state == AppState.SUCCEEDED
+    assert (await stored(store, rec)).state == AppState.SUCCEEDED
 
 
 async def test_forgotten_is_unknown_with_the_last_state(
@@ -105,7 +107,7 @@ async def test_forgotten_is_unknown_with_the_last_state(
         "fake no longer knows this job; its last known state was RUNNING (on node 3)"
     )
     assert not job.followed and cache.get(rec.handle) is None
-    assert stored(store, rec).state == AppState.UNKNOWN
+    assert (await stored(store, rec)).state == AppState.UNKNOWN
 
 
 async def test_mark_stale_keeps_the_first_failures_time_and_the_latest_reason(
@@ -121,7 +123,7 @@ async def test_mark_stale_keeps_the_first_failures_time_and_the_latest_reason(
     assert first.HasField("stale_since")
     assert first.stale_msg.startswith("fake has not answered since ")
     assert first.stale_msg.endswith(": login node down")
-    assert stored(store, rec).stale_since == first.stale_since  # List reads the store
+    assert (await stored(store, rec)).stale_since == first.stale_since  # List reads the store
 
     cache.mark_stale([job], "fake", "login node down")  # the same failure again: no change
     assert job.pulse.gen == gen + 1
@@ -139,7 +141,7 @@ async def test_mark_stale_keeps_the_first_failures_time_and_the_latest_reason(
     async with asyncio.timeout(TIMEOUT):
         now = await anext(watch)
     assert not now.HasField("stale_since") and now.stale_msg == ""
-    assert not stored(store, rec).HasField("stale_since")
+    assert not (await stored(store, rec)).HasField("stale_since")
     await watch.aclose()
 
 
@@ -246,3 +248,22 @@ async def test_close_ends_waits_and_watches_of_followed_jobs(
         await anext(watch)
     # A job that has ended still answers.
     assert (await cache.wait(done_rec)).state == AppState.SUCCEEDED
+
+
+async def test_the_statuses_of_a_turn_are_written_in_one_transaction(
+    cache: StatusCache, store: JobStore
+) -> None:
+    """A burst of 50 exits in one turn of the loop: one commit, not 50 (each held the loop);
+    meanwhile lookups answer from memory."""
+    jobs = [follow(cache, store) for _ in range(50)]
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    for _, job in jobs:
+        cache.record(job, st(AppState.SUCCEEDED))
+    assert all(cache.unsaved(rec.handle) is rec for rec, _ in jobs)
+    for rec, _ in jobs:
+        assert (await stored(store, rec)).state == AppState.SUCCEEDED
+    store._db.set_trace_callback(None)
+    writes = [s.split()[0] for s in statements if not s.startswith("SELECT")]
+    assert writes == ["BEGIN", *["UPDATE"] * 50, "COMMIT"]
+    assert all(cache.unsaved(rec.handle) is None for rec, _ in jobs)
