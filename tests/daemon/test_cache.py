@@ -133,7 +133,7 @@ async def test_mark_stale_keeps_the_first_failures_time_and_the_latest_reason(
     assert job.pulse.gen == gen + 2
     assert job.status.stale_since == first.stale_since  # since the outage began
     assert job.status.stale_msg == first.stale_msg.replace("login node down", "connection refused")
-    assert stored(store, rec).stale_msg == job.status.stale_msg
+    assert (await stored(store, rec)).stale_msg == job.status.stale_msg
 
     watch = cache.watch(rec)
     assert (await anext(watch)).HasField("stale_since")
