@@ -221,7 +221,10 @@ async def test_one_squeue_per_interval_however_many_watch(
     calls, elapsed = await squeue_calls() - before, loop.time() - t0
     release.touch()
     await asyncio.wait_for(asyncio.gather(*watchers), 60)
-    assert calls <= elapsed / poll_interval + 1, (calls, elapsed)
+    # One poll per interval, plus the one the last submission may have pulled forward (a
+    # submission cuts the feed's wait short, to a fifth of the interval, and its poll can fall
+    # inside the count now that submissions return sooner).
+    assert calls <= elapsed / poll_interval + 2, (calls, elapsed)
     assert all(s[-1] == AppState.SUCCEEDED for s in seen)
 
 
