@@ -74,11 +74,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return rep
 
 
-def _failed(request: pytest.FixtureRequest) -> bool:
-    rep = getattr(request.node, "rep_call", None)
-    return rep is None or rep.failed
-
-
 @pytest.fixture
 def unstarted_daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A daemon of this test's own, not started yet: the test may fill its `state_dir` first,
@@ -93,7 +88,7 @@ def unstarted_daemon(request: pytest.FixtureRequest) -> Iterator[Any]:
         log = d.log()
         txd_testing.remove_tree(root)
     alarms = txd_testing.log_alarms(log)
-    assert _failed(request) or not alarms, "the daemon logged errors:\n" + log
+    assert txd_testing.call_failed(request) or not alarms, "the daemon logged errors:\n" + log
 
 
 @pytest.fixture
@@ -114,7 +109,8 @@ def _shared_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     new = d.log()[start:]
     alarms = txd_testing.log_alarms(new)
-    assert _failed(request) or not alarms, "the shared daemon logged errors in this test:\n" + new
+    failed = txd_testing.call_failed(request)
+    assert failed or not alarms, "the shared daemon logged errors in this test:\n" + new
 
 
 @pytest.fixture

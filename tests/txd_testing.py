@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -495,6 +495,27 @@ def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
 
 def remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def call_failed(request: Any) -> bool:
+    """Whether the running test failed (or never got to its call): tests/conftest.py records
+    each phase's report on the item as `rep_<phase>`. A fixture that checks a daemon's log
+    passes over a test that failed already."""
+    rep = getattr(request.node, "rep_call", None)
+    return rep is None or bool(rep.failed)
+
+
+@contextlib.contextmanager
+def own_daemon(d: Daemon, request: Any) -> Iterator[Daemon]:
+    """`d` started for one test, then stopped and its folder removed; a test that passed still
+    fails if the daemon logged a traceback or an internal error."""
+    try:
+        yield d.start()
+    finally:
+        d.close()
+        log = d.log()
+        remove_tree(d.root)
+    assert call_failed(request) or not log_alarms(log), "the daemon logged errors:\n" + log
 
 
 def run_python(

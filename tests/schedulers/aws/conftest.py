@@ -23,7 +23,7 @@ import pytest
 from aws_proxy import AwsProxy
 from moto_testing import Moto, Queue, make_batch_daemon, make_queue
 from sagemaker_standin import StandIn
-from txd_testing import Daemon, log_alarms, remove_tree, short_tmpdir
+from txd_testing import Daemon, call_failed, log_alarms, own_daemon, remove_tree, short_tmpdir
 
 
 @pytest.fixture(scope="session")
@@ -98,15 +98,8 @@ def proxied_daemon(proxy: AwsProxy, request: pytest.FixtureRequest) -> Iterator[
     """A txd of the test's own talking to moto through `proxy`. Drive it with its async
     client only: the proxy runs on the test's event loop, which a blocking txctl would stop.
     A passing test also fails if the daemon logged a traceback or an internal error."""
-    d = make_batch_daemon(proxy.url).start()
-    try:
+    with own_daemon(make_batch_daemon(proxy.url), request) as d:
         yield d
-    finally:
-        d.close()
-        log = d.log()
-        remove_tree(d.root)
-    rep = getattr(request.node, "rep_call", None)
-    assert rep is None or rep.failed or not log_alarms(log), "the daemon logged errors:\n" + log
 
 
 @pytest.fixture(autouse=True)
@@ -120,6 +113,4 @@ def _batch_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     start = len(d.log())
     yield
     new = d.log()[start:]
-    rep = getattr(request.node, "rep_call", None)
-    failed = rep is None or rep.failed
-    assert failed or not log_alarms(new), "the batch daemon logged errors:\n" + new
+    assert call_failed(request) or not log_alarms(new), "the batch daemon logged errors:\n" + new

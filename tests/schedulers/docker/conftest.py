@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from docker_testing import Engine, EngineClient, make_docker_daemon
-from txd_testing import Daemon, log_alarms, remove_tree
+from txd_testing import Daemon, call_failed, log_alarms, own_daemon, remove_tree
 
 
 @pytest.fixture(scope="session")
@@ -30,23 +30,13 @@ def docker_daemon(docker_engine: Engine) -> Iterator[Daemon]:
         remove_tree(d.root)
 
 
-def _failed(request: pytest.FixtureRequest) -> bool:
-    rep = getattr(request.node, "rep_call", None)  # set by tests/conftest.py
-    return rep is None or rep.failed
-
-
 @pytest.fixture
 def own_docker_daemon(docker_engine: Engine, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     """A started txd of the test's own on the session's engine (restarts, crashes). A passing
     test also fails if the daemon logged a traceback or an internal error."""
     d = make_docker_daemon(docker_engine)
-    try:
-        yield d.start()
-    finally:
-        d.close()
-        log = d.log()
-        remove_tree(d.root)
-    assert _failed(request) or not log_alarms(log), "the daemon logged errors:\n" + log
+    with own_daemon(d, request) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +50,7 @@ def _docker_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     start = len(d.log())
     yield
     new = d.log()[start:]
-    assert _failed(request) or not log_alarms(new), "the docker daemon logged errors:\n" + new
+    assert call_failed(request) or not log_alarms(new), "the docker daemon logged errors:\n" + new
 
 
 @pytest.fixture

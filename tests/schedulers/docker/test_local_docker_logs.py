@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from docker_testing import BUSYBOX, Engine, make_docker_daemon
 from txd.v1 import AppDef, AppState, BindMount, Mount, Role
-from txd_testing import TXCTL, Daemon, log_alarms, remove_tree
+from txd_testing import TXCTL, Daemon, own_daemon
 
 NONE = {"network": "none"}
 LINES = 20_000  # about 110 kB per replica: many reads of the engine's stream
@@ -42,14 +42,8 @@ def logs_daemon(docker_engine: Engine, request: pytest.FixtureRequest) -> Iterat
         docker_engine,
         ["--set", "local_docker.poll_interval=0.5", "--set", "local_docker.engine_timeout=2"],
     )
-    try:
-        yield d.start()
-    finally:
-        d.close()
-        log = d.log()
-        remove_tree(d.root)
-    rep = getattr(request.node, "rep_call", None)
-    assert rep is None or rep.failed or not log_alarms(log), "the daemon logged errors:\n" + log
+    with own_daemon(d, request) as started:
+        yield started
 
 
 async def test_tail_is_exact_on_a_long_log_of_two_replicas(

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from k8s_testing import Cluster, ClusterUnavailable, make_k8s_daemon, prepare
 from txd.schedulers.kubernetes.client import Kube
-from txd_testing import Daemon, log_alarms, remove_tree
+from txd_testing import Daemon, call_failed, log_alarms, own_daemon, remove_tree
 
 # What preparing the cluster raised (see pytest_collection_finish), for k8s_cluster to report.
 _PREPARE_ERROR = pytest.StashKey[Exception]()
@@ -93,11 +93,6 @@ def k8s_daemon(k8s_cluster: Cluster, k8s_namespace: str) -> Iterator[Daemon]:
         remove_tree(d.root)
 
 
-def _failed(request: pytest.FixtureRequest) -> bool:
-    rep = getattr(request.node, "rep_call", None)  # set by tests/conftest.py
-    return rep is None or rep.failed
-
-
 @pytest.fixture
 def own_k8s_daemon(
     k8s_cluster: Cluster, k8s_namespace: str, request: pytest.FixtureRequest
@@ -105,13 +100,8 @@ def own_k8s_daemon(
     """A started txd of the test's own on the session's cluster (restarts). A passing test
     also fails if the daemon logged a traceback or an internal error."""
     d = make_k8s_daemon(k8s_cluster, k8s_namespace)
-    try:
-        yield d.start()
-    finally:
-        d.close()
-        log = d.log()
-        remove_tree(d.root)
-    assert _failed(request) or not log_alarms(log), "the daemon logged errors:\n" + log
+    with own_daemon(d, request) as started:
+        yield started
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +115,7 @@ def _k8s_daemon_log_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     start = len(d.log())
     yield
     new = d.log()[start:]
-    assert _failed(request) or not log_alarms(new), "the k8s daemon logged errors:\n" + new
+    assert call_failed(request) or not log_alarms(new), "the k8s daemon logged errors:\n" + new
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ from txd_testing import (
     Daemon,
     is_fresh_running,
     is_stale,
-    log_alarms,
-    remove_tree,
+    own_daemon,
     repeated_statuses,
     sh_app,
     watching,
@@ -50,14 +49,8 @@ def hang_daemon(
             "kubernetes.poll_interval=0.5",
         ],
     )
-    try:
-        yield d.start()
-    finally:
-        d.close()
-        log = d.log()
-        remove_tree(d.root)
-    rep = getattr(request.node, "rep_call", None)
-    assert rep is None or rep.failed or not log_alarms(log), "the daemon logged errors:\n" + log
+    with own_daemon(d, request) as started:
+        yield started
 
 
 def _proc_state(pid: int) -> str:
