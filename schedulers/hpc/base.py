@@ -15,12 +15,13 @@ import shlex
 import shutil
 import typing
 from collections import defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from txd.schedulers.api import (
     Described,
+    DryRunInfo,
     Ended,
     Job,
     LogQuery,
@@ -29,13 +30,17 @@ from txd.schedulers.api import (
     ReqT,
     Scheduler,
     Settings,
+    SubmitContext,
     gather_limited,
 )
 from txd.schedulers.errors import BackendUnavailable, NotFound
 from txd.schedulers.hpc.hosts import COMMAND_TIMEOUT, Host, Hosts, SshTarget, target_from_native
 from txd.schedulers.hpc.logs import read_files
+from txd.schedulers.hpc.precheck import SKIP, Check
 from txd.schedulers.options import opt
 from txd.v1 import Stream
+from txd.v1.app_pb2 import AppDef
+from txd.v1.scheduler_pb2 import CfgValue
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,13 @@ class BatchSettings(Settings):
         super().__post_init__()
         if not self.command_timeout > 0:
             raise ValueError(f"command_timeout must be > 0, got {self.command_timeout!r}")
+
+
+class _Prechecked(typing.Protocol):
+    """What a batch scheduler's options and request carry for its checks before queueing."""
+
+    precheck: bool  # the option: run them
+    checks: list[Check] | None  # the request: their results, for a dry run's text
 
 
 class BatchScheduler(Scheduler[OptsT, ReqT]):
@@ -97,6 +109,31 @@ class BatchScheduler(Scheduler[OptsT, ReqT]):
             said = result.error().splitlines()[-1].strip()
             return f"`{shlex.join(self.PROBE)}` on {host.label} failed: {said}{elsewhere}"
         return ""
+
+    async def submit_dryrun(
+        self,
+        app: AppDef,
+        cfg: Mapping[str, CfgValue],
+        ctx: SubmitContext,
+        *,
+        build_workspace: bool = False,
+    ) -> DryRunInfo[ReqT]:
+        """A dry run (no build_workspace) also runs the checks before queueing, for its text to
+        show, or says why it could not (a dry run needs no cluster); a Run's come in
+        `schedule`, just before the job is submitted."""
+        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
+        if not build_workspace and typing.cast(_Prechecked, info.opts).precheck:
+            try:
+                checks = await self._precheck(info, dry=True)
+            except BackendUnavailable as e:
+                checks = [Check("precheck", SKIP, f"not run: {e}")]
+            typing.cast(_Prechecked, info.request).checks = checks
+        return info
+
+    async def _precheck(self, info: DryRunInfo[ReqT], *, dry: bool) -> list[Check]:
+        """The checks before queueing (hpc.precheck), made where the job is submitted; `dry`:
+        for a dry run's text, creating nothing."""
+        return []
 
     def host_of(self, job: Job) -> Host:
         return self.hosts.get(target_from_native(job.native.get("ssh")))

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 from txd.schedulers.api import (
@@ -69,11 +68,11 @@ from txd.schedulers.hpc.lsf_status import (
     looks_like_app,
     parse_bjobs,
 )
-from txd.schedulers.hpc.precheck import SKIP, Check, refuse_failed
+from txd.schedulers.hpc.precheck import Check, refuse_failed
 from txd.schedulers.hpc.precheck import render as render_checks
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus, Role
-from txd.v1.scheduler_pb2 import Capabilities, CfgValue
+from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)
 
@@ -124,28 +123,10 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
 
         return DryRunInfo(app=app, request=req, opts=opts, render=render)
 
-    async def submit_dryrun(
-        self,
-        app: AppDef,
-        cfg: Mapping[str, CfgValue],
-        ctx: SubmitContext,
-        *,
-        build_workspace: bool = False,
-    ) -> DryRunInfo[BsubRequest]:
-        """A dry run (no build_workspace) also runs the prechecks, for its text to show (or
-        says why it could not, LSF not answering: a dry run needs no LSF); a Run's come in
-        `schedule`, before bsub."""
-        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
-        if not build_workspace and info.opts.precheck:
-            try:
-                info.request.checks = await self._precheck(info.request, dry=True)
-            except BackendUnavailable as e:
-                info.request.checks = [Check("precheck", SKIP, f"not run: {e}")]
-        return info
-
-    async def _precheck(self, req: BsubRequest, *, dry: bool) -> list[Check]:
+    async def _precheck(self, info: DryRunInfo[BsubRequest], *, dry: bool) -> list[Check]:
         """hpc.lsf_precheck's checks. The rank-0 host is checked here only in a dry run: a
         submit picks it anyway."""
+        req = info.request
         host = self.hosts.get(req.target)
         checks = []
         if req.opts.lsf_queue:
@@ -176,7 +157,7 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         req = dryrun.request
         if req.opts.precheck:
             where = self.hosts.get(req.target).label
-            refuse_failed(await self._precheck(req, dry=False), where)
+            refuse_failed(await self._precheck(dryrun, dry=False), where)
         if req.rank0_host is None:
             rank0_host = await self._rank0_host(req.app.roles[0], req.opts)
             req = build_request(req.app_id, req.app, req.opts, rank0_host)

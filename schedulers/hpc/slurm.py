@@ -27,7 +27,6 @@ import os
 import re
 import time
 import typing
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -52,7 +51,7 @@ from txd.schedulers.hpc.hosts import (
     missing_command,
     target_to_native,
 )
-from txd.schedulers.hpc.precheck import FAIL, SKIP, Check, refuse_failed
+from txd.schedulers.hpc.precheck import FAIL, Check, refuse_failed
 from txd.schedulers.hpc.precheck import render as render_checks
 from txd.schedulers.hpc.slurm_script import (
     SBATCH_ARGV,
@@ -80,7 +79,7 @@ from txd.schedulers.options import opt
 from txd.schedulers.workspace import files as ws
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
-from txd.v1.scheduler_pb2 import Capabilities, CfgValue
+from txd.v1.scheduler_pb2 import Capabilities
 
 log = logging.getLogger(__name__)
 
@@ -181,24 +180,6 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             return f"# sbatch --parsable{where} < script\n{script}\n{checks}\n"
 
         return DryRunInfo(app=app, request=req, opts=opts, render=render)
-
-    async def submit_dryrun(
-        self,
-        app: AppDef,
-        cfg: Mapping[str, CfgValue],
-        ctx: SubmitContext,
-        *,
-        build_workspace: bool = False,
-    ) -> DryRunInfo[SbatchRequest]:
-        """A dry run (no build_workspace) also runs the prechecks, for its text to show; a
-        Run's come in `schedule`, just before sbatch."""
-        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
-        if not build_workspace and info.opts.precheck:
-            try:
-                info.request.checks = await self._precheck(info, dry=True)
-            except BackendUnavailable as e:  # a dry run needs no cluster: say why not
-                info.request.checks = [Check("precheck", SKIP, f"not run: {e}")]
-        return info
 
     async def _precheck(self, info: DryRunInfo[SbatchRequest], *, dry: bool) -> list[Check]:
         """hpc.slurm_precheck's checks, by one command where sbatch runs (with its env)."""
