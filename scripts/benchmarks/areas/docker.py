@@ -234,15 +234,20 @@ def _latency_rows(
         return "".join(f"; {b.label}: {median(pick(b)) / median(plain):.2f}x" for b in base)
 
     order = f"n={n} each, interleaved" if base else f"n={n}"
-    res.add(
+
+    def timed(title: str, pick: Callable[[Side], list[float]], prefix: str = "") -> None:
+        runs = f"{prefix}{new.label}, runs {_runs(pick(new))}{beside(pick)}"
+        res.add(title, fmt_s(median(pick(new))), note=runs)
+
+    timed(
         "local_docker submit -> RUNNING seen, AsyncClient.run + Watch (median)",
-        fmt_s(median(new.api)),
-        note=f"{order}; {new.label}, runs {_runs(new.api)}{beside(lambda s: s.api)}",
+        lambda s: s.api,
+        f"{order}; ",
     )
-    res.add(
+    timed(
         "local_docker submit -> RUNNING seen, `txctl run` + Watch (median)",
-        fmt_s(median(new.cli)),
-        note=f"{order}; {new.label}, runs {_runs(new.cli)}{beside(lambda s: s.cli)}",
+        lambda s: s.cli,
+        f"{order}; ",
     )
     res.add(
         "`docker run -d` + `docker inspect` (median), same image and engine",
@@ -263,20 +268,10 @@ def _latency_rows(
         f"{cli_ratio:.2f}x",
         note=f"{new.label}{ratios(lambda s: s.cli)}; txctl is a Python process, docker a Go one",
     )
-    res.add(
-        "`txctl --help` wall time (median): txctl's start-up",
-        fmt_s(median(new.help)),
-        note=f"{new.label}, runs {_runs(new.help)}{beside(lambda s: s.help)}",
-    )
-    res.add(
-        "`txctl --help` CPU, user + system (median)",
-        fmt_s(median(new.help_cpu)),
-        note=f"{new.label}, runs {_runs(new.help_cpu)}{beside(lambda s: s.help_cpu)}",
-    )
-    res.add(
-        "`txctl run -s local_docker utils.sh ...` CPU, user + system (median)",
-        fmt_s(median(new.cli_cpu)),
-        note=f"{new.label}, runs {_runs(new.cli_cpu)}{beside(lambda s: s.cli_cpu)}",
+    timed("`txctl --help` wall time (median): txctl's start-up", lambda s: s.help)
+    timed("`txctl --help` CPU, user + system (median)", lambda s: s.help_cpu)
+    timed(
+        "`txctl run -s local_docker utils.sh ...` CPU, user + system (median)", lambda s: s.cli_cpu
     )
     res.add(
         "local_docker submit -> RUNNING seen, 2 replicas (the app's own network), AsyncClient",
