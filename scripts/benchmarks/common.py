@@ -173,15 +173,18 @@ async def sh(env: dict[str, str], *argv: str) -> str:
     return out.decode().strip()
 
 
-async def txctl_run(socket: Path, env: dict[str, str], cwd: Path, *args: str) -> str:
-    """`txctl --socket SOCKET --no-autostart run ARGS...`: the handle it prints."""
+async def txctl_run(
+    socket: Path, env: dict[str, str], cwd: Path, *args: str, txctl: Path = BIN / "txctl"
+) -> str:
+    """`txctl --socket SOCKET --no-autostart run ARGS...` (this tree's txctl, or an older
+    tree's): the handle it prints."""
     proc = await asyncio.create_subprocess_exec(
-        str(BIN / "txctl"), "--socket", str(socket), "--no-autostart", "run", *args,
+        str(txctl), "--socket", str(socket), "--no-autostart", "run", *args,
         stdout=subprocess.PIPE, env=env, cwd=cwd,
     )  # fmt: skip
     out, _ = await proc.communicate()
     if proc.returncode:
-        raise RuntimeError(f"txctl run {' '.join(args)} exited {proc.returncode}")
+        raise RuntimeError(f"{txctl} run {' '.join(args)} exited {proc.returncode}")
     return out.decode().split()[0]
 
 

@@ -19,7 +19,16 @@ from txd.client import AsyncClient
 from txd.v1 import AppDef, Role
 from txd_testing import Daemon
 
-from benchmarks.common import BIN, JOB_TIMEOUT, fmt_ms, fmt_s, median, pct, until_running
+from benchmarks.common import (
+    BIN,
+    JOB_TIMEOUT,
+    fmt_ms,
+    fmt_s,
+    median,
+    pct,
+    txctl_run,
+    until_running,
+)
 from benchmarks.context import Context
 from benchmarks.daemons import stop
 from benchmarks.harnesses import ROOT
@@ -173,8 +182,9 @@ async def _side_round(ctx: Context, side: Side, engine: Engine, i: int) -> None:
 
     t0, cpu0 = time.perf_counter(), _children_cpu()
     handle = await txctl_run(
-        side.txctl, side.daemon.socket, engine.env(), side.daemon.root,
+        side.daemon.socket, engine.env(), side.daemon.root,
         "-s", "local_docker", "--workspace", "", "utils.sh", "--image", BUSYBOX, "sleep", "30",
+        txctl=side.txctl,
     )  # fmt: skip
     side.cli_cpu.append(_children_cpu() - cpu0)  # txctl has exited: nothing else ran meanwhile
     await asyncio.wait_for(until_running(side.client, handle), JOB_TIMEOUT)
@@ -202,18 +212,6 @@ def _children_cpu() -> float:
     """CPU seconds used by this process's children that ended and were waited for."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
-
-
-async def txctl_run(txctl: Path, socket: Path, env: dict[str, str], cwd: Path, *args: str) -> str:
-    """`TXCTL --socket SOCKET --no-autostart run ARGS...`: the handle it prints."""
-    proc = await asyncio.create_subprocess_exec(
-        str(txctl), "--socket", str(socket), "--no-autostart", "run", *args,
-        stdout=subprocess.PIPE, env=env, cwd=cwd,
-    )  # fmt: skip
-    out, _ = await proc.communicate()
-    if proc.returncode:
-        raise RuntimeError(f"{txctl} run {' '.join(args)} exited {proc.returncode}")
-    return out.decode().split()[0]
 
 
 def _runs(xs: list[float]) -> str:
