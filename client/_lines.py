@@ -20,19 +20,20 @@ class ReplicaLines:
     """
 
     def __init__(self) -> None:
-        # Unfinished lines, in the order they began (dicts keep insertion order).
-        self._tails: dict[tuple[str, int], bytes] = {}
+        # Unfinished lines, in the order they began (dicts keep insertion order), each as its
+        # pieces: a line of many chunks is joined once, not copied again per chunk.
+        self._tails: dict[tuple[str, int], list[bytes]] = {}
 
     def feed(self, role: str, replica: int, data: bytes) -> bytes:
         key = (role, replica)
         end = data.rfind(b"\n") + 1
         if not end:  # no line ends here: keep it all (a new tail goes last, an old one stays)
             if data:
-                self._tails[key] = self._tails.get(key, b"") + data
+                self._tails.setdefault(key, []).append(data)
             return b""
-        text = self._tails.pop(key, b"") + data[:end]
+        text = b"".join([*self._tails.pop(key, ()), data[:end]])
         if end < len(data):
-            self._tails[key] = data[end:]
+            self._tails[key] = [data[end:]]
         prefix = _prefix(role, replica)
         return prefix + text[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
 
@@ -40,7 +41,7 @@ class ReplicaLines:
         """The unfinished lines, each prefixed and ended with a newline it did not have: the
         stream is over, so nothing else can finish them, and the added newline keeps the next
         replica's line (or the shell prompt) off it. Lines go in the order they began."""
-        out = b"".join(_prefix(*key) + tail + b"\n" for key, tail in self._tails.items())
+        out = b"".join(_prefix(*key) + b"".join(tail) + b"\n" for key, tail in self._tails.items())
         self._tails.clear()
         return out
 
