@@ -91,10 +91,13 @@ class JobEnd:
         await asyncio.wait({self._running()}, timeout=timeout)
         return self.over()
 
-    async def until(self, items: AsyncIterator[T], bound: int = 16) -> AsyncGenerator[T, None]:
+    async def until(
+        self, items: AsyncIterator[T], bound: int = 16, *, wait_end: bool = True
+    ) -> AsyncGenerator[T, None]:
         """Items as they come until the job is over; items that end first are followed by the
-        wait for the end. What `items` had not delivered by then is the caller's to read (from
-        the offset reached, say): the end cuts the stream. Errors of either side are raised."""
+        wait for the end (not with `wait_end=False`: then whichever ends first ends this). What
+        `items` had not delivered by then is the caller's to read (from the offset reached,
+        say): the end cuts the stream. Errors of either side are raised."""
         end = self._running()
         queue: asyncio.Queue[tuple[T] | _Stop | BaseException] = asyncio.Queue(bound)
 
@@ -117,6 +120,8 @@ class JobEnd:
                     raise item
                 if isinstance(item, tuple):
                     yield item[0]
+                elif not wait_end:  # _EXHAUSTED, and the end is not waited for
+                    return
                 # _EXHAUSTED: nothing more can come from items; the end is still to come.
             self.over()  # ended()'s error, if that is how it returned
         finally:

@@ -515,6 +515,8 @@ def own_daemon(d: Daemon, request: Any) -> Iterator[Daemon]:
         d.close()
         log = d.log()
         remove_tree(d.root)
+        if call_failed(request):  # shown beside the failure: what the daemon saw
+            print(f"the daemon's log ({d.root}):\n{log[-20_000:]}")
     assert call_failed(request) or not log_alarms(log), "the daemon logged errors:\n" + log
 
 

@@ -35,6 +35,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from txd.schedulers.aiters import JobEnd
 from txd.schedulers.api import (
     SUBSCRIBED,
     Change,
@@ -401,7 +402,9 @@ class _LogReader:
     - following, the container's new messages, each read resumed after the last message passed
       on (by its time stamp, in ns), so that an engine that closes the stream (it restarts) or
       stops answering for a while loses and repeats nothing it kept: the reader waits, pinging
-      the engine every OUTAGE_PAUSE seconds, for as long as its client stays;
+      the engine every OUTAGE_PAUSE seconds, for as long as its client stays. The job's end
+      cuts a follow the engine has not ended (Docker 20.10 sometimes leaves `logs -f` of an
+      exited container open: docker/docker-py#3084); what it kept is then read to its end;
     - once the container stopped and the job has ended, what a restarted container (a retry)
       wrote after that.
 
@@ -416,37 +419,43 @@ class _LogReader:
             "stdout": query.stream in (Stream.COMBINED, Stream.STDOUT),
             "stderr": query.stream in (Stream.COMBINED, Stream.STDERR),
         }
-        self.last = 0  # the stamp of the last message passed on
+        self.last = 0  # the stamp of the last message passed on to the client
         self.long_lines: dict[int, bool] = {}  # Engine.logs' state, kept across reads
 
     async def pieces(self, ended: Ended) -> AsyncGenerator[tuple[bytes, int], None]:
         try:
-            start = await self._tail_start()  # an engine down at the start: BackendUnavailable
-            backlog = (
-                self._outlasting(follow=False, start=start)
-                if self.query.follow
-                else self._read(follow=False, since_ns=start)
-            )
-            async for piece in backlog:
-                if piece[0]:  # the engine's "passed on" marks say nothing about the log's end
-                    yield piece
             if not self.query.follow:
+                read = self._read(follow=False, since_ns=await self._tail_start())
+                async for piece in read:
+                    if piece[0]:  # the engine's "passed on" marks say nothing of the log's end
+                        yield piece
                 return
-            yield b"", 0  # caught up (rule 7)
-            while await self._running():
-                before = self.last
-                async for piece in self._outlasting(follow=True):
+            async with JobEnd(ended) as end:
+                async for piece in self._followed(end):
+                    if piece[1]:
+                        self.last = piece[1]
                     yield piece
-                if self.last == before:  # a stream that ends at once is not tried at once again
-                    await asyncio.sleep(OUTAGE_PAUSE)
-            await ended()
-            async for piece in self._outlasting(follow=False):
-                yield piece
         except NotFound as e:
             raise LogGone(
                 f"the log of {self.replica} is gone: its container {self.name} was removed "
                 "outside txd"
             ) from e
+
+    async def _followed(self, end: JobEnd) -> AsyncGenerator[tuple[bytes, int], None]:
+        start = await self._tail_start()  # an engine down at the start: BackendUnavailable
+        async for piece in self._outlasting(follow=False, start=start):
+            if piece[0]:
+                yield piece
+        yield b"", 0  # caught up (rule 7)
+        while not end.over() and await self._running():
+            before = self.last
+            async for piece in end.until(self._outlasting(follow=True), wait_end=False):
+                yield piece
+            if self.last == before:  # a stream that ends at once is not tried at once again
+                await end.wait(OUTAGE_PAUSE)
+        await end.wait()
+        async for piece in self._outlasting(follow=False):
+            yield piece
 
     async def _tail_start(self) -> int:
         """Where to start reading for the query's tail (0: from the start): the stamp of the
@@ -474,20 +483,15 @@ class _LogReader:
             m *= 4
         return 0
 
-    async def _read(
-        self, *, follow: bool, since_ns: int
-    ) -> AsyncGenerator[tuple[bytes, int], None]:
-        """One read of the engine's, each message passed on noted in `last`."""
-        async for block, stamp in self.engine.logs(
+    def _read(self, *, follow: bool, since_ns: int) -> AsyncIterator[tuple[bytes, int]]:
+        """One read of the engine's."""
+        return self.engine.logs(
             self.name,
             follow=follow,
             since_ns=since_ns,
             long_lines=self.long_lines,
             **self.streams,
-        ):
-            if stamp:
-                self.last = stamp
-            yield block, stamp
+        )
 
     async def _running(self) -> bool:
         """Whether the container runs (a follow goes on). Rides out an engine that does not
@@ -508,12 +512,14 @@ class _LogReader:
         self, *, follow: bool, start: int = 0
     ) -> AsyncGenerator[tuple[bytes, int], None]:
         """A read from after the last message passed on (from `start` if none was), resumed
-        there when the engine goes away meanwhile."""
+        after the last message it read when the engine goes away meanwhile."""
+        since = self.last + 1 if self.last else start
         while True:
             try:
-                since = self.last + 1 if self.last else start
-                async for piece in self._read(follow=follow, since_ns=since):
-                    yield piece
+                async for block, stamp in self._read(follow=follow, since_ns=since):
+                    if stamp:
+                        since = stamp + 1
+                    yield block, stamp
                 return
             except BackendUnavailable:
                 await self._engine_back()

@@ -132,3 +132,22 @@ async def test_job_end_wait_is_bounded_and_the_scope_cancels_ended() -> None:
     assert end.calls == 1
     with pytest.raises(RuntimeError, match="outside its `async with`"):
         job.over()
+
+
+async def test_job_end_without_wait_end_stops_with_whichever_ends_first() -> None:
+    src, end = Source(), End()
+    async with JobEnd(end) as job:
+        src.queue.put_nowait(b"a")
+        src.queue.put_nowait(None)
+        async with asyncio.timeout(TIMEOUT):  # the source ends first: so does the iteration
+            assert [c async for c in job.until(src.items(), wait_end=False)] == [b"a"]
+        assert not job.over()
+        src2 = Source()
+        src2.queue.put_nowait(b"b")
+        got: list[bytes] = []
+        async with asyncio.timeout(TIMEOUT):  # the job ends first: the source is cut
+            async for chunk in job.until(src2.items(), wait_end=False):
+                got.append(chunk)
+                end.fut.set_result(None)
+        assert got == [b"b"] and job.over()
+        await src2.closed.wait()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from docker_testing import BUSYBOX, Engine, make_docker_daemon
 from txd.v1 import AppDef, AppState, BindMount, Mount, Role
-from txd_testing import TXCTL, Daemon, own_daemon
+from txd_testing import TXCTL, Daemon, own_daemon, short_tmpdir
 
 NONE = {"network": "none"}
 LINES = 20_000  # about 110 kB per replica: many reads of the engine's stream
@@ -159,6 +159,97 @@ async def test_a_follow_rides_out_an_engine_restart_without_losing_or_repeating_
     kept = docker_engine.docker("logs", container(handle)).stdout.encode()
     assert out.endswith(b"end\n") and out.count(b"\n") > 10, out[-200:]
     assert out == kept, f"{len(out)} bytes printed, {len(kept)} kept by the engine"
+
+
+async def test_a_follow_the_engine_leaves_open_ends_with_the_job(
+    docker_engine: Engine, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Docker 20.10 sometimes leaves `logs -f` of an exited container open
+    (docker/docker-py#3084). Here a proxy in front of the engine holds back the end of every
+    followed log, as such an engine would: the follow still ends with the job, every byte the
+    engine kept printed once."""
+    proxy = HoldFollowEnds(docker_engine.host.removeprefix("unix://"), short_tmpdir() / "d.sock")
+    async with proxy:
+        d = make_docker_daemon(docker_engine, ["--set", f"local_docker.docker_host={proxy.url}"])
+        with own_daemon(d, request):
+            async with d.client() as c:
+                script = "i=0; until [ -e /gate/go ]; do i=$((i+1)); echo line $i; sleep 0.01; done"
+                handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
+                proc = await _txctl(d, "logs", "-f", handle)
+                try:
+                    assert proc.stdout is not None
+                    async with asyncio.timeout(30):
+                        head = await proc.stdout.readline()
+                    (tmp_path / "go").touch()
+                    async with asyncio.timeout(30):
+                        rest, err = await proc.communicate()
+                finally:
+                    if proc.returncode is None:
+                        proc.kill()
+                        await proc.wait()
+    assert proxy.held, "the proxy held back no followed log's end"
+    assert proc.returncode == 0, (proc.returncode, err)
+    kept = docker_engine.docker("logs", container(handle)).stdout.encode()
+    assert head + rest == kept and kept.startswith(b"line 1\n"), (len(head + rest), len(kept))
+
+
+class HoldFollowEnds:
+    """A Unix socket in front of the engine's that passes everything on, except the end of a
+    followed log (the last chunk of a `GET .../logs?...follow=1` answer): that connection is
+    then left open, sending nothing more, until the client closes it."""
+
+    def __init__(self, engine: str, path: Path) -> None:
+        self.engine = engine
+        self.path = path
+        self.url = f"unix://{path}"
+        self.held = 0
+        self._server: asyncio.Server | None = None
+        self._clients: set[Any] = set()
+
+    async def __aenter__(self) -> HoldFollowEnds:
+        self._server = await asyncio.start_unix_server(self._connection, str(self.path))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for w in self._clients:  # a held connection ends with the proxy
+            w.close()
+        await self._server.wait_closed()
+
+    async def _connection(self, client_r: asyncio.StreamReader, client_w: Any) -> None:
+        self._clients.add(client_w)
+        engine_r, engine_w = await asyncio.open_unix_connection(self.engine)
+        following = False
+
+        async def requests() -> None:
+            nonlocal following
+            while data := await client_r.read(65536):
+                if data.startswith(b"GET "):  # a new request on this connection
+                    line = data.split(b"\r\n", 1)[0]
+                    following = b"/logs?" in line and b"follow=1" in line
+                engine_w.write(data)
+                await engine_w.drain()
+
+        async def answers() -> None:
+            while data := await engine_r.read(65536):
+                if following and data.endswith(b"0\r\n\r\n"):
+                    client_w.write(data[:-5])  # the answer never ends
+                    self.held += 1
+                    await client_r.read()  # until the client closes
+                    return
+                client_w.write(data)
+                await client_w.drain()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(requests())
+                group.create_task(answers())
+        except* (ConnectionError, OSError):
+            pass
+        finally:
+            for w in (client_w, engine_w):
+                w.close()
 
 
 async def _txctl(d: Daemon, *args: str) -> asyncio.subprocess.Process:
