@@ -67,13 +67,14 @@ class AsyncClient:
     ) -> None:
         self._tcp: grpc.ChannelCredentials | None = None
         if _tcp.is_tcp(socket):
-            self.address = _tcp.address(str(socket))
+            self.target = str(socket)
+            _tcp.address(self.target)  # a bad address fails here, not on the first call
             cert, key = client_cert or (None, None)
             self._tcp = _tcp.credentials(token=token, ca=ca, client_cert=cert, client_key=key)
-            self.socket_path = Path(str(socket))  # for display: there is no socket
+            self.socket_path = Path()  # there is none: `target` says where the daemon is
         else:
             self.socket_path = defaults.socket_path(str(socket) if socket else None)
-            self.address = f"unix:{self.socket_path}"
+            self.target = str(self.socket_path)
         self.timeout = timeout
         self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
@@ -100,9 +101,9 @@ class AsyncClient:
         if self._stub is None:
             options = [*CHANNEL_OPTIONS, *self._options]
             if self._tcp is not None:
-                self._channel = grpc.aio.secure_channel(self.address, self._tcp, options=options)
+                self._channel = _tcp.channel(self.target, self._tcp, options)
             else:
-                self._channel = grpc.aio.insecure_channel(self.address, options=options)
+                self._channel = grpc.aio.insecure_channel(f"unix:{self.target}", options=options)
             self._stub = RunnerStub(self._channel)
         return self._stub
 

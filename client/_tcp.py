@@ -100,6 +100,8 @@ def credentials(
     return grpc.composite_channel_credentials(tls, bearer)
 
 
-def channel(target: str, options: Sequence[tuple[str, Any]] = (), **auth: Any) -> grpc.aio.Channel:
-    """An asyncio channel to the tcp:// `target`; `auth` as credentials() takes it."""
-    return grpc.aio.secure_channel(address(target), credentials(**auth), options=list(options))
+def channel(
+    target: str, credentials: grpc.ChannelCredentials, options: Sequence[tuple[str, Any]] = ()
+) -> grpc.aio.Channel:
+    """An asyncio channel to the tcp:// `target` with `credentials` (from credentials())."""
+    return grpc.aio.secure_channel(address(target), credentials, options=list(options))

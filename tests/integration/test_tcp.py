@@ -9,6 +9,7 @@ slurm and lsf extras); the module is skipped where it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -513,3 +514,34 @@ def test_client_certificate_required(pki: Pki) -> None:
         remove_tree(root)
     assert not log_alarms(log), log
     assert "client certificates" in log
+
+
+# -- shutdown ---------------------------------------------------------------------------------
+
+
+def test_sigterm_ends_open_tcp_streams_and_the_daemon(pki: Pki) -> None:
+    from txd.client import Client, TxdError
+
+    root = short_tmpdir("txdt-tcp-stop-")
+    t = start_tcp_daemon(root, pki, names=("ci",))
+    try:
+        with Client(t.url, token=t.tokens["ci"], ca=pki.ca) as c:
+            handle = c.run(_sleeper())
+            statuses = c.watch(handle)
+            next(statuses)  # the stream is open over TCP
+            assert t.daemon.stop() == 0  # raises if the daemon did not exit in time
+            # The stream ends with the daemon (its last statuses, or an error), never hangs.
+            with contextlib.suppress(TxdError):
+                for _ in statuses:
+                    pass
+    finally:
+        t.daemon.close()
+        log = t.daemon.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+
+
+def _sleeper() -> Any:
+    from txd_testing import sh_app
+
+    return sh_app("sleep 60", name="sleeper")
