@@ -10,10 +10,9 @@ slurm and lsf extras); the module is skipped where it is missing.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import ipaddress
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -37,91 +36,18 @@ from txd_testing import (
     short_tmpdir,
 )
 
-x509 = pytest.importorskip("cryptography.x509")
-from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from cryptography.x509.oid import NameOID  # noqa: E402
+pytest.importorskip("cryptography")
+from tls_testing import Pair, Pki, make_pki
 
 TIMEOUT = 30
 SERVING = re.compile(r"txd serving on (tcp://127\.0\.0\.1:\d+)")
-
-
-# -- certificates -----------------------------------------------------------------------------
-
-
-@dataclass
-class Pair:
-    cert: Path
-    key: Path
-
-
-def _name(cn: str) -> Any:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def _issue(
-    folder: Path,
-    stem: str,
-    cn: str,
-    issuer: tuple[Any, Any] | None,
-    *,
-    ca: bool = False,
-    server: bool = False,
-) -> tuple[Pair, Any, Any]:
-    """A certificate for `cn`, signed by `issuer` (cert, key), or self-signed; written as
-    STEM.pem and STEM.key (0600)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(cn))
-        .issuer_name(issuer[0].subject if issuer else _name(cn))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if server:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-    cert = builder.sign(issuer[1] if issuer else key, hashes.SHA256())
-    pair = Pair(folder / f"{stem}.pem", folder / f"{stem}.key")
-    pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    pair.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    pair.key.chmod(0o600)
-    return pair, cert, key
-
-
-@dataclass
-class Pki:
-    ca: Path  # the server's CA
-    server: Pair
-    client_ca: Path  # the CA a --client-ca daemon trusts
-    client: Pair  # signed by client_ca
-    stranger: Pair  # self-signed: no daemon trusts it
 
 
 @pytest.fixture(scope="module")
 def pki() -> Iterator[Pki]:
     folder = short_tmpdir("txdt-pki-")
     try:
-        ca, ca_cert, ca_key = _issue(folder, "ca", "txd test CA", None, ca=True)
-        server, _, _ = _issue(folder, "server", "localhost", (ca_cert, ca_key), server=True)
-        cca, cca_cert, cca_key = _issue(folder, "client-ca", "txd client CA", None, ca=True)
-        client, _, _ = _issue(folder, "client", "ci", (cca_cert, cca_key))
-        stranger, _, _ = _issue(folder, "stranger", "ci", None)
-        yield Pki(ca.cert, server, cca.cert, client, stranger)
+        yield make_pki(folder)
     finally:
         remove_tree(folder)
 
@@ -365,6 +291,16 @@ def test_a_plaintext_client_gets_no_answer(tcpd: TcpDaemon) -> None:
             health_pb2.HealthCheckRequest(), metadata=good, timeout=5
         )
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+    # Byte by byte: HTTP/2's preface in clear gets no HTTP/2 frame back, only TLS's refusal (an
+    # alert record, 0x15) or nothing.
+    host, _, port = tcpd.address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\4\0\0\0\0\0")
+        reply = b""
+        with contextlib.suppress(ConnectionError):
+            while chunk := raw.recv(4096):
+                reply += chunk
+    assert reply == b"" or reply[0] == 0x15, reply[:40]
 
 
 # -- txctl and the Python client --------------------------------------------------------------
