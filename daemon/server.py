@@ -156,8 +156,10 @@ async def create_server(
 
 
 # The TCP listener may face strangers: gRPC's default limits on waiting calls stay (not the Unix
-# socket's); the message sizes are the same.
-TCP_SERVER_OPTIONS = SERVER_OPTIONS[2:]
+# socket's); the message sizes are the same. gRPC binds with SO_REUSEPORT by default, so a
+# second daemon (any process of the user's) could bind the same port and take half of its
+# connections: a port in use must be a refusal.
+TCP_SERVER_OPTIONS = [*SERVER_OPTIONS[2:], ("grpc.so_reuseport", 0)]
 
 
 async def create_tcp_server(

@@ -121,9 +121,11 @@ def bind(srv: grpc.aio.Server, listen: TcpListen) -> list[str]:
     for url, address in zip(listen.urls, listen.addresses, strict=True):
         try:
             port = srv.add_secure_port(address, credentials)
-        except RuntimeError as e:
-            raise ListenError(f"cannot listen on {url}: {e}") from None
+        except RuntimeError:
+            port = 0  # gRPC says only "Failed to bind", its reason on stderr
         if not port:
-            raise ListenError(f"cannot listen on {url} (address in use, or not this host's?)")
+            raise ListenError(
+                f"cannot listen on {url}: the port is in use, or the address is not this host's"
+            )
         bound.append(f"tcp://{address.rpartition(':')[0]}:{port}")
     return bound

@@ -481,3 +481,13 @@ def _sleeper() -> Any:
     from txd_testing import sh_app
 
     return sh_app("sleep 60", name="sleeper")
+
+
+def test_a_port_in_use_is_a_clear_refusal(tcpd: TcpDaemon, pki: Pki, tmp_path: Path) -> None:
+    create_token(tmp_path / "state", "ci")
+    tls = ("--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key))
+    proc = _start(tmp_path, "--listen", tcpd.url, *tls)
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on {tcpd.url}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "txd.sock").exists()  # removed on the way out
