@@ -68,6 +68,7 @@ def prepare(
         )
     tokens = TokenStore(state_dir)
     try:
+        tokens.check_private()
         live = tokens.live()
     except TokenError as e:
         raise ListenError(str(e)) from None

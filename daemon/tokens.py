@@ -113,7 +113,7 @@ class TokenStore:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.path = state_dir / STORE_FILE
-        self._seen: tuple[int, int, int] | None = None
+        self._seen: tuple[int, ...] | None = None
         self._tokens: list[Token] = []
         self._written: dict[str, float] = {}  # name -> last use this process wrote
 
@@ -172,24 +172,47 @@ class TokenStore:
         return Verdict(found.name)
 
     def _current(self) -> list[Token]:
-        """The tokens, re-read when the file changed since the last look."""
+        """The tokens, re-read (and their privacy checked again) when the file, or its folder's
+        owner or mode, changed since the last look: two stats a call."""
         try:
-            st = os.stat(self.path)
+            folder, st = os.stat(self.state_dir), os.stat(self.path)
         except FileNotFoundError:
             self._seen, self._tokens = None, []
             return []
         except OSError as e:
             log.error("cannot read the token store %s: %s; refusing every token", self.path, e)
             return []
-        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        seen = (
+            *(folder.st_ino, folder.st_uid, folder.st_mode),
+            *(st.st_ino, st.st_uid, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns),
+        )
         if seen != self._seen:
             try:
+                self.check_private()
                 self._tokens = self._read()
             except TokenError as e:
                 log.error("%s; refusing every token until it is fixed", e)
                 self._tokens = []
             self._seen = seen
         return self._tokens
+
+    def check_private(self) -> None:
+        """Whoever can write the store, or replace it in its folder, can add a token: both must
+        be the user's own, writable by nobody else."""
+        uid = os.geteuid()
+        for path in (self.state_dir, self.path):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise TokenError(f"cannot check {path}: {e.strerror}") from None
+            if st.st_uid != uid or st.st_mode & 0o022:
+                raise TokenError(
+                    f"{path} is not private (owner uid {st.st_uid}, mode "
+                    f"{st.st_mode & 0o7777:04o}): others could add a token; it must be yours "
+                    "and writable by you only (chmod go-w)"
+                )
 
     def _note_use(self, name: str, now: float) -> None:
         """Records a last use, at most every LAST_USE_EVERY seconds per token, and only when the

@@ -122,3 +122,21 @@ def test_parse_listen_address() -> None:
     for bad in ("tcp://h", "http://h:1", "tcp://h:99999", "tcp://u@h:1", "tcp://h:1/x", "h:1"):
         with pytest.raises(ListenError, match=r"--listen"):
             parse_address(bad)
+
+
+def test_a_store_others_can_write_grants_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    store = TokenStore(state)
+    secret = store.create("ci", expires=None)
+    assert store.check(secret).name == "ci"
+    state.chmod(0o777)  # anyone could now swap tokens.json for one with their own hash
+    assert store.check(secret).name is None
+    with pytest.raises(TokenError, match="not private"):
+        store.check_private()
+    state.chmod(0o700)
+    store.path.chmod(0o620)
+    with pytest.raises(TokenError, match=r"tokens.json is not private"):
+        store.check_private()
+    assert store.check(secret).name is None
+    store.path.chmod(0o600)
+    assert store.check(secret).name == "ci"

@@ -193,6 +193,10 @@ def test_refuses_to_start_without_tls_or_a_live_token(pki: Pki, tmp_path: Path) 
     for bad in ("http://127.0.0.1:1", "tcp://127.0.0.1", "tcp://127.0.0.1:7443/x"):
         wrong = _start(tmp_path, "--listen", bad, *tls)
         assert wrong.returncode == 2 and "tcp://HOST:PORT" in wrong.stderr, wrong.stderr
+    state.chmod(0o775)  # a state dir others may write to: they could add a token
+    loose_store = _start(tmp_path, *listen, *tls)
+    assert loose_store.returncode == 2 and "is not private" in loose_store.stderr
+    state.chmod(0o700)
     no_listen = _start(tmp_path, *tls)
     assert no_listen.returncode == 2 and "are for --listen" in no_listen.stderr
     # None of these served: not even the Unix socket was made.
