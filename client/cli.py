@@ -60,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Run and manage jobs through the txd daemon.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # argparse checks every argument, a component's too, against abbreviations of these
+        # options: with --host, --ca and --client-* a component's `--h` or `--c` would be
+        # "ambiguous". Global options are given in full.
+        allow_abbrev=False,
     )
     p.add_argument("--version", action=_Version)
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
