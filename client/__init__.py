@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         NotFoundError,
         ResourceExhaustedError,
         TxdError,
+        UnauthenticatedError,
         UnavailableError,
         UnimplementedError,
     )
@@ -51,6 +52,7 @@ _WHERE = {
             "NotFoundError",
             "ResourceExhaustedError",
             "TxdError",
+            "UnauthenticatedError",
             "UnavailableError",
             "UnimplementedError",
         ],

@@ -13,6 +13,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
+from txd.client import _tcp
 from txd.client._errors import TxdError, from_rpc_error
 from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
@@ -46,6 +47,12 @@ class AsyncClient:
     except wait(); streams and wait() run until they end unless given a timeout of their own.
     gRPC channels to the same socket share one connection (its global subchannel pool);
     `own_connection` gives this client a connection of its own, as a separate process has.
+
+    `socket` may be `tcp://HOST:PORT`, a daemon's TCP listener (`txd --listen`): TLS with the
+    `token` (else TXD_TOKEN, or the file named by TXD_TOKEN_FILE), the server's CA from `ca`
+    (else TXD_CA, else the system's roots), and a `client_cert` (certificate, key) pair when the
+    listener asks for one (else TXD_CLIENT_CERT and TXD_CLIENT_KEY). Raises ValueError when
+    that cannot be set up (no token, an unreadable file).
     """
 
     def __init__(
@@ -54,8 +61,20 @@ class AsyncClient:
         *,
         timeout: float | None = DEFAULT_TIMEOUT,
         own_connection: bool = False,
+        token: str | None = None,
+        ca: str | Path | None = None,
+        client_cert: tuple[str | Path, str | Path] | None = None,
     ) -> None:
-        self.socket_path = defaults.socket_path(str(socket) if socket else None)
+        self._tcp: grpc.ChannelCredentials | None = None
+        if _tcp.is_tcp(socket):
+            self.target = str(socket)
+            _tcp.address(self.target)  # a bad address fails here, not on the first call
+            cert, key = client_cert or (None, None)
+            self._tcp = _tcp.credentials(token=token, ca=ca, client_cert=cert, client_key=key)
+            self.socket_path = Path()  # there is none: `target` says where the daemon is
+        else:
+            self.socket_path = defaults.socket_path(str(socket) if socket else None)
+            self.target = str(self.socket_path)
         self.timeout = timeout
         self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
@@ -80,9 +99,11 @@ class AsyncClient:
     @property
     def stub(self) -> RunnerStub:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(
-                f"unix:{self.socket_path}", options=[*CHANNEL_OPTIONS, *self._options]
-            )
+            options = [*CHANNEL_OPTIONS, *self._options]
+            if self._tcp is not None:
+                self._channel = _tcp.channel(self.target, self._tcp, options)
+            else:
+                self._channel = grpc.aio.insecure_channel(f"unix:{self.target}", options=options)
             self._stub = RunnerStub(self._channel)
         return self._stub
 

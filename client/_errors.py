@@ -75,6 +75,12 @@ class BackendUnavailableError(UnavailableError):
         self.backend = backend
 
 
+class UnauthenticatedError(TxdError):
+    """A daemon's TCP listener refused the call's token (missing, unknown, revoked or expired)."""
+
+    code = "UNAUTHENTICATED"
+
+
 class DeadlineExceededError(TxdError):
     """The call's timeout ran out."""
 
@@ -102,6 +108,7 @@ _BY_CODE = {
         FailedPreconditionError,
         UnimplementedError,
         UnavailableError,
+        UnauthenticatedError,
         DeadlineExceededError,
         ResourceExhaustedError,
         InternalError,

@@ -63,10 +63,18 @@ class Client:
     running event loop: use AsyncClient there."""
 
     def __init__(
-        self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+        self,
+        socket: str | Path | None = None,
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        token: str | None = None,
+        ca: str | Path | None = None,
+        client_cert: tuple[str | Path, str | Path] | None = None,
     ) -> None:
+        self._async = AsyncClient(
+            socket, timeout=timeout, token=token, ca=ca, client_cert=client_cert
+        )
         self._runner = asyncio.Runner()
-        self._async = AsyncClient(socket, timeout=timeout)
 
     def __enter__(self) -> Client:
         return self

@@ -25,6 +25,9 @@ from txd.client import _exitcodes as exits
 
 EPILOG = (
     exits.TABLE + "\nenvironment:\n  TXD_SOCKET        the daemon's socket (as --socket)\n"
+    "  TXD_HOST          the daemon's address (as --host)\n"
+    "  TXD_TOKEN         a tcp:// daemon's token (or TXD_TOKEN_FILE: a file holding it)\n"
+    "  TXD_CA            a tcp:// daemon's CA (as --ca)\n"
     "  TXD_NO_AUTOSTART  1: as --no-autostart\n"
     "  TXD_DEBUG         1: print an error's traceback too (the exit code stays)\n"
 )
@@ -57,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         description="Run and manage jobs through the txd daemon.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # argparse checks every argument, a component's too, against abbreviations of these
+        # options: with --host, --ca and --client-* a component's `--h` or `--c` would be
+        # "ambiguous". Global options are given in full.
+        allow_abbrev=False,
     )
     p.add_argument("--version", action=_Version)
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
@@ -75,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail instead of starting a daemon when none answers (env TXD_NO_AUTOSTART=1)",
     )
+    _tcp_options(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def cmd(name: str, help: str, json: bool = True) -> argparse.ArgumentParser:
@@ -317,13 +325,63 @@ async def _dispatch(args: argparse.Namespace) -> int:
     from txd.client._async import AsyncClient
     from txd.client._errors import TxdError
 
-    socket_path = await _ensure_daemon(args)
+    host = args.host or os.environ.get("TXD_HOST") or ""
+    if host:
+        client, socket_path = _tcp_client(host, args), host
+    else:
+        socket_path = await _ensure_daemon(args)
+        client = AsyncClient(socket_path, timeout=args.timeout)
     try:
-        async with AsyncClient(socket_path, timeout=args.timeout) as client:
+        async with client:
             return await _COMMANDS[args.command](client, args)
     except TxdError as e:
         message, code = exits.for_error(e, socket_path=socket_path, timeout=args.timeout)
         raise CliError(message, code) from None
+
+
+def _tcp_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--host",
+        metavar="tcp://HOST:PORT",
+        help="a daemon's TCP listener (txd --listen), over TLS with a token (env TXD_HOST)",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="file holding the tcp:// daemon's token (env TXD_TOKEN_FILE, or the token itself "
+        "in TXD_TOKEN; never on the command line)",
+    )
+    p.add_argument("--ca", metavar="PEM", help="the tcp:// daemon's CA (env TXD_CA)")
+    p.add_argument(
+        "--client-cert",
+        metavar="PEM",
+        help="a client certificate for a tcp:// daemon that asks for one (env TXD_CLIENT_CERT)",
+    )
+    p.add_argument("--client-key", metavar="PEM", help="its private key (env TXD_CLIENT_KEY)")
+
+
+def _tcp_client(host: str, args: argparse.Namespace) -> Any:
+    """An AsyncClient for a tcp:// daemon: no socket, no autostart."""
+    from txd.client import _tcp
+    from txd.client._async import AsyncClient
+
+    if not _tcp.is_tcp(host):
+        raise CliError(f"--host {host!r}: expected tcp://HOST:PORT")
+    cert = args.client_cert or os.environ.get(_tcp.CERT_ENV)
+    key = args.client_key or os.environ.get(_tcp.KEY_ENV)
+    if bool(cert) != bool(key):
+        raise CliError("a client certificate needs both --client-cert and --client-key")
+    try:
+        token = _tcp.resolve_token(token_file=args.token_file) if args.token_file else None
+        return AsyncClient(
+            host,
+            timeout=args.timeout,
+            token=token,
+            ca=args.ca,
+            client_cert=(cert, key) if cert and key else None,
+        )
+    except ValueError as e:
+        raise CliError(str(e)) from None
 
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:

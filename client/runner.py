@@ -233,7 +233,7 @@ class Runner:
         return [s.name for s in self._client.schedulers().schedulers if not s.load_error]
 
     def __repr__(self) -> str:
-        return f"Runner(name={self._name}, socket={self._client._async.socket_path})"
+        return f"Runner(name={self._name}, socket={self._client._async.target})"
 
 
 def get_runner(

@@ -56,7 +56,16 @@ def _session(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from importlib.metadata import version
 
-    parser = argparse.ArgumentParser(prog="txd", description="the txd job launcher daemon")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["token"]:
+        from txd.daemon import token_cli
+
+        return token_cli.main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="txd",
+        description="the txd job launcher daemon",
+        epilog="txd token {create,revoke,list}: the tokens --listen accepts (txd token --help)",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('txd')}")
     parser.add_argument(
         "--socket",
@@ -98,6 +107,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SCHEDULER=SECONDS",
         help="short for --set SCHEDULER.poll_interval=SECONDS; repeatable",
     )
+    parser.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="tcp://HOST:PORT",
+        help="also serve on TCP, for clients that cannot use SSH: only with --tls-cert, "
+        "--tls-key and a live token (txd token create); every call needs the token; repeatable",
+    )
+    parser.add_argument("--tls-cert", metavar="PEM", help="--listen's certificate chain")
+    parser.add_argument("--tls-key", metavar="PEM", help="--listen's private key (mode 0600)")
+    parser.add_argument(
+        "--client-ca",
+        metavar="PEM",
+        help="--listen requires client certificates signed by these CAs (besides the token)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
@@ -117,6 +141,24 @@ def main(argv: list[str] | None = None) -> int:
     except config.ConfigError as e:
         pipe.send(f"error: {e}")
         parser.error(str(e))
+    from txd.daemon import tcp
+
+    listen = None
+    if args.listen:
+        try:
+            listen = tcp.prepare(
+                args.listen,
+                args.tls_cert,
+                args.tls_key,
+                args.client_ca,
+                defaults.state_dir(args.state_dir),
+            )
+        except tcp.ListenError as e:
+            pipe.send(f"error: {e}")
+            parser.error(str(e))
+    elif args.tls_cert or args.tls_key or args.client_ca:
+        pipe.send("error: --tls-cert, --tls-key and --client-ca are for --listen")
+        parser.error("--tls-cert, --tls-key and --client-ca are for --listen")
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
     )
@@ -135,13 +177,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.grace,
                 pipe.ready,
                 settings,
+                listen,
             )
         )
     except AlreadyRunning as e:
         return _fatal(pipe, "busy" if e.serving_here else "error", e, 1)
     except JobStoreError as e:
         return _fatal(pipe, "error", e, 1)
-    except (SettingsError, SocketNotPrivate) as e:
+    except (SettingsError, SocketNotPrivate, tcp.ListenError) as e:
         return _fatal(pipe, "error", e, 2)
     return 0
 

@@ -18,7 +18,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from txd import defaults
-from txd.daemon import reflection, wire
+from txd.daemon import reflection, tcp, wire
 from txd.daemon.core import JobService
 from txd.daemon.servicer import RunnerServicer
 from txd.daemon.tasks import Tasks
@@ -135,20 +135,47 @@ SERVER_OPTIONS = [
 ]
 
 
+def _add_services(server: grpc.aio.Server, service: JobService, health: HealthServicer) -> None:
+    wire.add_runner(RunnerServicer(service), server)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
+
+
 async def create_server(
     service: JobService, socket_path: Path
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    wire.add_runner(RunnerServicer(service), server)
     health = HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
+    _add_services(server, service, health)
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
     os.chmod(socket_path, 0o600)  # the folder decides; this still holds if it is opened later
     for name in ("", SERVICE):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     return server, health
+
+
+# The TCP listener may face strangers: gRPC's default limits on waiting calls stay (not the Unix
+# socket's); the message sizes are the same. gRPC binds with SO_REUSEPORT by default, so a
+# second daemon (any process of the user's) could bind the same port and take half of its
+# connections: a port in use must be a refusal.
+TCP_SERVER_OPTIONS = [*SERVER_OPTIONS[2:], ("grpc.so_reuseport", 0)]
+
+
+async def create_tcp_server(
+    service: JobService, health: HealthServicer, listen: tcp.TcpListen
+) -> grpc.aio.Server:
+    """The same services as the Unix socket's, behind TLS and the token check."""
+    server = tcp.server(listen, TCP_SERVER_OPTIONS)
+    _add_services(server, service, health)
+    bound = tcp.bind(server, listen)
+    await server.start()
+    log.info(
+        "txd serving on %s (TLS%s, tokens)",
+        ", ".join(bound),
+        ", client certificates" if listen.client_ca else "",
+    )
+    return server
 
 
 async def serve(
@@ -158,6 +185,7 @@ async def serve(
     grace: float,
     on_ready: Callable[[], None] | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
+    listen: tcp.TcpListen | None = None,
 ) -> None:
     """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
     stopped and recorded, status feeds stopped, in-flight calls given `grace` seconds, the
@@ -176,7 +204,7 @@ async def serve(
                 tasks = Tasks(group)
                 try:
                     service = JobService.open(state_dir, session, settings, tasks=tasks)
-                    await _serve(service, socket_path, state_dir, grace, on_ready)
+                    await _serve(service, socket_path, state_dir, grace, on_ready, listen)
                 finally:
                     tasks.cancel_all()
         except BaseExceptionGroup as group_error:
@@ -200,9 +228,17 @@ async def _serve(
     state_dir: Path,
     grace: float,
     on_ready: Callable[[], None] | None,
+    listen: tcp.TcpListen | None = None,
 ) -> None:
     await service.start()
     server, health = await create_server(service, socket_path)
+    servers = [server]
+    if listen is not None:
+        try:
+            servers.append(await create_tcp_server(service, health, listen))
+        except BaseException:
+            await server.stop(None)
+            raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -216,4 +252,5 @@ async def _serve(
         await health.enter_graceful_shutdown()
         await service.shutdown(grace)
     finally:
-        await server.stop(grace)  # calls still running (waits, log follows) get `grace` seconds
+        # calls still running (waits, log follows) get `grace` seconds
+        await asyncio.gather(*(each.stop(grace) for each in servers))

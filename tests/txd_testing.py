@@ -75,7 +75,8 @@ def unique(prefix: str) -> str:
 def clean_env(**extra: str) -> dict[str, str]:
     """This process's environment without the txd variables that would redirect clients or
     configure daemons (a user's own txd.toml is never read: XDG_CONFIG_HOME points nowhere)."""
-    drop = ("TXD_SOCKET", "TXD_NO_AUTOSTART", "TXD_CONFIG")
+    drop = ("TXD_SOCKET", "TXD_NO_AUTOSTART", "TXD_CONFIG", "TXD_HOST", "TXD_TOKEN")
+    drop += ("TXD_TOKEN_FILE", "TXD_CA", "TXD_CLIENT_CERT", "TXD_CLIENT_KEY")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["XDG_CONFIG_HOME"] = "/nonexistent/txd-tests"
     env.update(extra)

@@ -31,6 +31,7 @@ from benchmarks.areas import (
     slurm,
     soak,
     submit,
+    tcp,
     watchmem,
 )
 from benchmarks.common import BENCH_DIR, HEADER, log
@@ -52,6 +53,7 @@ ALL = (
     "k8s",
     "aws",
     "load",
+    "tcp",
 )
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
@@ -93,6 +95,9 @@ async def amain(ctx: Context) -> None:
     if "load" in only:
         log("load: the load test's run, bigger (tests/load/load_testing.py)")
         await load.run(ctx)
+    if "tcp" in only:
+        log("tcp: the TCP listener (TLS, a token) next to the Unix socket, one daemon")
+        await tcp.run(ctx)
     if "soak" in only:
         await soak.run(ctx)
     if "rss" in only:

@@ -1,0 +1,497 @@
+"""The opt-in TCP listener (`txd --listen tcp://...`), tried as an attacker on the same host would:
+a real txd on loopback with certificates made here, reached by raw gRPC calls (every kind:
+unary, server stream, health, reflection, a method that does not exist), by txctl and by the
+Python client. Loopback gets no exemption: every test here connects from 127.0.0.1.
+
+The certificates are made with `cryptography` (installed with asyncssh, a dependency of the
+slurm and lsf extras); the module is skipped where it is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2
+from txd.v1 import runner_pb2 as pb
+from txd.v1.runner_pb2_grpc import RunnerStub
+from txd_testing import (
+    TXCTL,
+    Daemon,
+    clean_env,
+    log_alarms,
+    remove_tree,
+    short_tmpdir,
+)
+
+pytest.importorskip("cryptography")
+from tls_testing import Pair, Pki, make_pki
+
+TIMEOUT = 30
+SERVING = re.compile(r"txd serving on (tcp://127\.0\.0\.1:\d+)")
+
+
+@pytest.fixture(scope="module")
+def pki() -> Iterator[Pki]:
+    folder = short_tmpdir("txdt-pki-")
+    try:
+        yield make_pki(folder)
+    finally:
+        remove_tree(folder)
+
+
+# -- the daemon -------------------------------------------------------------------------------
+
+
+def txd_cli(*args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "txd.daemon", *args],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=TIMEOUT,
+    )
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def create_token(state_dir: Path, name: str, *extra: str) -> str:
+    proc = txd_cli("token", "create", "--name", name, "--state-dir", str(state_dir), *extra)
+    secret = proc.stdout.strip()
+    assert re.fullmatch(r"txd_[A-Za-z0-9_-]{43}", secret), proc.stdout
+    assert secret not in proc.stderr
+    return secret
+
+
+def expired_token(state_dir: Path, name: str) -> str:
+    """A token whose expiry has passed (the CLI refuses to make one: the store does not)."""
+    from txd.daemon.tokens import TokenStore
+
+    return TokenStore(state_dir).create(name, expires=time.time() - 1)
+
+
+@dataclass
+class TcpDaemon:
+    daemon: Daemon
+    url: str  # tcp://127.0.0.1:PORT
+    tokens: dict[str, str]  # name -> secret
+    pki: Pki
+
+    @property
+    def address(self) -> str:
+        return self.url.removeprefix("tcp://")
+
+    def channel(self, cert: Pair | None = None) -> grpc.Channel:
+        tls = grpc.ssl_channel_credentials(
+            root_certificates=self.pki.ca.read_bytes(),
+            private_key=cert.key.read_bytes() if cert else None,
+            certificate_chain=cert.cert.read_bytes() if cert else None,
+        )
+        return grpc.secure_channel(self.address, tls)
+
+    def txctl(
+        self, *args: str, token_file: Path | None = None, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        extra = {"TXD_CA": str(self.pki.ca), **env}
+        if token_file is not None:
+            extra["TXD_TOKEN_FILE"] = str(token_file)
+        return subprocess.run(
+            [*TXCTL, "--host", self.url, *args],
+            capture_output=True,
+            text=True,
+            env=self.daemon.txctl_env(**extra),
+            cwd=self.daemon.home,
+            timeout=TIMEOUT,
+        )
+
+    def token_file(self, name: str) -> Path:
+        path = self.daemon.root / f"{name}.token"
+        path.write_text(self.tokens[name] + "\n")
+        path.chmod(0o600)
+        return path
+
+
+def start_tcp_daemon(root: Path, pki: Pki, *extra: str, names: tuple[str, ...]) -> TcpDaemon:
+    d = Daemon(root)
+    tokens = {name: create_token(d.state_dir, name) for name in names}
+    tokens["expired"] = expired_token(d.state_dir, "expired")
+    d.args = [
+        "--listen",
+        "tcp://127.0.0.1:0",
+        "--tls-cert",
+        str(pki.server.cert),
+        "--tls-key",
+        str(pki.server.key),
+        *extra,
+    ]
+    d.start()
+    found = SERVING.search(d.log())
+    assert found, d.log()
+    return TcpDaemon(d, found[1], tokens, pki)
+
+
+@pytest.fixture(scope="module")
+def tcpd(pki: Pki) -> Iterator[TcpDaemon]:
+    root = short_tmpdir("txdt-tcp-")
+    t = start_tcp_daemon(root, pki, names=("ci", "doomed", "notebook"))
+    try:
+        yield t
+    finally:
+        t.daemon.close()
+        log = t.daemon.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+
+
+# -- refusing to start ------------------------------------------------------------------------
+
+
+def _start(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return txd_cli(
+        "--socket", str(tmp / "run" / "txd.sock"), "--state-dir", str(tmp / "state"), *args,
+        check=None,
+    )  # fmt: skip
+
+
+def test_refuses_to_start_without_tls_or_a_live_token(pki: Pki, tmp_path: Path) -> None:
+    listen = ("--listen", "tcp://127.0.0.1:0")
+    tls = ("--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key))
+    state = tmp_path / "state"
+
+    no_tls = _start(tmp_path, *listen)
+    assert no_tls.returncode == 2 and "--listen needs TLS" in no_tls.stderr, no_tls.stderr
+    no_token = _start(tmp_path, *listen, *tls)
+    assert no_token.returncode == 2, no_token.stderr
+    assert "at least one live token" in no_token.stderr and "txd token create" in no_token.stderr
+    expired_token(state, "old")  # an expired token is no token
+    only_expired = _start(tmp_path, *listen, *tls)
+    assert only_expired.returncode == 2 and "live token" in only_expired.stderr
+
+    create_token(state, "ci")
+    half = _start(tmp_path, *listen, "--tls-cert", str(pki.server.cert))
+    assert half.returncode == 2 and "--tls-key" in half.stderr
+    loose = tmp_path / "loose.key"
+    loose.write_bytes(pki.server.key.read_bytes())
+    loose.chmod(0o644)
+    shared_key = _start(
+        tmp_path, *listen, "--tls-cert", str(pki.server.cert), "--tls-key", str(loose)
+    )
+    assert shared_key.returncode == 2 and "chmod 600" in shared_key.stderr, shared_key.stderr
+    for bad in ("http://127.0.0.1:1", "tcp://127.0.0.1", "tcp://127.0.0.1:7443/x"):
+        wrong = _start(tmp_path, "--listen", bad, *tls)
+        assert wrong.returncode == 2 and "tcp://HOST:PORT" in wrong.stderr, wrong.stderr
+    state.chmod(0o775)  # a state dir others may write to: they could add a token
+    loose_store = _start(tmp_path, *listen, *tls)
+    assert loose_store.returncode == 2 and "is not private" in loose_store.stderr
+    state.chmod(0o700)
+    no_listen = _start(tmp_path, *tls)
+    assert no_listen.returncode == 2 and "are for --listen" in no_listen.stderr
+    # None of these served: not even the Unix socket was made.
+    assert not (tmp_path / "run" / "txd.sock").exists()
+
+
+# -- every kind of call needs a live token ----------------------------------------------------
+
+
+def _calls(ch: grpc.Channel) -> dict[str, Callable[[list[tuple[str, str]]], Any]]:
+    """One call of each kind, each run to its end with the given metadata."""
+    runner, health = RunnerStub(ch), health_pb2_grpc.HealthStub(ch)
+
+    def reflect(service: str) -> Callable[[list[tuple[str, str]]], Any]:
+        method = ch.stream_stream(
+            f"/{service}/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        ask = reflection_pb2.ServerReflectionRequest(list_services="")
+        return lambda md: list(method(iter([ask]), metadata=md, timeout=TIMEOUT))
+
+    missing = ch.unary_unary("/txd.v1.Runner/NoSuchMethod")
+    handle = "local_cwd://txd/x"
+    return {
+        "unary List": lambda md: runner.List(pb.ListRequest(), metadata=md, timeout=TIMEOUT),
+        "server stream Logs": lambda md: list(
+            runner.Logs(pb.LogsRequest(app_handle=handle), metadata=md, timeout=TIMEOUT)
+        ),
+        "server stream Watch": lambda md: next(
+            iter(runner.Watch(pb.WatchRequest(app_handle=handle), metadata=md, timeout=TIMEOUT))
+        ),
+        "health Check": lambda md: health.Check(
+            health_pb2.HealthCheckRequest(), metadata=md, timeout=TIMEOUT
+        ),
+        "health Watch": lambda md: next(
+            iter(health.Watch(health_pb2.HealthCheckRequest(), metadata=md, timeout=TIMEOUT))
+        ),
+        "reflection v1": reflect("grpc.reflection.v1.ServerReflection"),
+        "reflection v1alpha": reflect("grpc.reflection.v1alpha.ServerReflection"),
+        "unknown method": lambda md: missing(b"", metadata=md, timeout=TIMEOUT),
+    }
+
+
+BAD = {
+    "missing": lambda t: [],
+    "wrong": lambda t: [("authorization", "Bearer txd_" + "A" * 43)],
+    "expired": lambda t: [("authorization", f"Bearer {t['expired']}")],
+    "not bearer": lambda t: [("authorization", f"Basic {t['ci']}")],
+    "twice": lambda t: [("authorization", f"Bearer {t['ci']}"), ("authorization", "Bearer x")],
+    "forwarded from loopback": lambda t: [
+        ("x-forwarded-for", "127.0.0.1"),
+        ("x-real-ip", "127.0.0.1"),
+    ],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_every_rpc_kind_refuses_a_bad_token(tcpd: TcpDaemon, kind: str) -> None:
+    metadata = BAD[kind](tcpd.tokens)
+    with tcpd.channel() as ch:
+        for name, call in _calls(ch).items():
+            with pytest.raises(grpc.RpcError) as info:
+                call(metadata)
+            err = info.value
+            assert err.code() == grpc.StatusCode.UNAUTHENTICATED, (kind, name, err)
+            for secret in tcpd.tokens.values():
+                assert secret not in (err.details() or ""), (kind, name)
+            assert "A" * 43 not in (err.details() or "")
+
+
+def test_a_good_token_reaches_every_rpc_kind(tcpd: TcpDaemon) -> None:
+    good = [("authorization", f"Bearer {tcpd.tokens['notebook']}")]
+    with tcpd.channel() as ch:
+        calls = _calls(ch)
+        assert calls["unary List"](good) is not None
+        assert calls["health Check"](good).status == health_pb2.HealthCheckResponse.SERVING
+        assert calls["health Watch"](good).status == health_pb2.HealthCheckResponse.SERVING
+        for version in ("v1", "v1alpha"):
+            (answer,) = calls[f"reflection {version}"](good)
+            names = {s.name for s in answer.list_services_response.service}
+            assert "txd.v1.Runner" in names
+        for name in ("server stream Logs", "unknown method"):
+            with pytest.raises(grpc.RpcError) as info:
+                calls[name](good)  # past the door: the handler's own answer
+            assert info.value.code() in (
+                grpc.StatusCode.NOT_FOUND,
+                grpc.StatusCode.UNIMPLEMENTED,
+            ), (name, info.value)
+
+
+def test_a_plaintext_client_gets_no_answer(tcpd: TcpDaemon) -> None:
+    good = [("authorization", f"Bearer {tcpd.tokens['ci']}")]
+    with grpc.insecure_channel(tcpd.address) as ch, pytest.raises(grpc.RpcError) as info:
+        health_pb2_grpc.HealthStub(ch).Check(
+            health_pb2.HealthCheckRequest(), metadata=good, timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+    # Byte by byte: HTTP/2's preface in clear gets no HTTP/2 frame back, only TLS's refusal (an
+    # alert record, 0x15) or nothing.
+    host, _, port = tcpd.address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\4\0\0\0\0\0")
+        reply = b""
+        with contextlib.suppress(ConnectionError):
+            while chunk := raw.recv(4096):
+                reply += chunk
+    assert reply == b"" or reply[0] == 0x15, reply[:40]
+
+
+# -- txctl and the Python client --------------------------------------------------------------
+
+
+def test_txctl_runs_and_follows_a_job_over_tcp_and_the_token_stays_secret(
+    tcpd: TcpDaemon,
+) -> None:
+    token_file = tcpd.token_file("ci")
+    secret = tcpd.tokens["ci"]
+    gate = tcpd.daemon.root / "gate"
+    # line-1, then (at most 60 s) until the test opens the gate, then line-2 and line-3.
+    script = (
+        f"echo line-1; i=0; while [ ! -e {gate} ] && [ $i -lt 600 ]; do sleep 0.1; "
+        "i=$((i+1)); done; echo line-2; echo line-3"
+    )
+    run = tcpd.txctl("run", "utils.sh", "sh", "-c", script, token_file=token_file)
+    assert run.returncode == 0, run.stderr
+    handle = run.stdout.strip().splitlines()[-1]
+    assert handle.startswith("local_cwd://txd/"), run.stdout
+
+    # `logs -f` follows over TCP; while it does, `ps` shows its command line: no token in it.
+    follow = subprocess.Popen(
+        [*TXCTL, "--host", tcpd.url, "--token-file", str(token_file), "logs", "-f", handle],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=tcpd.daemon.txctl_env(TXD_CA=str(tcpd.pki.ca)),
+    )
+    try:
+        assert follow.stdout is not None
+        assert follow.stdout.readline().split()[-1] == "line-1"
+        ps = subprocess.run(
+            ["ps", "-ww", "-o", "args=", "-p", str(follow.pid)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        gate.touch()
+        out, err = follow.communicate(timeout=TIMEOUT)
+    finally:
+        gate.touch()
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
+    assert [line.split()[-1] for line in out.splitlines()] == ["line-2", "line-3"]
+    assert "logs -f" in ps.stdout and "--token-file" in ps.stdout, ps.stdout
+    assert secret not in ps.stdout
+
+    status = tcpd.txctl("status", "--json", handle, token_file=token_file)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["state"] == "SUCCEEDED"
+    # The same through the token in TXD_TOKEN.
+    listed = tcpd.txctl("list", TXD_TOKEN=secret)
+    assert listed.returncode == 0 and handle in listed.stdout, listed.stderr
+
+    # The secret is nowhere the daemon writes: its log, the job store, the job's logs.
+    state = tcpd.daemon.state_dir
+    for path in [tcpd.daemon.log_path, *state.rglob("*")]:
+        if path.is_file() and path.name != "tokens.json":
+            assert secret.encode() not in path.read_bytes(), path
+    store = (state / "tokens.json").read_text()
+    assert secret not in store and "last_used" in store
+    assert oct((state / "tokens.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_txctl_refused_token_exit_3_without_the_token(tcpd: TcpDaemon, tmp_path: Path) -> None:
+    wrong = "txd_" + "B" * 43
+    proc = tcpd.txctl("list", TXD_TOKEN=wrong)
+    assert proc.returncode == 3, proc.stderr
+    assert "refused the call" in proc.stderr and "not valid" in proc.stderr
+    assert wrong not in proc.stderr + proc.stdout
+    expired = tcpd.txctl("list", TXD_TOKEN=tcpd.tokens["expired"])
+    assert expired.returncode == 3 and "expired" in expired.stderr, expired.stderr
+    none = tcpd.txctl("list")
+    assert none.returncode == 2 and "needs a token" in none.stderr, none.stderr
+    no_ca = tcpd.txctl("list", TXD_TOKEN=tcpd.tokens["ci"], TXD_CA="")
+    assert no_ca.returncode == 3, no_ca.stderr  # a server the system's roots do not trust
+
+
+def test_revocation_and_new_tokens_count_on_a_running_daemon(tcpd: TcpDaemon) -> None:
+    state = str(tcpd.daemon.state_dir)
+    doomed = tcpd.token_file("doomed")
+    assert tcpd.txctl("list", token_file=doomed).returncode == 0
+    txd_cli("token", "revoke", "doomed", "--state-dir", state)
+    refused = tcpd.txctl("list", token_file=doomed)
+    assert refused.returncode == 3 and "unknown or revoked" in refused.stderr, refused.stderr
+    fresh = create_token(tcpd.daemon.state_dir, "fresh", "--expires", "1h")
+    assert tcpd.txctl("list", TXD_TOKEN=fresh).returncode == 0
+    listing = txd_cli("token", "list", "--json", "--state-dir", state).stdout
+    rows = {row["name"]: row for row in json.loads(listing)["tokens"]}
+    assert "doomed" not in rows and rows["fresh"]["last_used"] is not None
+    assert rows["expired"]["expired"] is True
+    text = txd_cli("token", "list", "--state-dir", state).stdout
+    assert "fresh" in text and "(expired)" in text
+    for secret in (*tcpd.tokens.values(), fresh):
+        assert secret not in listing + text
+    txd_cli("token", "revoke", "fresh", "--state-dir", state)
+
+
+async def test_python_client_over_tcp(tcpd: TcpDaemon) -> None:
+    from txd.client import AsyncClient, UnauthenticatedError
+
+    async with AsyncClient(tcpd.url, token=tcpd.tokens["ci"], ca=tcpd.pki.ca) as c:
+        assert isinstance(await c.list(), list)
+    async with AsyncClient(tcpd.url, token="txd_nope", ca=tcpd.pki.ca) as c:
+        with pytest.raises(UnauthenticatedError):
+            await c.list()
+    with pytest.raises(ValueError, match="needs a token"):
+        AsyncClient(tcpd.url, ca=tcpd.pki.ca)
+
+
+def test_the_unix_socket_still_needs_no_token(tcpd: TcpDaemon) -> None:
+    proc = tcpd.daemon.txctl("list")
+    assert proc.returncode == 0, proc.stderr
+
+
+# -- client certificates ----------------------------------------------------------------------
+
+
+def test_client_certificate_required(pki: Pki) -> None:
+    root = short_tmpdir("txdt-mtls-")
+    t = start_tcp_daemon(root, pki, "--client-ca", str(pki.client_ca), names=("ci",))
+    good = [("authorization", f"Bearer {t.tokens['ci']}")]
+    try:
+        for cert in (None, pki.stranger):  # no certificate, or one no CA here signed
+            with t.channel(cert) as ch:
+                with pytest.raises(grpc.RpcError) as info:
+                    RunnerStub(ch).List(pb.ListRequest(), metadata=good, timeout=10)
+                assert info.value.code() == grpc.StatusCode.UNAVAILABLE, info.value
+        with t.channel(pki.client) as ch:
+            assert RunnerStub(ch).List(pb.ListRequest(), metadata=good, timeout=10) is not None
+            with pytest.raises(grpc.RpcError) as info:  # the certificate is not a token
+                RunnerStub(ch).List(pb.ListRequest(), timeout=10)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        token_file = t.token_file("ci")
+        ok = t.txctl(
+            "--client-cert", str(pki.client.cert), "--client-key", str(pki.client.key), "list",
+            token_file=token_file,
+        )  # fmt: skip
+        assert ok.returncode == 0, ok.stderr
+        assert t.txctl("list", token_file=token_file).returncode == 3
+    finally:
+        t.daemon.close()
+        log = t.daemon.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+    assert "client certificates" in log
+
+
+# -- shutdown ---------------------------------------------------------------------------------
+
+
+def test_sigterm_ends_open_tcp_streams_and_the_daemon(pki: Pki) -> None:
+    from txd.client import Client, TxdError
+
+    root = short_tmpdir("txdt-tcp-stop-")
+    t = start_tcp_daemon(root, pki, names=("ci",))
+    try:
+        with Client(t.url, token=t.tokens["ci"], ca=pki.ca) as c:
+            handle = c.run(_sleeper())
+            statuses = c.watch(handle)
+            next(statuses)  # the stream is open over TCP
+            assert t.daemon.stop() == 0  # raises if the daemon did not exit in time
+            # The stream ends with the daemon (its last statuses, or an error), never hangs.
+            with contextlib.suppress(TxdError):
+                for _ in statuses:
+                    pass
+    finally:
+        t.daemon.close()
+        log = t.daemon.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
+
+
+def _sleeper() -> Any:
+    from txd_testing import sh_app
+
+    return sh_app("sleep 60", name="sleeper")
+
+
+def test_a_port_in_use_is_a_clear_refusal(tcpd: TcpDaemon, pki: Pki, tmp_path: Path) -> None:
+    create_token(tmp_path / "state", "ci")
+    tls = ("--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key))
+    proc = _start(tmp_path, "--listen", tcpd.url, *tls)
+    assert proc.returncode == 2, proc.stderr
+    assert f"cannot listen on {tcpd.url}" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "txd.sock").exists()  # removed on the way out
