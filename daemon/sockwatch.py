@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -30,13 +31,14 @@ CHECK_INTERVAL = 1.0
 Served = tuple[grpc.aio.Server, HealthServicer]
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of what sits at `path` now, None when nothing does."""
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """(device, inode, file type) of what sits at `path` now, None when nothing does (the
+    type too: a file made after the socket's removal may get its inode number)."""
     try:
         st = path.lstat()
     except OSError:
         return None
-    return st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode)
 
 
 class Listeners:
@@ -54,7 +56,7 @@ class Listeners:
         self._claim = claim
         self._start = start
         self.served: list[Served] = []
-        self._bound: tuple[int, int] | None = None
+        self._bound: tuple[int, int, int] | None = None
         self._reported = ""  # the last problem logged, so that each is logged once
         self.rebinds = 0
         self._closed = False

@@ -142,6 +142,16 @@ def test_foreign_file_at_the_path_is_never_removed(daemon: Daemon, owner: str) -
     assert txctl(daemon, "list").returncode == 0
 
 
+def test_foreign_file_outlives_the_daemon(daemon: Daemon) -> None:
+    """Stopping the daemon removes its own socket only, never what replaced it."""
+    logged = len(daemon.log())
+    daemon.socket.unlink()
+    daemon.socket.write_text("not txd's\n")
+    until_logged(daemon, "cannot serve there again yet", logged)
+    assert daemon.stop() == 0
+    assert daemon.socket.read_text() == "not txd's\n"
+
+
 def test_folder_replaced_by_another_users_is_named(daemon: Daemon) -> None:
     if os.geteuid() != 0:
         pytest.skip("giving a folder to another uid needs root")
