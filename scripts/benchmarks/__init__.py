@@ -39,6 +39,8 @@ module each under areas/:
   load    the load test's run (tests/load/load_testing.py), bigger: 5,000 local jobs, 200
           callers, 100 followed logs (20 read slowly, 16 MiB each); every log checked by
           sha256; Status p50/p99, peak RSS and fds, jobs/s (--quick: the test's 2,000 jobs)
+  socket  a fresh daemon's socket folder removed -> it answers there again (goal: 2 s; it
+          checks every second), and `txctl where` wall time
   soak    only when named: --soak-minutes (10) of submissions (followed, cancelled, failed,
           each deleted after) at --soak-rate jobs/s beside 20 callers; RSS and open fds
           sampled every 10 s, their slope over the second half flagged when it grows

@@ -30,6 +30,7 @@ from benchmarks.areas import (
     rss,
     slurm,
     soak,
+    socket,
     submit,
     watchmem,
 )
@@ -52,6 +53,7 @@ ALL = (
     "k8s",
     "aws",
     "load",
+    "socket",
 )
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
@@ -95,6 +97,10 @@ async def amain(ctx: Context) -> None:
         await load.run(ctx)
     if "soak" in only:
         await soak.run(ctx)
+    if "socket" in only:
+        log("socket: a removed socket folder recovered, fresh daemon")
+        with res.section():
+            await socket.run(ctx)
     if "rss" in only:
         with res.section():
             await rss.run(ctx)
