@@ -58,7 +58,7 @@ class Listeners:
         self.served: list[Served] = []
         self._bound: tuple[int, int, int] | None = None
         self._reported = ""  # the last problem logged, so that each is logged once
-        self.rebinds = 0
+        self._stopping = False  # shutting down: no new server
         self._closed = False
 
     async def first(self) -> None:
@@ -72,8 +72,8 @@ class Listeners:
 
     async def check(self) -> bool:
         """Rebinds when the socket is lost; True when the daemon serves on the path after it."""
-        if self._closed or not self.lost():
-            return not self._closed
+        if self._stopping or not self.lost():
+            return not self._stopping
         try:
             self._claim(self.path)
         except Exception as e:  # SocketNotPrivate, SocketBlocked, AlreadyRunning, OSError
@@ -83,12 +83,11 @@ class Listeners:
             )
             return False
         served = await self._start(self.path)
-        if self._closed:  # the daemon began to stop meanwhile
+        if self._stopping:  # the daemon began to stop meanwhile
             await served[0].stop(None)
             return False
         self.served.append(served)
         self._bound = _identity(self.path)
-        self.rebinds += 1
         self._reported = ""
         log.warning(
             "the socket %s was removed or replaced: serving there again (open calls go on)",
@@ -111,6 +110,8 @@ class Listeners:
                 log.exception("serving again on %s failed", self.path)
 
     async def enter_graceful_shutdown(self) -> None:
+        """Health NOT_SERVING on every server; no new server from here on."""
+        self._stopping = True
         for _, health in self.served:
             await health.enter_graceful_shutdown()
 
@@ -119,7 +120,7 @@ class Listeners:
         enough; a second call returns at once."""
         if self._closed:
             return
-        self._closed = True
+        self._stopping = self._closed = True
         await asyncio.gather(*(server.stop(grace) for server, _ in self.served))
         if self._bound is not None and _identity(self.path) == self._bound:
             os.unlink(self.path)  # ours: a later daemon finds no leftover
