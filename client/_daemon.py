@@ -108,7 +108,11 @@ def start_daemon(path: Path, state_dir: Path) -> int | None:
         # give it until START_TIMEOUT (a start-up race only, so a short poll is fine).
         if _until_listening(path, START_TIMEOUT):
             return None
-        raise RuntimeError(f"{why}, but nothing answers on {path}")
+        raise RuntimeError(
+            f"{why}, but nothing answers on {path} within {START_TIMEOUT:g}s: see why in "
+            f"{log_path}; if that txd is stuck, stop it (its jobs stay in the state dir) and "
+            "run the command again"
+        )
     if kind == "error":
         raise RuntimeError(why)
     if is_listening(path):  # died for some other reason, yet another daemon serves here
