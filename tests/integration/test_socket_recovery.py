@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -139,6 +140,25 @@ def test_foreign_file_at_the_path_is_never_removed(daemon: Daemon, owner: str) -
 
     # Once the user moves it away, the daemon serves there again.
     daemon.socket.unlink()
+    assert txctl(daemon, "list").returncode == 0
+
+
+def test_a_daemon_that_does_not_come_back_is_named(daemon: Daemon) -> None:
+    """A stopped (SIGSTOP) daemon cannot bind again: txctl waits its 5 s, then says what is
+    wrong and what to do, never "already running"; once the daemon runs on, txctl works."""
+    daemon.socket.unlink()
+    os.kill(daemon.pid, signal.SIGSTOP)
+    try:
+        proc = txctl(daemon, "list")
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    assert proc.returncode == 3, proc.stderr
+    assert (
+        f"txd (pid {daemon.pid}) serves the state dir {daemon.state_dir}, but its socket "
+        f"{daemon.socket} is gone, and txd did not re-create it within 5s" in proc.stderr
+    ), proc.stderr
+    assert f"see why in {daemon.state_dir / 'txd.log'}" in proc.stderr
+    assert "already running" not in proc.stderr
     assert txctl(daemon, "list").returncode == 0
 
 
