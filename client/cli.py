@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
     p.add_argument(
         "--state-dir",
-        help="state dir of a daemon txctl starts (env TXD_STATE_DIR; default per user)",
+        help="state dir of a daemon txctl starts, or waits for when its socket was removed "
+        "(env TXD_STATE_DIR; default per user)",
     )
     p.add_argument(
         "--timeout",
