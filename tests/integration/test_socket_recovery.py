@@ -218,6 +218,14 @@ def test_where_names_the_daemon(daemon: Daemon) -> None:
     second = json.loads(txctl(daemon, "where", "--json").stdout)
     assert second["uptime_seconds"] >= first["uptime_seconds"]
     assert second["started"] == first["started"]
+    with Client(daemon.socket) as client:  # the Python client's where(): the same daemon
+        where = client.where()
+    assert (where.pid, where.host, where.state_dir) == (
+        daemon.pid,
+        first["host"],
+        first["state_dir"],
+    )
+    assert where.uptime.ToNanoseconds() > 0
 
     text = txctl(daemon, "where").stdout
     for name, value in [
