@@ -327,6 +327,13 @@ class AsyncClient:
     async def runopts(self, scheduler: str = "") -> builtins.list[RunOpt]:
         return list((await self._call("RunOpts", pb.RunOptsRequest(scheduler=scheduler))).opts)
 
+    # -- the daemon ------------------------------------------------------------------------
+
+    async def where(self) -> pb.WhereResponse:
+        """Which daemon answers: its host, socket, state dir, version, pid, user, start time
+        and uptime."""
+        return await self._call("Where", pb.WhereRequest())
+
 
 def _appdef(app: AppDef) -> AppDef:
     """app itself, or the txd AppDef of a torchx.specs.AppDef (torchx loaded only then)."""

@@ -6,6 +6,7 @@ import contextlib
 import os
 import select
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -13,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 START_TIMEOUT = 15.0
+# How long a client waits for a live daemon to bind its removed socket again (it checks its
+# socket every second: txd.daemon.sockwatch).
+RECOVER_WAIT = 5.0
 
 
 def is_listening(path: Path) -> bool:
@@ -104,7 +108,11 @@ def start_daemon(path: Path, state_dir: Path) -> int | None:
         # give it until START_TIMEOUT (a start-up race only, so a short poll is fine).
         if _until_listening(path, START_TIMEOUT):
             return None
-        raise RuntimeError(f"{why}, but nothing answers on {path}")
+        raise RuntimeError(
+            f"{why}, but nothing answers on {path} within {START_TIMEOUT:g}s: see why in "
+            f"{log_path}; if that txd is stuck, stop it (its jobs stay in the state dir) and "
+            "run the command again"
+        )
     if kind == "error":
         raise RuntimeError(why)
     if is_listening(path):  # died for some other reason, yet another daemon serves here
@@ -137,3 +145,79 @@ def _until_listening(path: Path, timeout: float) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def serving_record(state_dir: Path) -> tuple[int, str] | None:
+    """(pid, socket) of the daemon that holds `state_dir`, as its lock file names them, when
+    that process is alive on this host; None otherwise. The one place the client reads the
+    lock file (txd.daemon.server._lock_state_dir writes it)."""
+    try:
+        text = (state_dir / "txd.lock").read_text(errors="replace")
+    except OSError:
+        return None
+    pid_text, _, sock = text.partition("\n")
+    try:
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass  # alive, another user's: its cmdline below says whether it is a txd
+    with contextlib.suppress(OSError):  # a reused pid is no txd
+        if b"txd" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+    return pid, sock.strip()
+
+
+def until_back(path: Path, state_dir: Path) -> str | None:
+    """When the daemon holding `state_dir` serves `path` but `path` does not answer (its file
+    or folder was removed, say at logout): waits up to RECOVER_WAIT seconds for the daemon to
+    bind it again. None once it answers; "" when no live daemon names `path` (start one);
+    else what is wrong and what to do, for the user."""
+    record = serving_record(state_dir)
+    if record is None or record[1] != str(path):
+        return ""
+    pid = record[0]
+    head = f"txd (pid {pid}) serves the state dir {state_dir}, but its socket {path}"
+    blocked = blocking(path)
+    if blocked:
+        return (
+            f"{head} is taken: {blocked}. txd never removes it: remove it or move it away, "
+            "and txd serves there again within a few seconds"
+        )
+    if _until_listening(path, RECOVER_WAIT):
+        return None
+    return (
+        f"{head} is gone, and txd did not re-create it within {RECOVER_WAIT:g}s (it checks "
+        f"every second): try again; if it still fails, see why in {state_dir / 'txd.log'}, or "
+        f"stop that txd (kill {pid}; its jobs stay in the state dir) and run the command again"
+    )
+
+
+def blocking(path: Path) -> str:
+    """What sits at the socket's path (or in place of its folder) that txd will not remove:
+    another user's file, or a file that is no socket; "" when nothing does."""
+    uid = os.geteuid()
+    folder = path.parent
+    with contextlib.suppress(OSError):
+        st = folder.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            return f"its folder {folder} is now {_kind(st)}"
+    with contextlib.suppress(OSError):
+        st = path.lstat()
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != uid:
+            return f"{path} is now {_kind(st)}"
+    return ""
+
+
+def _kind(st: os.stat_result) -> str:
+    """ "a regular file of uid 1001", "a folder (yours)" ..."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISFIFO, "a named pipe"),
+    )
+    kind = next((name for test, name in kinds if test(st.st_mode)), "a special file")
+    return f"{kind} (yours)" if st.st_uid == os.geteuid() else f"{kind} of uid {st.st_uid}"

@@ -206,3 +206,35 @@ def schedulers_text(infos: Sequence[SchedulerInfo], default: str) -> str:
             )
             first = " " * indent
     return "\n".join(lines)
+
+
+def where_dict(resp: Any) -> dict[str, Any]:
+    """`txctl where --json`: numbers as numbers (to_dict would write the int64 pid as a string
+    and the uptime as "12.5s")."""
+    return {
+        "host": resp.host,
+        "user": resp.user,
+        "pid": resp.pid,
+        "socket": resp.socket,
+        "state_dir": resp.state_dir,
+        "version": resp.version,
+        "started": resp.started.ToDatetime(dt.UTC).isoformat(),
+        "uptime_seconds": round(resp.uptime.ToNanoseconds() / 1e9, 3),
+    }
+
+
+def where_text(resp: Any) -> str:
+    seconds = int(resp.uptime.ToNanoseconds() // 1_000_000_000)
+    days, rest = divmod(seconds, 86400)
+    parts = [f"{days}d"] if days else []
+    parts += [f"{rest // 3600}h", f"{rest // 60 % 60}m", f"{rest % 60}s"]
+    rows = [
+        ("host", resp.host),
+        ("user", resp.user),
+        ("pid", str(resp.pid)),
+        ("socket", resp.socket),
+        ("state dir", resp.state_dir),
+        ("version", resp.version),
+        ("started", f"{_when(resp.started)} (up {' '.join(parts)})"),
+    ]
+    return "\n".join(f"{name:<10} {value}" for name, value in rows)

@@ -124,3 +124,7 @@ class Client:
 
     schedulers = _blocking(AsyncClient.schedulers)
     runopts = _blocking(AsyncClient.runopts)
+
+    # -- the daemon ------------------------------------------------------------------------
+
+    where = _blocking(AsyncClient.where)

@@ -69,7 +69,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
     p.add_argument(
         "--state-dir",
-        help="state dir of a daemon txctl starts (env TXD_STATE_DIR; default per user)",
+        help="state dir of a daemon txctl starts, or waits for when its socket was removed "
+        "(env TXD_STATE_DIR; default per user)",
     )
     p.add_argument(
         "--timeout",
@@ -207,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
         json=False,
     ).add_argument("shell", choices=["bash", "zsh"])
     cmd("schedulers", "list the schedulers and what they can do")
+    cmd("where", "show which daemon answers: host, socket, state dir, version, pid, uptime")
     cmd("builtins", "list the builtin components")
     return p
 
@@ -386,12 +388,20 @@ def _tcp_client(host: str, args: argparse.Namespace) -> Any:
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:
     from txd import defaults
-    from txd.client._daemon import connect_error, start_daemon
+    from txd.client._daemon import connect_error, start_daemon, until_back
 
     path = defaults.socket_path(args.socket)
     error = connect_error(path)
     if error is None:
         return str(path)
+    # A daemon serving the state dir on this very socket, whose socket file was removed,
+    # binds it again within seconds: wait for that rather than start a second one.
+    state_dir = defaults.state_dir(args.state_dir)
+    lost = until_back(path, state_dir)
+    if lost is None:
+        return str(path)
+    if lost:
+        raise CliError(lost, exits.NO_DAEMON)
     if isinstance(error, PermissionError):  # another user's: never start a daemon over it
         raise CliError(
             f"cannot connect to txd on {path}: permission denied (the socket or its folder is "
@@ -401,7 +411,7 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:
-        pid = start_daemon(path, defaults.state_dir(args.state_dir))
+        pid = start_daemon(path, state_dir)
     except RuntimeError as e:
         raise CliError(f"cannot start txd: {e}", exits.NO_DAEMON) from None
     if pid is not None:
@@ -701,6 +711,14 @@ async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_where(client: Any, args: argparse.Namespace) -> int:
+    from txd.client._format import where_dict, where_text
+
+    resp = await client.where()
+    _out(where_dict(resp) if args.json else where_text(resp), args.json)
+    return 0
+
+
 async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
     from txd.client._waiting import interruptible
 
@@ -812,6 +830,7 @@ _COMMANDS = {
     "runopts": _cmd_runopts,
     "schedulers": _cmd_schedulers,
     "logs": _cmd_logs,
+    "where": _cmd_where,
 }
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")

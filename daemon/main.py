@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("grpc._cython.cygrpc").addFilter(_client_left)
     from txd.daemon.backends import SettingsError
     from txd.daemon.jobstore import JobStoreError
-    from txd.daemon.server import AlreadyRunning, SocketNotPrivate, serve
+    from txd.daemon.server import AlreadyRunning, SocketBlocked, SocketNotPrivate, serve
 
     _use_pidfd_child_watcher()
     try:
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fatal(pipe, "busy" if e.serving_here else "error", e, 1)
     except JobStoreError as e:
         return _fatal(pipe, "error", e, 1)
-    except (SettingsError, SocketNotPrivate, tcp.ListenError) as e:
+    except (SettingsError, SocketNotPrivate, SocketBlocked, tcp.ListenError) as e:
         return _fatal(pipe, "error", e, 2)
     return 0
 

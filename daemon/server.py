@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -20,7 +19,8 @@ from grpc_health.v1._async import HealthServicer
 from txd import defaults
 from txd.daemon import reflection, tcp, wire
 from txd.daemon.core import JobService
-from txd.daemon.servicer import RunnerServicer
+from txd.daemon.servicer import About, RunnerServicer
+from txd.daemon.sockwatch import Listeners
 from txd.daemon.tasks import Tasks
 from txd.v1 import runner_pb2
 
@@ -38,6 +38,11 @@ class AlreadyRunning(Exception):
         self.serving_here = serving_here
 
 
+class SocketBlocked(Exception):
+    """Something that is not a stale socket of the user's sits at the socket's path: another
+    user's file, or a file that is no socket. txd never removes it."""
+
+
 class SocketNotPrivate(Exception):
     """Other users could reach the socket: its folder is not the user's own, or it and every
     folder of the user's above it let others in."""
@@ -45,15 +50,23 @@ class SocketNotPrivate(Exception):
 
 def _claim_socket(path: Path) -> None:
     """Creates the socket's folder (mode 0700) and removes a stale socket file, refusing to
-    take over a socket another live daemon listens on, or to serve where others can reach."""
+    take over a socket another live daemon listens on, to remove a file that is no socket of
+    the user's, or to serve where others can reach."""
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         _check_private(folder)
     except OSError as e:
         raise SocketNotPrivate(f"cannot use the socket's folder {folder}: {e.strerror}") from None
-    if not path.exists():
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
         return
+    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+        raise SocketBlocked(
+            f"{path} is {foreign_file(st)}, not a stale socket of yours: txd never removes "
+            "it; remove it or move it away, or choose another --socket"
+        )
     with socket.socket(socket.AF_UNIX) as probe:
         try:
             probe.connect(str(path))
@@ -61,6 +74,19 @@ def _claim_socket(path: Path) -> None:
             path.unlink()  # nobody listens: a leftover from a crash
             return
     raise AlreadyRunning(f"a txd daemon is already listening on {path}", serving_here=True)
+
+
+def foreign_file(st: os.stat_result) -> str:
+    """What sits at the socket's path, for a message: "a regular file of uid 1001"."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISFIFO, "a named pipe"),
+    )
+    kind = next((name for test, name in kinds if test(st.st_mode)), "a special file")
+    return f"{kind} (yours)" if st.st_uid == os.geteuid() else f"{kind} of uid {st.st_uid}"
 
 
 def _check_private(folder: Path) -> None:
@@ -135,18 +161,20 @@ SERVER_OPTIONS = [
 ]
 
 
-def _add_services(server: grpc.aio.Server, service: JobService, health: HealthServicer) -> None:
-    wire.add_runner(RunnerServicer(service), server)
+def _add_services(
+    server: grpc.aio.Server, service: JobService, health: HealthServicer, about: About
+) -> None:
+    wire.add_runner(RunnerServicer(service, about), server)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     reflection.enable(server, [SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name])
 
 
 async def create_server(
-    service: JobService, socket_path: Path
+    service: JobService, socket_path: Path, about: About
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     health = HealthServicer()
-    _add_services(server, service, health)
+    _add_services(server, service, health, about)
     server.add_insecure_port(f"unix:{socket_path}")
     await server.start()
     os.chmod(socket_path, 0o600)  # the folder decides; this still holds if it is opened later
@@ -163,11 +191,11 @@ TCP_SERVER_OPTIONS = [*SERVER_OPTIONS[2:], ("grpc.so_reuseport", 0)]
 
 
 async def create_tcp_server(
-    service: JobService, health: HealthServicer, listen: tcp.TcpListen
+    service: JobService, health: HealthServicer, listen: tcp.TcpListen, about: About
 ) -> grpc.aio.Server:
     """The same services as the Unix socket's, behind TLS and the token check."""
     server = tcp.server(listen, TCP_SERVER_OPTIONS)
-    _add_services(server, service, health)
+    _add_services(server, service, health, about)
     bound = tcp.bind(server, listen)
     await server.start()
     log.info(
@@ -216,8 +244,6 @@ async def serve(
     finally:
         if service is not None:
             await service.aclose()
-        with contextlib.suppress(FileNotFoundError):
-            socket_path.unlink()
         os.close(lock)
     log.info("stopped")
 
@@ -231,26 +257,34 @@ async def _serve(
     listen: tcp.TcpListen | None = None,
 ) -> None:
     await service.start()
-    server, health = await create_server(service, socket_path)
-    servers = [server]
-    if listen is not None:
-        try:
-            servers.append(await create_tcp_server(service, health, listen))
-        except BaseException:
-            await server.stop(None)
-            raise
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
-    if on_ready is not None:
-        on_ready()
-    await stop.wait()
-    log.info("shutting down")
+    about = About.here(socket_path, state_dir)
+
+    async def start(path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
+        return await create_server(service, path, about)
+
+    listeners = Listeners(socket_path, _claim_socket, start)
+    others: list[grpc.aio.Server] = []  # the TCP listener's: health shared with the socket's
     try:
-        await health.enter_graceful_shutdown()
-        await service.shutdown(grace)
+        await listeners.first()
+        if listen is not None:
+            health = listeners.served[0][1]
+            others.append(await create_tcp_server(service, health, listen, about))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
+        if on_ready is not None:
+            on_ready()
+        service.tasks.create_task(listeners.watch(), name="socket watch")
+        await stop.wait()
+        log.info("shutting down")
+        try:
+            await listeners.enter_graceful_shutdown()
+            await service.shutdown(grace)
+        finally:
+            # Calls still running (waits, log follows) get `grace` seconds.
+            await asyncio.gather(listeners.stop(grace), *(s.stop(grace) for s in others))
     finally:
-        # calls still running (waits, log follows) get `grace` seconds
-        await asyncio.gather(*(each.stop(grace) for each in servers))
+        await listeners.stop(0)  # idempotent; ends a server left by an error above
+        await asyncio.gather(*(s.stop(0) for s in others))

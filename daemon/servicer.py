@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import os
+import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -113,12 +117,57 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
     return unary
 
 
+@dataclasses.dataclass(frozen=True)
+class About:
+    """What `Where` tells of this daemon; fixed at start but for the uptime."""
+
+    host: str
+    socket: str
+    state_dir: str
+    version: str
+    pid: int
+    user: str
+    started: float  # time.time() at start
+    started_mono: float  # time.monotonic() at start
+
+    @classmethod
+    def here(cls, socket_path: Path, state_dir: Path) -> About:
+        import getpass
+        import socket
+        from importlib.metadata import version
+
+        return cls(
+            host=socket.gethostname(),
+            socket=str(socket_path),
+            state_dir=str(state_dir),
+            version=version("txd"),
+            pid=os.getpid(),
+            user=getpass.getuser(),
+            started=time.time(),
+            started_mono=time.monotonic(),
+        )
+
+    def response(self) -> pb.WhereResponse:
+        resp = pb.WhereResponse(
+            host=self.host,
+            socket=self.socket,
+            state_dir=self.state_dir,
+            version=self.version,
+            pid=self.pid,
+            user=self.user,
+        )
+        resp.started.FromNanoseconds(int(self.started * 1e9))
+        resp.uptime.FromNanoseconds(int((time.monotonic() - self.started_mono) * 1e9))
+        return resp
+
+
 class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     # How a method's items become bytes where it is not the response's SerializeToString.
     SERIALIZERS: dict[str, Callable[[Any], bytes]] = {"Watch": Shown.wire}
 
-    def __init__(self, service: JobService) -> None:
+    def __init__(self, service: JobService, about: About) -> None:
         self.service = service
+        self.about = about
 
     @_mapped
     async def Run(self, request: pb.RunRequest, context: Any) -> pb.RunResponse:
@@ -193,3 +242,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     async def RunOpts(self, request: pb.RunOptsRequest, context: Any) -> pb.RunOptsResponse:
         opts = await self.service.run_opts(request.scheduler)
         return pb.RunOptsResponse(scheduler=request.scheduler, opts=opts)
+
+    @_mapped
+    async def Where(self, request: pb.WhereRequest, context: Any) -> pb.WhereResponse:
+        return self.about.response()

@@ -42,6 +42,8 @@ module each under areas/:
   tcp     one daemon serving its Unix socket and a TCP listener (TLS, a token): Status through
           a warm client and a `txctl status` process by each door, interleaved; the time to
           refuse a wrong token sharing 40 characters with a real one vs one sharing none
+  socket  a fresh daemon's socket folder removed -> it answers there again (goal: 2 s; it
+          checks every second), and `txctl where` wall time
   soak    only when named: --soak-minutes (10) of submissions (followed, cancelled, failed,
           each deleted after) at --soak-rate jobs/s beside 20 callers; RSS and open fds
           sampled every 10 s, their slope over the second half flagged when it grows

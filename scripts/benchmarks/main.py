@@ -30,6 +30,7 @@ from benchmarks.areas import (
     rss,
     slurm,
     soak,
+    socket,
     submit,
     tcp,
     watchmem,
@@ -54,6 +55,7 @@ ALL = (
     "aws",
     "load",
     "tcp",
+    "socket",
 )
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
@@ -100,6 +102,10 @@ async def amain(ctx: Context) -> None:
         await tcp.run(ctx)
     if "soak" in only:
         await soak.run(ctx)
+    if "socket" in only:
+        log("socket: a removed socket folder recovered, fresh daemon")
+        with res.section():
+            await socket.run(ctx)
     if "rss" in only:
         with res.section():
             await rss.run(ctx)

@@ -12,7 +12,7 @@ from daemon_fakes import new_record
 from txd.daemon import wire
 from txd.daemon.cache import StatusCache
 from txd.daemon.jobstore import JobRecord, JobStore
-from txd.daemon.servicer import RunnerServicer
+from txd.daemon.servicer import About, RunnerServicer
 from txd.schedulers.pulse import Pulse
 from txd.v1 import AppState, AppStatus
 from txd.v1 import runner_pb2 as pb
@@ -59,7 +59,8 @@ async def _streams_end_with_the_job_and_leave_with_the_client(
     pulse = job.pulse = ObservedPulse()
     cache.record(job, AppStatus(state=AppState.RUNNING, msg="up"))
     server = grpc.aio.server()
-    wire.add_runner(RunnerServicer(WatchOnly(cache, rec)), server)  # type: ignore[arg-type]
+    about = About.here(sock, sock.parent)
+    wire.add_runner(RunnerServicer(WatchOnly(cache, rec), about), server)  # type: ignore[arg-type]
     server.add_insecure_port(f"unix:{sock}")
     await server.start()
     try:

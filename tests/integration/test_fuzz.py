@@ -516,6 +516,7 @@ METHODS = [
         "Prune",
         "RunOpts",
         "Schedulers",
+        "Where",
     )
 ]
 

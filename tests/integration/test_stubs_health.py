@@ -102,6 +102,7 @@ def test_reflection_lists_and_describes_runner(channel: Any, service: str) -> No
         "Logs",
         "Schedulers",
         "RunOpts",
+        "Where",
     }
     streaming = {m.name for m in service.method if m.server_streaming}
     assert streaming == {"Watch", "Logs"}

@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from txd.v1 import app_pb2 as _app_pb2
 from txd.v1 import scheduler_pb2 as _scheduler_pb2
@@ -305,3 +306,27 @@ class RunOptsResponse(_message.Message):
     scheduler: str
     opts: _containers.RepeatedCompositeFieldContainer[_scheduler_pb2.RunOpt]
     def __init__(self, scheduler: _Optional[str] = ..., opts: _Optional[_Iterable[_Union[_scheduler_pb2.RunOpt, _Mapping]]] = ...) -> None: ...
+
+class WhereRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhereResponse(_message.Message):
+    __slots__ = ("host", "socket", "state_dir", "version", "pid", "started", "uptime", "user")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    SOCKET_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIR_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    socket: str
+    state_dir: str
+    version: str
+    pid: int
+    started: _timestamp_pb2.Timestamp
+    uptime: _duration_pb2.Duration
+    user: str
+    def __init__(self, host: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., started: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...

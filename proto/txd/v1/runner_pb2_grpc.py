@@ -103,6 +103,11 @@ class RunnerStub:
                 request_serializer=txd_dot_v1_dot_runner__pb2.RunOptsRequest.SerializeToString,
                 response_deserializer=txd_dot_v1_dot_runner__pb2.RunOptsResponse.FromString,
                 _registered_method=True)
+        self.Where = channel.unary_unary(
+                '/txd.v1.Runner/Where',
+                request_serializer=txd_dot_v1_dot_runner__pb2.WhereRequest.SerializeToString,
+                response_deserializer=txd_dot_v1_dot_runner__pb2.WhereResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServicer:
@@ -209,6 +214,13 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Where(self, request, context):
+        """Which daemon answers: its host, socket, state dir, version, pid and uptime.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -276,6 +288,11 @@ def add_RunnerServicer_to_server(servicer, server):
                     servicer.RunOpts,
                     request_deserializer=txd_dot_v1_dot_runner__pb2.RunOptsRequest.FromString,
                     response_serializer=txd_dot_v1_dot_runner__pb2.RunOptsResponse.SerializeToString,
+            ),
+            'Where': grpc.unary_unary_rpc_method_handler(
+                    servicer.Where,
+                    request_deserializer=txd_dot_v1_dot_runner__pb2.WhereRequest.FromString,
+                    response_serializer=txd_dot_v1_dot_runner__pb2.WhereResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -633,6 +650,33 @@ class Runner:
             '/txd.v1.Runner/RunOpts',
             txd_dot_v1_dot_runner__pb2.RunOptsRequest.SerializeToString,
             txd_dot_v1_dot_runner__pb2.RunOptsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Where(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txd.v1.Runner/Where',
+            txd_dot_v1_dot_runner__pb2.WhereRequest.SerializeToString,
+            txd_dot_v1_dot_runner__pb2.WhereResponse.FromString,
             options,
             channel_credentials,
             insecure,
