@@ -173,7 +173,6 @@ class LoginNode:
             "KbdInteractiveAuthentication": "no",
             "AllowUsers": f"{USER} {USER2}",
             "AllowStreamLocalForwarding": "yes",
-            "AllowTcpForwarding": "no",
             "X11Forwarding": "no",
             "PrintMotd": "no",
             "LogLevel": "VERBOSE",
@@ -303,7 +302,7 @@ class SshCluster:
     def tunnel_pids(self) -> list[int]:
         """The laptop's tunnel processes (each records its pid in its folder)."""
         out = []
-        for pidfile in (self.laptop / "run").glob("txd-tunnels/*/tunnel.pid"):
+        for pidfile in (self.laptop / "run").glob("txd/tunnels/*/tunnel.pid"):
             with contextlib.suppress(OSError, ValueError):
                 out.append(int(pidfile.read_text()))
         return out
