@@ -112,7 +112,7 @@ def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
     read_end, write_end = os.pipe()
     try:
         with open(d / "tunnel.log", "ab") as log:
-            subprocess.Popen(
+            starter = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
@@ -135,6 +135,7 @@ def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
             )
         os.close(write_end)
         write_end = -1
+        starter.wait()  # it forks the tunnel and exits: the tunnel is no child of this process
         line = _read_line(read_end, START_TIMEOUT + QUERY_TIMEOUT + PROBE_TIMEOUT)
     finally:
         os.close(read_end)
@@ -460,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", required=True)
     p.add_argument("--endpoint", required=True)
     args = p.parse_args(argv)
+    if os.fork() > 0:  # the client reaps this parent at once; the tunnel is the child
+        os._exit(0)
     fields = json.loads(args.endpoint)
     autostart = bool(fields.pop("autostart", True))
     ep = Endpoint(**{**fields, "ssh": tuple(fields["ssh"])})

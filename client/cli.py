@@ -219,8 +219,14 @@ def _parser() -> argparse.ArgumentParser:
     add = host_sub.add_parser("add", help="save an endpoint: NAME ssh://[USER@]HOST[:PORT]")
     add.add_argument("name")
     add.add_argument("url")
-    add.add_argument("--command", help="the txctl on that host (default txctl)")
-    add.add_argument("--socket", help="the remote daemon's socket (default: its own default)")
+    add.add_argument(
+        "--command", dest="remote_txctl", help="the txctl on that host (default txctl)"
+    )
+    add.add_argument(
+        "--socket",
+        dest="remote_socket",
+        help="the remote daemon's socket (default: the remote txctl's default)",
+    )
     add.add_argument("--idle", type=_seconds, help="seconds an unused tunnel stays up (600)")
     add.add_argument("--use", action="store_true", help="and make it the current endpoint")
     host_sub.add_parser("rm", help="forget a saved endpoint").add_argument("name")
