@@ -128,9 +128,10 @@ def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_end,),
-                # A process group of its own, in this terminal's session: ssh may prompt on
-                # the terminal (password, MFA), and a Ctrl-C of the client does not reach it.
-                process_group=0,
+                # The client's process group and terminal: ssh may prompt on the terminal
+                # (password, MFA), which a background process group could not (SIGTTIN), and
+                # a Ctrl-C while it starts stops it too. Once the client has exited that group
+                # is no terminal's foreground: no later Ctrl-C or hangup reaches the tunnel.
                 close_fds=True,
             )
         os.close(write_end)

@@ -412,13 +412,12 @@ def _endpoint(args: argparse.Namespace) -> Any:
 async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:
     """The local socket of the endpoint's ssh tunnel (started when none runs), and how to
     name it in errors."""
-    import asyncio
-
     from txd.client._tunnel import TunnelError, describe, ensure
 
     autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
     try:
-        path = await asyncio.to_thread(ensure, endpoint, autostart=autostart)
+        # Blocking, as a local daemon's start is: a Ctrl-C ends it at once.
+        path = ensure(endpoint, autostart=autostart)
     except TunnelError as e:
         raise CliError(describe(e, endpoint), exits.NO_DAEMON) from None
     return str(path), f"ssh tunnel {path} to {endpoint.url}"
