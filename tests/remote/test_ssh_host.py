@@ -205,3 +205,13 @@ def test_the_python_client_by_address(
         with pytest.raises(Exception, match="ssh to ssh://nobody@login1 failed") as info:
             client.list()
         assert type(info.value).__name__ == "UnavailableError"
+
+
+def test_an_open_stream_keeps_an_idle_tunnel_up(ssh_cluster: SshCluster) -> None:
+    env = ssh_cluster.laptop_env(TXD_TUNNEL_IDLE="1")
+    script = "for i in $(seq 1 20); do echo line $i; sleep 0.2; done"
+    run = ssh_cluster.laptop_txctl(*HOST, "run", "--log", "utils.sh", "sh", "-c", script, env=env)
+    # Four seconds of output through a tunnel whose idle time is one: all of it arrived.
+    assert run.returncode == 0, run
+    lines = [line for line in run.stdout.splitlines() if line.startswith("line ")]
+    assert lines == [f"line {i}" for i in range(1, 21)], run.stdout
