@@ -58,6 +58,9 @@ class _Version(argparse.Action):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="txctl",
+        # --h must reach a component as its own option (utils.sh --h), not be taken for an
+        # abbreviation of --help or --host: global flags are spelled out.
+        allow_abbrev=False,
         description="Run and manage jobs through the txd daemon.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
