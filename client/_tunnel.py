@@ -101,9 +101,10 @@ def _check_own_socket(path: Path) -> bool:
     return True
 
 
-def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
+def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = None) -> Path:
     """The tunnel's socket for `ep`, the tunnel started when none listens. Raises
-    TunnelError."""
+    TunnelError. What the remote txctl said it did (`started txd (pid N) on PATH`) is
+    appended to `notes`, with the host's name."""
     d = tunnel_dir(ep)
     _private_dir(d)
     sock = d / "txd.sock"
@@ -142,7 +143,10 @@ def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
-    if line == "ready":
+    if line.startswith("ready"):
+        note = line.removeprefix("ready").strip()
+        if note and notes is not None:
+            notes.append(f"{note} on {ep.host}")
         return sock
     if line == "busy":  # another client's tunnel for this endpoint is starting
         if _until_listening(sock, START_TIMEOUT + QUERY_TIMEOUT):
@@ -179,6 +183,7 @@ class Tunnel:
         self.master: asyncio.subprocess.Process | None = None
         self.relay = False
         self.remote_socket = ""
+        self.started = ""  # the remote txctl's "started txd (pid N) on PATH", if it did
         self.active = 0
         self.idle_timer: asyncio.TimerHandle | None = None
         self.writers: set[asyncio.StreamWriter] = set()
@@ -270,6 +275,9 @@ class Tunnel:
         if code != 0 or not marker:
             why = _last_line(err) or f"`{cmd}` exited with {code}"
             raise TunnelError("daemon", why.removeprefix("txctl: error: "))
+        for line in err.decode(errors="replace").splitlines():
+            if line.startswith("txctl: started txd"):
+                self.started = line.removeprefix("txctl: ").strip()
         return after.decode().strip()
 
     async def _forward(self) -> None:
@@ -323,7 +331,7 @@ class Tunnel:
             )
         finally:
             os.umask(old)
-        _ready(ready_fd, "ready")
+        _ready(ready_fd, f"ready {self.started}".strip())
         mode = "relay (dial-stdio)" if self.relay else "forwarding"
         _log(f"serving {self.sock} -> {self.ep.url}:{self.remote_socket} by {mode}")
         self._arm_idle()

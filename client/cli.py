@@ -420,9 +420,12 @@ async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, 
     autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
     try:
         # Blocking, as a local daemon's start is: a Ctrl-C ends it at once.
-        path = ensure(endpoint, autostart=autostart)
+        notes: list[str] = []
+        path = ensure(endpoint, autostart=autostart, notes=notes)
     except TunnelError as e:
         raise CliError(describe(e, endpoint), exits.NO_DAEMON) from None
+    for note in notes:  # as a local autostart says it
+        print(f"txctl: {note}", file=sys.stderr)
     return str(path), f"ssh tunnel {path} to {endpoint.url}"
 
 

@@ -47,9 +47,12 @@ def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
 
 
 def test_a_job_run_from_the_laptop_is_followed_and_cancelled(ssh_cluster: SshCluster) -> None:
-    handle = _handle(
-        _ok(ssh_cluster.laptop_txctl(*HOST, "run", "utils.sh", "sh", "-c", "echo up; sleep 600"))
-    )
+    first = ssh_cluster.laptop_txctl(*HOST, "run", "utils.sh", "sh", "-c", "echo up; sleep 600")
+    handle = _handle(_ok(first))
+    # The daemon was started on login1 by this first command, and said so as locally.
+    assert re.search(
+        r"^txctl: started txd \(pid \d+\) on /tmp/txd-\d+/txd.sock on login1$", first.stderr, re.M
+    ), first.stderr
     folder = _tunnel_dir(ssh_cluster)
     tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
     # The job runs in login1's daemon (its socket in login1's own /tmp), not on the laptop.
