@@ -187,6 +187,8 @@ class Tunnel:
         self.active = 0
         self.idle_timer: asyncio.TimerHandle | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.requery_lock = asyncio.Lock()
+        self.generation = 0  # how many times the remote daemon's socket was asked again
         self.server: asyncio.Server | None = None
 
     def _ssh(self, *args: str) -> list[str]:
@@ -296,15 +298,7 @@ class Tunnel:
             return
         self.relay = True
         _log(f"stream-local forwarding refused ({_last_line(err)}): relaying through dial-stdio")
-        cancel = await asyncio.create_subprocess_exec(
-            *self._ssh(
-                "-O", "cancel", "-L", f"{self.fwd}:{self.remote_socket}", *self.ep.ssh_target()
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        await asyncio.wait_for(cancel.wait(), PROBE_TIMEOUT)
+        await self._ssh_control("cancel", self.remote_socket)
 
     async def _probe(self) -> bool:
         """True when a gRPC server answers an HTTP/2 preface through fwd.sock."""
@@ -367,7 +361,7 @@ class Tunnel:
             if self.relay:
                 relay, up_r, up_w = await self._open_relay()
             else:
-                up_r, up_w = await asyncio.open_unix_connection(str(self.fwd), limit=CHUNK)
+                up_r, up_w = await self._open_forwarded(writer)
             self.writers.add(up_w)
             try:
                 await asyncio.gather(_pump(reader, up_w), _pump(up_r, writer))
@@ -384,6 +378,48 @@ class Tunnel:
             self.active -= 1
             if self.active == 0:
                 self._arm_idle()
+
+    async def _open_forwarded(
+        self, client: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the remote daemon through the forward, its first bytes (the
+        server's HTTP/2 SETTINGS, sent at once) already passed to `client`. When the channel
+        closes before them (the daemon is gone: killed, or its socket removed), the remote
+        txctl is asked again, which starts a daemon as a local txctl would, and the
+        connection is tried once more: the client sees nothing of it."""
+        for attempt in (1, 2):
+            up_r, up_w = await asyncio.open_unix_connection(str(self.fwd), limit=CHUNK)
+            first = await asyncio.wait_for(up_r.read(CHUNK), QUERY_TIMEOUT)
+            if first:
+                client.write(first)
+                return up_r, up_w
+            up_w.close()
+            if attempt == 1:
+                await self._requery()
+        raise TunnelError("daemon", f"nothing answers on {self.ep.host}:{self.remote_socket}")
+
+    async def _requery(self) -> None:
+        """Once for any number of connections that found the daemon gone at once."""
+        generation = self.generation
+        async with self.requery_lock:
+            if generation != self.generation:
+                return  # another connection has just done it
+            _log(f"no daemon answers on {self.remote_socket}: asking {self.ep.host} again")
+            path = await self._query()
+            if path != self.remote_socket:
+                await self._ssh_control("cancel", self.remote_socket)
+                self.remote_socket = path
+                await self._forward()
+            self.generation += 1
+
+    async def _ssh_control(self, action: str, remote: str) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            *self._ssh("-O", action, "-L", f"{self.fwd}:{remote}", *self.ep.ssh_target()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
 
     async def _open_relay(
         self,
