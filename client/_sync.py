@@ -66,13 +66,14 @@ class Client:
         self,
         socket: str | Path | None = None,
         *,
+        host: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         token: str | None = None,
         ca: str | Path | None = None,
         client_cert: tuple[str | Path, str | Path] | None = None,
     ) -> None:
         self._async = AsyncClient(
-            socket, timeout=timeout, token=token, ca=ca, client_cert=client_cert
+            socket, host=host, timeout=timeout, token=token, ca=ca, client_cert=client_cert
         )
         self._runner = asyncio.Runner()
 
@@ -106,6 +107,7 @@ class Client:
 
     # -- jobs (AsyncClient's, blocking) ----------------------------------------------------
 
+    connect = _blocking(AsyncClient.connect)
     run = _blocking(AsyncClient.run)
     dryrun = _blocking(AsyncClient.dryrun)
     status = _blocking(AsyncClient.status)

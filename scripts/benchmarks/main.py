@@ -27,6 +27,7 @@ from benchmarks.areas import (
     load,
     logs,
     logs_huge_line,
+    remote,
     rss,
     slurm,
     soak,
@@ -56,6 +57,7 @@ ALL = (
     "load",
     "tcp",
     "socket",
+    "remote",
 )
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
@@ -100,6 +102,9 @@ async def amain(ctx: Context) -> None:
     if "tcp" in only:
         log("tcp: the TCP listener (TLS, a token) next to the Unix socket, one daemon")
         await tcp.run(ctx)
+    if "remote" in only:
+        log("remote: txctl through an ssh tunnel to a login node on loopback, and locally")
+        await remote.run(ctx)
     if "soak" in only:
         await soak.run(ctx)
     if "socket" in only:
