@@ -19,7 +19,10 @@ import contextlib
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from txd.client import _exitcodes as exits
 
@@ -340,15 +343,43 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
             "another user's; use your own with --socket or TXD_SOCKET)",
             exits.NO_DAEMON,
         )
+    state_dir = defaults.state_dir(args.state_dir)
+    timeout = _elsewhere(state_dir)
     if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:
-        pid = start_daemon(path, defaults.state_dir(args.state_dir))
+        pid = start_daemon(path, state_dir, timeout=timeout)
     except RuntimeError as e:
         raise CliError(f"cannot start txd: {e}", exits.NO_DAEMON) from None
     if pid is not None:
         print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
     return str(path)
+
+
+def _elsewhere(state_dir: Path) -> float:
+    """Before starting a daemon here: a daemon of another host sharing the state dir that
+    still beats serves it (this host must not start a second one); one that stopped beating
+    is taken over by the daemon started here, which first watches its record for a while.
+    Returns the time to allow that daemon to start."""
+    from txd.client._daemon import START_TIMEOUT
+    from txd.client._serving import other_host
+
+    served = other_host(state_dir)
+    if served is None:
+        return START_TIMEOUT
+    if served.fresh():
+        raise CliError(
+            f"txd serves the state dir {state_dir} on host {served.host} (socket "
+            f"{served.socket}, pid {served.pid}, heartbeat {served.age():.0f}s ago), not "
+            f"here: reach it with `txctl --host ssh://{served.ssh}`",
+            exits.NO_DAEMON,
+        )
+    print(
+        f"txctl: the txd of host {served.host} stopped beating {served.age():.0f}s ago; "
+        f"taking the state dir {state_dir} over here (about {served.stale_after:.0f}s)",
+        file=sys.stderr,
+    )
+    return START_TIMEOUT + served.stale_after
 
 
 def _out(data: Any, as_json: bool) -> None:

@@ -98,10 +98,32 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SCHEDULER=SECONDS",
         help="short for --set SCHEDULER.poll_interval=SECONDS; repeatable",
     )
+    parser.add_argument(
+        "--ssh-name",
+        help="the name other hosts sharing the state dir reach this one by with ssh, written in "
+        "the serving record (env TXD_SSH_NAME; default this host's name)",
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=5.0,
+        help="seconds between rewrites of the serving record; another host takes the state "
+        "dir over once it is 3 of them old (default %(default)s)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
     pipe = _ReadyPipe(args.ready_fd)
+    if not 0.05 <= args.heartbeat <= 3600:
+        parser.error(f"--heartbeat {args.heartbeat}: expected seconds from 0.05 to 3600")
+    if args.ssh_name is not None:
+        if (
+            not args.ssh_name
+            or args.ssh_name.startswith("-")
+            or any(c.isspace() for c in args.ssh_name)
+        ):
+            parser.error(f"--ssh-name {args.ssh_name!r}: expected a host name for ssh")
+        os.environ["TXD_SSH_NAME"] = args.ssh_name
     sets = list(args.set)
     for item in args.poll_interval:
         name, _, value = item.partition("=")
@@ -135,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.grace,
                 pipe.ready,
                 settings,
+                args.heartbeat,
             )
         )
     except AlreadyRunning as e:

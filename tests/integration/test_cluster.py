@@ -1,0 +1,374 @@
+"""One daemon per state dir across hosts (txd.daemon.serving), with real daemons: each "host" is
+a daemon in a UTS namespace of its own (its own hostname, by `unshare --uts`), all of them
+sharing one state dir as login nodes share a home directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from txd.daemon import jobstore, serving
+from txd_testing import TXCTL, Daemon, PidWatch, clean_env, log_alarms, remove_tree, short_tmpdir
+
+PERIOD = 0.3  # the daemons' heartbeat here: a dead host is stale after 0.9 s
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        [*_on_host("probe"), "true"], capture_output=True, timeout=30, check=False
+    )
+    return probe.returncode == 0
+
+
+def _on_host(name: str) -> list[str]:
+    """A command prefix running its arguments (same pid) under the hostname `name`."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
+    return ["unshare", *user, "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name]
+
+
+pytestmark = pytest.mark.skipif(not _unshare_works(), reason="needs unshare --uts")
+
+
+# A prefix for `python -m txd.daemon ...` (see txd_testing.Daemon) that runs the same daemon
+# with flock a no-op: on one machine the hosts' flocks would see each other, as they do not on
+# Lustre mounted with localflock, where only the serving record tells hosts apart.
+_LOCALFLOCK = [
+    "sh",
+    "-c",
+    'py=$1; shift 3; exec "$py" -c "$0" "$@"',
+    "import fcntl, runpy; fcntl.flock = lambda fd, op: None; "
+    "runpy.run_module('txd.daemon', run_name='__main__')",
+]
+
+
+class Host:
+    """A login node: its own socket and log, the shared state dir."""
+
+    def __init__(self, root: Path, name: str, state_dir: Path, localflock: bool = False) -> None:
+        self.name = name
+        (root / name).mkdir(exist_ok=True)
+        self.daemon = Daemon(
+            root / name,
+            args=["--heartbeat", str(PERIOD)],
+            prefix=[*_on_host(name), *(_LOCALFLOCK if localflock else [])],
+        )
+        self.daemon.state_dir = state_dir
+
+    def txctl(self, *args: str, autostart: bool = False) -> subprocess.CompletedProcess[str]:
+        d = self.daemon
+        env = d.txctl_env(TXD_STATE_DIR=str(d.state_dir))
+        flags = [] if autostart else ["--no-autostart"]
+        return subprocess.run(
+            [*_on_host(self.name), *TXCTL, "--socket", str(d.socket), *flags, *args],
+            capture_output=True,
+            encoding="utf-8",
+            cwd=d.home,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[Path, Host, Host]]:
+    root = short_tmpdir("txcl-")
+    state = root / "home" / "state"
+    hosts = (Host(root, "login1", state), Host(root, "login2", state))
+    try:
+        yield state, *hosts
+    finally:
+        for h in hosts:
+            h.daemon.close()
+        for h in hosts:
+            assert not log_alarms(h.daemon.log()), h.daemon.log()
+        remove_tree(root)
+
+
+def _record(state: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((state / serving.RECORD).read_bytes())
+    return data
+
+
+def _until(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _stale(state: Path) -> bool:
+    rec = _record(state)
+    return time.time() - float(rec["heartbeat"]) > 3 * float(rec["period"])  # type: ignore[arg-type]
+
+
+def _fake_record(state: Path, host: str, heartbeat: float, period: float = 30.0) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    rec = {
+        "host": host,
+        "ssh": f"{host}.example",
+        "socket": f"/run/user/1000/txd/{host}.sock",
+        "pid": 4242,
+        "version": "0",
+        "started": heartbeat,
+        "heartbeat": heartbeat,
+        "period": period,
+        "state": "serving",
+        "id": f"id-{host}",
+    }
+    (state / serving.RECORD).write_text(json.dumps(rec))
+
+
+def test_the_record_names_the_serving_host_and_beats(cluster: tuple[Path, Host, Host]) -> None:
+    state, login1, login2 = cluster
+    d = login1.daemon.start()
+    first = _record(state)
+    assert (first["host"], first["ssh"], first["socket"]) == ("login1", "login1", str(d.socket))
+    assert (first["pid"], first["state"], first["period"]) == (d.pid, "serving", PERIOD)
+    assert first["started"] == first["heartbeat"]
+    _until(lambda: _record(state)["heartbeat"] != first["heartbeat"])
+    assert _record(state)["id"] == first["id"]
+    assert (state / serving.RECORD).stat().st_mode & 0o777 == 0o600
+    assert d.stop() == 0
+    last = _record(state)
+    assert last["state"] == "stopped" and last["id"] == first["id"]
+    # A clean exit frees the state dir for another host at once, without any wait.
+    login2.daemon.start()
+    assert "took over" not in login2.daemon.log()
+    assert _record(state)["host"] == "login2"
+
+
+def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    """Lustre's localflock: the other host's lock is invisible here; its heartbeat is not."""
+    state, _, login2 = cluster
+    _fake_record(state, "login9", time.time())
+    with pytest.raises(RuntimeError) as refused:
+        login2.daemon.start()
+    text = str(refused.value)
+    assert "on another host (host login9 (ssh login9.example)" in text, text
+    assert "txctl --host ssh://login9.example" in text, text
+    assert _record(state)["host"] == "login9"  # untouched
+    assert not (state / jobstore.FILE_NAME).exists()  # the job store never opened
+    # txctl on that host says where the daemon is instead of starting a second one.
+    out = login2.txctl("list", autostart=True)
+    assert out.returncode == 3, out
+    assert "serves the state dir" in out.stderr and "on host login9" in out.stderr, out.stderr
+    assert "txctl --host ssh://login9.example" in out.stderr, out.stderr
+    assert not login2.daemon.socket.exists()
+
+
+def test_kill_9_then_another_host_takes_over_and_knows_every_job(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    state, login1, login2 = cluster
+    login1.daemon.start()
+    done = login1.txctl("run", "--wait", "utils.echo", "--msg", "hello")
+    assert done.returncode == 0, done
+    running = login1.txctl("run", "utils.sh", "sleep", "600")
+    assert running.returncode == 0, running
+    handles = [done.stdout.split()[0], running.stdout.split()[0]]
+    status = login1.txctl("status", handles[1])
+    assert "RUNNING" in status.stdout, status
+    replica = json.loads(
+        sqlite3.connect(state / jobstore.FILE_NAME)
+        .execute("SELECT native FROM jobs WHERE handle = ?", (handles[1],))
+        .fetchone()[0]
+    )["replicas"][0]["pid"]
+    login1.daemon.kill()
+
+    # Its heartbeat is fresh a moment longer: login2 is refused, naming login1.
+    if not _stale(state):
+        refused = login2.txctl("list", autostart=True)
+        assert refused.returncode == 3 and "on host login1" in refused.stderr, refused
+    _until(lambda: _stale(state))
+    listed = login2.txctl("list", "--json", autostart=True)
+    assert listed.returncode == 0, listed
+    assert "stopped beating" in listed.stderr and "taking the state dir" in listed.stderr
+    taker = int(_record(state)["pid"])  # type: ignore[call-overload]
+    try:
+        _taken_over(state, handles, listed.stdout, login2)
+    finally:
+        with PidWatch([taker]) as watch:  # txctl started it: stop it here
+            os.kill(taker, signal.SIGTERM)
+            assert watch.wait(30) == []
+    assert "took over the state dir" in (state / "txd.log").read_text()
+    # login1's replica is another host's process: left alone, never killed by its pid here.
+    with PidWatch([replica]) as watch:
+        assert watch.running() == [replica]
+        os.killpg(replica, signal.SIGKILL)
+        assert watch.wait(30) == []
+
+
+def _taken_over(state: Path, handles: list[str], listed: str, login2: Host) -> None:
+    jobs = {j["app_handle"]: j for j in json.loads(listed)}
+    assert set(handles) <= set(jobs)
+    assert jobs[handles[0]]["state"] == "SUCCEEDED"
+    lost = login2.txctl("status", "--json", handles[1])
+    lost_status = json.loads(lost.stdout)
+    assert lost_status["state"] == "FAILED", lost_status
+    assert "ran on host login1" in lost_status["msg"], lost_status
+    rec = _record(state)
+    assert rec["host"] == "login2" and rec["state"] == "serving"
+
+
+def test_a_stalled_daemon_taken_over_stops_without_writing(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    state, login1, _ = cluster
+    login2 = Host(state.parent.parent, "login2", state, localflock=True)
+    d1 = login1.daemon.start()
+    os.kill(d1.pid, signal.SIGSTOP)  # a paused process, a hung file system: no heartbeat
+    try:
+        _until(lambda: _stale(state))
+        login2.daemon.start()
+    finally:
+        os.kill(d1.pid, signal.SIGCONT)
+    taker = _record(state)
+    assert taker["host"] == "login2"
+    assert d1.proc is not None
+    assert d1.proc.wait(timeout=30) == 0  # on its next heartbeat it sees the new record
+    assert "another txd took this state dir over (host login2" in d1.log()
+    assert _record(state) == {**taker, "heartbeat": _record(state)["heartbeat"]}
+    assert login2.txctl("list").returncode == 0
+    login2.daemon.close()
+
+
+_RACER = """
+import json, sys, time
+from pathlib import Path
+from txd.daemon import serving
+serving.fcntl.flock = lambda fd, op: None  # each host's flock sees only itself (localflock)
+state, host, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+while not go.exists():
+    time.sleep(0.005)
+try:
+    s = serving.acquire(state, Path("/nonexistent/" + host), host=host)
+except serving.Busy as e:
+    print(json.dumps({"won": False, "why": str(e)}))
+else:
+    print(json.dumps({"won": True, "id": s.record.id}))
+"""
+
+
+@pytest.mark.parametrize("racers", [2, 4])
+def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
+    root = short_tmpdir("txrace-")
+    state, go = root / "state", root / "go"
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(state), f"login{k}", str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=clean_env(),
+            text=True,
+        )
+        for k in range(1, racers + 1)
+    ]
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    winners = [r for r in results if r["won"]]
+    assert len(winners) == 1, results
+    assert _record(state)["id"] == winners[0]["id"]
+    for r in results:
+        if not r["won"]:
+            assert "taking the state dir over" in r["why"] or "over first" in r["why"], r
+    assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))  # the winner cleared the claims
+    remove_tree(root)
+
+
+def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
+    root = short_tmpdir("txclaim-")
+    state = root / "state"
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    claim = state / f"{serving.CLAIM_PREFIX}id-login9"
+    claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time() - 60, "id": "x"}))
+    s = serving.acquire(state, root / "sock", host="login2")
+    try:
+        assert _record(state)["id"] == s.record.id
+        assert s.took_over_from == "login9"
+    finally:
+        s.close()
+    assert _record(state)["state"] == "stopped"
+    # A recent claim means another host is taking over right now: busy, naming it.
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time(), "id": "y"}))
+    with pytest.raises(serving.Busy, match="host login7 is taking the state dir over"):
+        serving.acquire(state, root / "sock", host="login2")
+    remove_tree(root)
+
+
+def test_a_record_that_cannot_be_written_is_said_and_refused(tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / serving.LOCK).touch()
+    state.chmod(0o500)
+    try:
+        with pytest.raises(serving.Busy, match="cannot write the serving record"):
+            serving.acquire(state, tmp_path / "sock", host="login1")
+    finally:
+        state.chmod(0o700)
+
+
+def test_a_failing_heartbeat_write_is_logged_once_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="txd.daemon.serving")
+    state = tmp_path / "state"
+    s = serving.acquire(state, tmp_path / "sock", host="login1")
+    try:
+        real = serving._write_atomic
+
+        def full(path: Path, data: bytes, *, sync: bool) -> None:
+            raise OSError(28, "No space left on device")
+
+        serving._write_atomic = full  # type: ignore[assignment]
+        try:
+            assert s.beat() and s.beat()
+        finally:
+            serving._write_atomic = real  # type: ignore[assignment]
+        errors = [r for r in caplog.records if "cannot write the serving record" in r.message]
+        assert len(errors) == 1 and "No space left on device" in errors[0].message
+        assert s.beat()
+        assert any("is written again" in r.message for r in caplog.records)
+        assert _record(state)["heartbeat"] == s.record.heartbeat
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize(("forced", "header"), [("network", 1), ("local", 2)])
+def test_the_job_store_journal_follows_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, forced: str, header: int
+) -> None:
+    """WAL (file format version 2 in the header) on a local disk; a rollback journal (1) on a
+    network file system, where WAL's shared-memory index is not shared between hosts."""
+    monkeypatch.setenv(jobstore.STATE_FS_ENV, forced)
+    store = jobstore.JobStore.in_state_dir(tmp_path)
+    store.close()
+    data = (tmp_path / jobstore.FILE_NAME).read_bytes()
+    assert (data[18], data[19]) == (header, header)
+    assert not (tmp_path / f"{jobstore.FILE_NAME}-shm").exists() or forced == "local"
+
+
+def test_the_file_system_type_is_read_from_mountinfo() -> None:
+    assert jobstore.fs_type(Path("/proc/self")) == "proc"
+    assert jobstore.on_network_fs(Path("/proc")) is False
