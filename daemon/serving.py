@@ -227,8 +227,11 @@ def acquire(
     """Takes the state dir for this daemon, or raises Busy naming who has it. May take the
     staleness limit of a dead host's record (STALE_PERIODS of its periods) to take over."""
     host = host or this_host()
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(state_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(state_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise Busy(f"cannot use the state dir {state_dir}: {e.strerror or e}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -281,7 +284,16 @@ def _locked(fd: int, state_dir: Path, socket_path: Path, host: str) -> Busy:
     pid, sock = pid.strip() or "?", sock.strip()
     rec = read_record(state_dir)
     if rec is not None and rec.host != host and rec.state == "serving":
-        return _elsewhere(rec, state_dir)
+        if rec.fresh():
+            return _elsewhere(rec, state_dir)
+        return Busy(
+            f"the txd of host {rec.host} stopped beating in {state_dir} ({rec.describe()}) "
+            f"but its lock on {LOCK} is still held (this file system's locks are shared "
+            "between hosts): it is alive but stalled, or its host is gone and the lock has "
+            "not expired yet; try again in a minute",
+            host=rec.host,
+            socket_path=rec.socket,
+        )
     if sock == str(socket_path):  # a daemon started at the same time for the same socket
         return Busy(
             f"txd is already running (pid {pid}) on {sock} with the state dir {state_dir}",

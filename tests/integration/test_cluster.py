@@ -4,6 +4,7 @@ sharing one state dir as login nodes share a home directory."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -315,44 +316,66 @@ def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
     remove_tree(root)
 
 
-def test_a_record_that_cannot_be_written_is_said_and_refused(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root writes into a read-only folder")
-    state = tmp_path / "state"
-    state.mkdir()
-    (state / serving.LOCK).touch()
-    state.chmod(0o500)
+@pytest.fixture
+def small_fs() -> Iterator[Path]:
+    """A tmpfs of the test's own (remounted read-only by the test)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounts a tmpfs")
+    path = short_tmpdir("txro-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(path)],
+                   check=True, capture_output=True, timeout=10)  # fmt: skip
     try:
-        with pytest.raises(serving.Busy, match="cannot write the serving record"):
-            serving.acquire(state, tmp_path / "sock", host="login1")
+        yield path
     finally:
-        state.chmod(0o700)
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10, check=False)
 
 
-def test_a_failing_heartbeat_write_is_logged_once_and_recovers(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def _remount(path: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(path)],
+                   check=True, capture_output=True, timeout=10)  # fmt: skip
+
+
+def _fill(fs: Path) -> Path:
+    """Fills the file system up: the next write of a record fails with ENOSPC."""
+    filler = fs / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        for _ in range(2048):  # bounded: more than the 1 MiB there is, in 1 KiB steps
+            f.write(b"x" * 1024)
+    return filler
+
+
+def test_a_full_file_system_is_said_once_and_the_heartbeat_recovers(
+    small_fs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="txd.daemon.serving")
-    state = tmp_path / "state"
-    s = serving.acquire(state, tmp_path / "sock", host="login1")
+    state = small_fs / "state"
+    s = serving.acquire(state, small_fs / "sock", host="login1")
     try:
-        real = serving._write_atomic
-
-        def full(path: Path, data: bytes, *, sync: bool) -> None:
-            raise OSError(28, "No space left on device")
-
-        serving._write_atomic = full  # type: ignore[assignment]
-        try:
-            assert s.beat() and s.beat()
-        finally:
-            serving._write_atomic = real  # type: ignore[assignment]
+        filler = _fill(small_fs)
+        assert s.beat() and s.beat()  # still ours: the daemon goes on serving
         errors = [r for r in caplog.records if "cannot write the serving record" in r.message]
-        assert len(errors) == 1 and "No space left on device" in errors[0].message
+        assert len(errors) == 1, errors
+        assert "No space left on device" in errors[0].message
+        assert "take this state dir over once the record is 15s old" in errors[0].message
+        assert _record(state)["heartbeat"] < s.record.heartbeat
+        filler.unlink()
         assert s.beat()
         assert any("is written again" in r.message for r in caplog.records)
         assert _record(state)["heartbeat"] == s.record.heartbeat
+        assert [p.name for p in state.iterdir() if p.name.startswith(".")] == []  # no leftovers
     finally:
         s.close()
+
+
+def test_a_read_only_state_dir_is_refused_with_why(small_fs: Path) -> None:
+    state = small_fs / "state"
+    state.mkdir()
+    _remount(small_fs, "ro")
+    try:
+        with pytest.raises(serving.Busy, match=r"cannot use the state dir .*: Read-only file sys"):
+            serving.acquire(state, small_fs / "sock", host="login2")
+    finally:
+        _remount(small_fs, "rw")
 
 
 @pytest.mark.parametrize(("forced", "header"), [("network", 1), ("local", 2)])
