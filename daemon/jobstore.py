@@ -3,7 +3,8 @@ and logs survive a daemon restart and terminal states are remembered.
 
 Calls are synchronous and short (one indexed statement, one commit); WAL with synchronous=NORMAL
 keeps a commit off the disk's fsync path while staying safe against a daemon crash. On a network
-file system the job store uses a rollback journal instead (see NETWORK_FS).
+file system the connection holds SQLite's lock exclusively, so WAL needs no shared memory (see
+NETWORK_FS).
 
 A file that exists is checked before anything is written to it (see _check_file): one that is
 not a readable regular file, is cut short or has damaged pages is refused with what is wrong
@@ -156,11 +157,13 @@ def adopt_old_name(state_dir: Path) -> None:
         os.close(dir_fd)
 
 
-# File systems shared over a network: SQLite's WAL keeps its index in shared memory (the -shm
-# file, mmap'ed), which a network file system does not share between hosts and may not even
-# keep coherent on one, so on these the job store uses a rollback journal (TRUNCATE: no unlink
-# per commit) with synchronous=FULL. One writing host is safe with it; two daemons writing are
-# prevented by the serving record (daemon.serving), not by SQLite's locks.
+# File systems shared over a network. SQLite's WAL keeps its index in shared memory (the -shm
+# file, mmap'ed by every connection), which a network file system does not share between
+# hosts, so on these the job store holds SQLite's exclusive lock for the daemon's life
+# (locking_mode=EXCLUSIVE, set before the first read): WAL then keeps its index in the
+# process's own memory and never makes a -shm file, at WAL's speed. The one connection is the
+# one reader and writer. Two daemons writing are prevented by the serving record
+# (daemon.serving), not by SQLite's locks, which are node-local on Lustre with localflock.
 NETWORK_FS = frozenset(
     (
         *("nfs", "nfs4", "lustre", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "gpfs"),
@@ -169,6 +172,7 @@ NETWORK_FS = frozenset(
     )
 )
 STATE_FS_ENV = "TXD_STATE_FS"  # "network" or "local": overrides what /proc/self/mountinfo says
+EXCLUSIVE = "PRAGMA locking_mode=EXCLUSIVE"
 
 
 def fs_type(path: Path) -> str:
@@ -195,14 +199,6 @@ def on_network_fs(path: Path) -> bool:
     if forced in ("network", "local"):
         return forced == "network"
     return fs_type(path) in NETWORK_FS
-
-
-def journal_pragmas(state_dir: Path) -> tuple[str, ...]:
-    """WAL with synchronous=NORMAL on a local disk (a commit stays off the fsync path, safe
-    against a daemon crash); a rollback journal on a network file system (see NETWORK_FS)."""
-    if on_network_fs(state_dir):
-        return ("PRAGMA journal_mode=TRUNCATE", "PRAGMA synchronous=FULL")
-    return ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL")
 
 
 def _wal_checksum(data: bytes, big: bool, s0: int, s1: int) -> tuple[int, int]:
@@ -303,6 +299,8 @@ def _check_file(path: Path) -> None:
     query = "mode=ro" if wal.exists() else "immutable=1"
     try:
         with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?{query}", uri=True)) as db:
+            if on_network_fs(path.parent):
+                db.execute(EXCLUSIVE)  # no -shm made (see NETWORK_FS)
             problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
     except sqlite3.DatabaseError as e:
         problems = [str(e)]
@@ -353,9 +351,11 @@ class JobStore:
         _check_file(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
+            if on_network_fs(path.parent):
+                self._db.execute(EXCLUSIVE)  # before the first read (see NETWORK_FS)
             self._check_version()  # before the first write: WAL mode writes the header
-            for pragma in journal_pragmas(path.parent):
-                self._db.execute(pragma)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
             self._db.row_factory = sqlite3.Row
             row = self._db.execute("SELECT value FROM meta WHERE name = 'page_token_key'")
