@@ -344,8 +344,9 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
             exits.NO_DAEMON,
         )
     state_dir = defaults.state_dir(args.state_dir)
-    timeout = _elsewhere(state_dir)
-    if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
+    autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
+    timeout = _elsewhere(state_dir, autostart)
+    if not autostart:
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:
         pid = start_daemon(path, state_dir, timeout=timeout)
@@ -356,7 +357,7 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     return str(path)
 
 
-def _elsewhere(state_dir: Path) -> float:
+def _elsewhere(state_dir: Path, autostart: bool) -> float:
     """Before starting a daemon here: a daemon of another host sharing the state dir that
     still beats serves it (this host must not start a second one); one that stopped beating
     is taken over by the daemon started here, which first watches its record for a while.
@@ -374,6 +375,8 @@ def _elsewhere(state_dir: Path) -> float:
             f"here: reach it with `txctl --host ssh://{served.ssh}`",
             exits.NO_DAEMON,
         )
+    if not autostart:
+        return START_TIMEOUT
     print(
         f"txctl: the txd of host {served.host} stopped beating {served.age():.0f}s ago; "
         f"taking the state dir {state_dir} over here (about {served.stale_after:.0f}s)",
