@@ -52,9 +52,20 @@ class AsyncClient:
         self,
         socket: str | Path | None = None,
         *,
+        host: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
         own_connection: bool = False,
     ) -> None:
+        if host is None and isinstance(socket, str) and socket.startswith("ssh://"):
+            host, socket = socket, None
+        self._endpoint: Any = None
+        if host is not None:  # a remote daemon, through an ssh tunnel (txd.client._tunnel)
+            from txd.client._endpoint import resolve
+
+            self._endpoint = resolve(host)
+        # True when the daemon runs on another host: run() then sends no cwd or environment
+        # of this one (the daemon uses its own).
+        self.remote = self._endpoint is not None
         self.socket_path = defaults.socket_path(str(socket) if socket else None)
         self.timeout = timeout
         self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
@@ -77,8 +88,27 @@ class AsyncClient:
             await self._channel.close(None)
             self._channel = self._stub = None
 
+    async def connect(self) -> None:
+        """Starts the ssh tunnel to a remote host, when none runs (the first call does it;
+        raises UnavailableError naming the hop that failed: ssh, the remote command, the
+        daemon). Nothing to do for a local daemon."""
+        if self._endpoint is None or self._stub is not None:
+            return
+        import asyncio
+
+        from txd.client._errors import UnavailableError
+        from txd.client._tunnel import TunnelError, describe, ensure
+
+        try:
+            self.socket_path = await asyncio.to_thread(ensure, self._endpoint)
+        except TunnelError as e:
+            raise UnavailableError(describe(e, self._endpoint)) from None
+        self._endpoint = None
+
     @property
     def stub(self) -> RunnerStub:
+        if self._endpoint is not None:
+            raise RuntimeError("a remote AsyncClient needs `await client.connect()` first")
         if self._stub is None:
             self._channel = grpc.aio.insecure_channel(
                 f"unix:{self.socket_path}", options=[*CHANNEL_OPTIONS, *self._options]
@@ -87,6 +117,7 @@ class AsyncClient:
         return self._stub
 
     async def _call(self, method: str, request: Any, timeout: float | None = -1.0) -> Any:
+        await self.connect()
         try:
             return await getattr(self.stub, method)(
                 request, timeout=self.timeout if timeout == -1.0 else timeout
@@ -97,6 +128,7 @@ class AsyncClient:
     async def _stream(
         self, method: str, request: Any, timeout: float | None = None
     ) -> AsyncIterator[Any]:
+        await self.connect()
         call = getattr(self.stub, method)(request, timeout=timeout)
         try:
             async for item in call:
@@ -125,7 +157,8 @@ class AsyncClient:
         job runs instead of its image's (RunRequest.workspace); None, as in TorchX's Runner,
         means none (txctl's default is the working directory)."""
         req = pb.RunRequest(
-            request_id=request_id, **_submission(app, scheduler, cfg, cwd, env, workspace)
+            request_id=request_id,
+            **_submission(app, scheduler, cfg, cwd, env, workspace, self.remote),
         )
         return (await self._call("Run", req)).app_handle
 
@@ -141,7 +174,7 @@ class AsyncClient:
     ) -> pb.DryRunResponse:
         """What run() would submit (the app with defaults applied, the native request, and
         what would be built or copied from the workspace)."""
-        req = pb.DryRunRequest(**_submission(app, scheduler, cfg, cwd, env, workspace))
+        req = pb.DryRunRequest(**_submission(app, scheduler, cfg, cwd, env, workspace, self.remote))
         return await self._call("DryRun", req)
 
     async def status(self, handle: str) -> AppStatus:
@@ -323,18 +356,20 @@ def _submission(
     cwd: str | None,
     env: Mapping[str, str] | None,
     workspace: str | None,
+    remote: bool = False,
 ) -> dict[str, Any]:
-    """The fields Run and DryRun share; the caller's cwd and environment by default, the
-    workspace as an absolute path."""
+    """The fields Run and DryRun share; the caller's cwd and environment by default (the
+    daemon's own for a remote daemon), the workspace as an absolute path (a remote daemon's
+    path as given)."""
     import os
 
     return {
         "app": _appdef(app),
         "scheduler": scheduler,
         "cfg": {k: to_cfg_value(v) for k, v in (cfg or {}).items()},
-        "cwd": cwd or os.getcwd(),
-        "env": dict(os.environ if env is None else env),
-        "workspace": os.path.abspath(workspace) if workspace else "",
+        "cwd": cwd or ("" if remote else os.getcwd()),
+        "env": ({} if remote else dict(os.environ)) if env is None else dict(env),
+        "workspace": (workspace if remote else os.path.abspath(workspace)) if workspace else "",
     }
 
 

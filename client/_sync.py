@@ -63,10 +63,14 @@ class Client:
     running event loop: use AsyncClient there."""
 
     def __init__(
-        self, socket: str | Path | None = None, *, timeout: float | None = DEFAULT_TIMEOUT
+        self,
+        socket: str | Path | None = None,
+        *,
+        host: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
         self._runner = asyncio.Runner()
-        self._async = AsyncClient(socket, timeout=timeout)
+        self._async = AsyncClient(socket, host=host, timeout=timeout)
 
     def __enter__(self) -> Client:
         return self

@@ -29,6 +29,10 @@ from txd.client import _exitcodes as exits
 EPILOG = (
     exits.TABLE + "\nenvironment:\n  TXD_SOCKET        the daemon's socket (as --socket)\n"
     "  TXD_NO_AUTOSTART  1: as --no-autostart\n"
+    "  TXD_HOST          the daemon to reach (as --host)\n"
+    "  TXD_REMOTE_COMMAND  the txctl on a remote host (as --remote-command)\n"
+    "  TXD_SSH_COMMAND   the ssh command for ssh:// hosts (default: ssh)\n"
+    "  TXD_TUNNEL_IDLE   seconds an unused ssh tunnel stays up (default 600)\n"
     "  TXD_DEBUG         1: print an error's traceback too (the exit code stays)\n"
 )
 
@@ -77,6 +81,16 @@ def _parser() -> argparse.ArgumentParser:
         "--no-autostart",
         action="store_true",
         help="fail instead of starting a daemon when none answers (env TXD_NO_AUTOSTART=1)",
+    )
+    p.add_argument(
+        "--host",
+        help="reach the daemon on another host: ssh://[USER@]HOST[:PORT] or a saved endpoint's "
+        "name (env TXD_HOST; see `txctl host`; `local`: this host's)",
+    )
+    p.add_argument(
+        "--remote-command",
+        metavar="CMD",
+        help="the txctl to run on an ssh:// host (env TXD_REMOTE_COMMAND; default txctl)",
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -203,6 +217,25 @@ def _parser() -> argparse.ArgumentParser:
     ).add_argument("shell", choices=["bash", "zsh"])
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("builtins", "list the builtin components")
+    host = cmd("host", "manage saved remote endpoints (ssh://): add, rm, use, list", json=False)
+    host_sub = host.add_subparsers(dest="host_command", metavar="ACTION", required=True)
+    add = host_sub.add_parser("add", help="save an endpoint: NAME ssh://[USER@]HOST[:PORT]")
+    add.add_argument("name")
+    add.add_argument("url")
+    add.add_argument("--command", help="the txctl on that host (default txctl)")
+    add.add_argument("--socket", help="the remote daemon's socket (default: its own default)")
+    add.add_argument("--idle", type=_seconds, help="seconds an unused tunnel stays up (600)")
+    add.add_argument("--use", action="store_true", help="and make it the current endpoint")
+    host_sub.add_parser("rm", help="forget a saved endpoint").add_argument("name")
+    host_sub.add_parser(
+        "use", help="make an endpoint the current one (`local`: this host's daemon)"
+    ).add_argument("name")
+    host_sub.add_parser("list", help="list the saved endpoints (* marks the current)").add_argument(
+        "--json", action="store_true", help="print JSON"
+    )
+    # Run over ssh by a laptop's tunnel; not listed in --help.
+    for hidden in ("remote-socket", "dial-stdio"):
+        sub.add_parser(hidden).set_defaults(subparser=None, json=False)
     return p
 
 
@@ -252,8 +285,9 @@ def _state_names(text: str) -> list[str]:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """Parses argv; a usage error is reported with the usage of the subcommand it is in."""
-    args, extra = _parser().parse_known_args(argv)
-    sub: argparse.ArgumentParser = args.subparser
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    sub: argparse.ArgumentParser = args.subparser or parser
     if extra:
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "list" and args.backend and not args.scheduler:
@@ -306,6 +340,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
         print(script(args.shell, _parser()), end="")
         return 0
+    if args.command == "host":
+        from txd.client._hosts import host_command
+
+        return host_command(args, _out)
     if args.command == "builtins":
         from txd.client import components
 
@@ -320,13 +358,67 @@ async def _dispatch(args: argparse.Namespace) -> int:
     from txd.client._async import AsyncClient
     from txd.client._errors import TxdError
 
-    socket_path = await _ensure_daemon(args)
+    endpoint = _endpoint(args)
+    if endpoint is not None:
+        socket_path, label = await _ensure_tunnel(args, endpoint)
+    else:
+        socket_path = label = await _ensure_daemon(args)
+    if args.command in ("remote-socket", "dial-stdio"):
+        from txd.client._relay import dial_stdio, print_socket
+
+        return (
+            print_socket(socket_path)
+            if args.command == "remote-socket"
+            else dial_stdio(socket_path)
+        )
     try:
         async with AsyncClient(socket_path, timeout=args.timeout) as client:
+            client.remote = endpoint is not None
             return await _COMMANDS[args.command](client, args)
     except TxdError as e:
-        message, code = exits.for_error(e, socket_path=socket_path, timeout=args.timeout)
+        message, code = exits.for_error(e, socket_path=label, timeout=args.timeout)
         raise CliError(message, code) from None
+
+
+def _endpoint(args: argparse.Namespace) -> Any:
+    """The remote endpoint to reach, or None for the local daemon. The remote machinery is
+    imported only when a host is named (--host, TXD_HOST) or hosts.toml exists."""
+    if args.command in ("remote-socket", "dial-stdio"):
+        return None  # run on the remote host: its own daemon
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    if not (
+        args.host
+        or os.environ.get("TXD_HOST")
+        or os.path.exists(os.path.join(config_home, "txd", "hosts.toml"))
+    ):
+        return None
+    from txd.client._endpoint import EndpointError, resolve
+
+    try:
+        endpoint = resolve(args.host, command=args.remote_command)
+    except EndpointError as e:
+        raise CliError(str(e)) from None
+    if endpoint is not None and args.socket:
+        raise CliError(
+            "--socket names a local daemon's socket; for a remote host's, save it with "
+            "`txctl host add NAME URL --socket PATH`"
+        )
+    return endpoint
+
+
+async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:
+    """The local socket of the endpoint's ssh tunnel (started when none runs), and how to
+    name it in errors."""
+    import asyncio
+
+    from txd.client._tunnel import TunnelError, describe, ensure
+
+    autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
+    try:
+        path = await asyncio.to_thread(ensure, endpoint, autostart=autostart)
+    except TunnelError as e:
+        raise CliError(describe(e, endpoint), exits.NO_DAEMON) from None
+    return str(path), f"ssh tunnel {path} to {endpoint.url}"
 
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:
@@ -451,6 +543,8 @@ async def _cmd_run(client: Any, args: argparse.Namespace) -> int:
 
     app, scheduler, cfg = args.submission
     workspace = args.workspace_dir
+    if client.remote and args.workspace is None:
+        workspace = ""  # this host's working directory means nothing on the remote host
     if args.dryrun or args.json or args.wait or args.log:  # a plain run prints the handle only
         from txd.client._format import app_text, status_text, to_dict
         from txd.client._waiting import interruptible

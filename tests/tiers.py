@@ -46,9 +46,10 @@ TIERS = (
     ("schedulers/local/", "daemon"),
     ("integration/", "daemon"),
     ("load/", "daemon"),
+    ("remote/", "remote"),
     ("", "unit"),
 )
-NAMES = ("unit", "daemon", "slurm", "docker", "aws", "kubernetes")
+NAMES = ("unit", "daemon", "slurm", "docker", "aws", "kubernetes", "remote")
 # The session fixtures that start an engine, and the tiers whose process may start it.
 ENGINES = {
     "slurm_cluster": ("slurm",),
@@ -61,7 +62,7 @@ ENGINES = {
 # every container when it ends: two lanes cannot share one). kubernetes, the longest tier, has a
 # lane of its own, with its cluster's kubelet on a dockerd of its own; the other lane holds the
 # rest. One core: a single lane of them all, every dockerd tier on one engine.
-LANES = (("unit", "kubernetes"), ("daemon", "docker", "aws", "slurm"))
+LANES = (("unit", "kubernetes", "remote"), ("daemon", "docker", "aws", "slurm"))
 ON_DOCKERD = set(ENGINES["docker_engine"])
 DURATIONS = "--durations=25"
 # How long a tier's pytest may take to tear its engines down after Ctrl-C.
