@@ -20,6 +20,7 @@ class Served:
     ssh: str  # the name to reach the host by with ssh
     socket: str
     pid: int
+    python: str  # the serving daemon's interpreter ("" in a record that does not say)
     heartbeat: float
     period: float
 
@@ -46,6 +47,7 @@ def other_host(state_dir: Path) -> Served | None:
             ssh=str(data["ssh"]),
             socket=str(data["socket"]),
             pid=int(data["pid"]),
+            python=str(data.get("python", "")),
             heartbeat=float(data["heartbeat"]),
             period=float(data["period"]),
         )

@@ -362,7 +362,17 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if endpoint is not None:
         socket_path, label = await _ensure_tunnel(args, endpoint)
     else:
-        socket_path = label = await _ensure_daemon(args)
+        try:
+            socket_path = label = await _ensure_daemon(args)
+        except _ServedElsewhere as e:
+            # Another host of this cluster serves the shared state dir: reach it there.
+            endpoint = _cluster_endpoint(args, e.served)
+            print(
+                f"txctl: txd serves this state dir on host {e.served.host}; reaching it "
+                f"over ssh ({endpoint.url})",
+                file=sys.stderr,
+            )
+            socket_path, label = await _ensure_tunnel(args, endpoint)
     if args.command in ("remote-socket", "dial-stdio"):
         from txd.client._relay import dial_stdio, print_socket
 
@@ -449,9 +459,40 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     return str(path)
 
 
+class _ServedElsewhere(Exception):
+    """The state dir is served by a daemon of another host, which still beats."""
+
+    def __init__(self, served: Any) -> None:
+        super().__init__(served.host)
+        self.served = served
+
+
+def _cluster_endpoint(args: argparse.Namespace, served: Any) -> Any:
+    """The ssh endpoint of the host serving the shared state dir: the name its record gives,
+    its daemon's socket, and as the remote command the txctl of that daemon's own install
+    (--remote-command or TXD_REMOTE_COMMAND win)."""
+    import dataclasses
+    import shlex
+
+    from txd.client._endpoint import EndpointError, resolve
+
+    try:
+        ep = resolve(f"ssh://{served.ssh}", command=args.remote_command)
+    except EndpointError as e:
+        raise CliError(
+            f"txd serves the state dir on host {served.host}, but its record names no usable "
+            f"ssh host: {e}",
+            exits.NO_DAEMON,
+        ) from None
+    assert ep is not None  # an ssh:// URL is never the local daemon
+    if served.python and not (args.remote_command or os.environ.get("TXD_REMOTE_COMMAND")):
+        ep = dataclasses.replace(ep, command=shlex.join([served.python, "-m", "txd.client.cli"]))
+    return dataclasses.replace(ep, socket=served.socket)
+
+
 def _elsewhere(state_dir: Path, autostart: bool) -> float:
     """Before starting a daemon here: a daemon of another host sharing the state dir that
-    still beats serves it (this host must not start a second one); one that stopped beating
+    still beats serves it (_ServedElsewhere: reach it over ssh); one that stopped beating
     is taken over by the daemon started here, which first watches its record for a while.
     Returns the time to allow that daemon to start."""
     from txd.client._daemon import START_TIMEOUT
@@ -461,12 +502,7 @@ def _elsewhere(state_dir: Path, autostart: bool) -> float:
     if served is None:
         return START_TIMEOUT
     if served.fresh():
-        raise CliError(
-            f"txd serves the state dir {state_dir} on host {served.host} (socket "
-            f"{served.socket}, pid {served.pid}, heartbeat {served.age():.0f}s ago), not "
-            f"here: reach it with `txctl --host ssh://{served.ssh}`",
-            exits.NO_DAEMON,
-        )
+        raise _ServedElsewhere(served)
     if not autostart:
         return START_TIMEOUT
     print(

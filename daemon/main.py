@@ -106,14 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--heartbeat",
         type=float,
-        default=5.0,
+        default=None,
         help="seconds between rewrites of the serving record; another host takes the state "
-        "dir over once it is 3 of them old (default %(default)s)",
+        "dir over once it is 3 of them old (env TXD_HEARTBEAT; default 5)",
     )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
     pipe = _ReadyPipe(args.ready_fd)
+    if args.heartbeat is None:
+        try:
+            args.heartbeat = float(os.environ.get("TXD_HEARTBEAT") or 5.0)
+        except ValueError:
+            parser.error(f"TXD_HEARTBEAT={os.environ['TXD_HEARTBEAT']!r}: expected seconds")
     if not 0.05 <= args.heartbeat <= 3600:
         parser.error(f"--heartbeat {args.heartbeat}: expected seconds from 0.05 to 3600")
     if args.ssh_name is not None:

@@ -33,6 +33,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -75,6 +76,7 @@ class Record:
     period: float
     state: str  # "serving", or "stopped" once the daemon exited cleanly
     id: str  # one per daemon start: tells a taken-over record from our own
+    python: str = ""  # the daemon's interpreter: another host's txctl runs its txctl by ssh
 
     @property
     def stale_after(self) -> float:
@@ -99,9 +101,9 @@ def read_record(state_dir: Path) -> Record | None:
     try:
         data = json.loads((state_dir / RECORD).read_bytes())
         kinds = {"pid": int, "started": float, "heartbeat": float, "period": float}
-        return Record(
-            **{f.name: kinds.get(f.name, str)(data[f.name]) for f in dataclasses.fields(Record)}
-        )
+        data.setdefault("python", "")  # a record written before the field existed
+        fields = dataclasses.fields(Record)
+        return Record(**{f.name: kinds.get(f.name, str)(data[f.name]) for f in fields})
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -256,6 +258,7 @@ def acquire(
             period=period,
             state="serving",
             id=secrets.token_hex(8),
+            python=sys.executable,
         )
         serving = Serving(state_dir, fd, record, previous)
         serving._write(sync=True)

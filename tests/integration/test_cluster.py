@@ -67,9 +67,11 @@ class Host:
         )
         self.daemon.state_dir = state_dir
 
-    def txctl(self, *args: str, autostart: bool = False) -> subprocess.CompletedProcess[str]:
+    def txctl(
+        self, *args: str, autostart: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         d = self.daemon
-        env = d.txctl_env(TXD_STATE_DIR=str(d.state_dir))
+        env = d.txctl_env(TXD_STATE_DIR=str(d.state_dir), **(env or {}))
         flags = [] if autostart else ["--no-autostart"]
         return subprocess.run(
             [*_on_host(self.name), *TXCTL, "--socket", str(d.socket), *flags, *args],
@@ -163,11 +165,21 @@ def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
     assert "txctl --host ssh://login9.example" in text, text
     assert _record(state)["host"] == "login9"  # untouched
     assert not (state / jobstore.FILE_NAME).exists()  # the job store never opened
-    # txctl on that host says where the daemon is instead of starting a second one.
-    out = login2.txctl("list", autostart=True)
+    # txctl on that host goes there by ssh instead of starting a second daemon (an ssh that
+    # records its arguments and fails here; tests/remote has real ones).
+    fake_ssh = state.parent / "fake-ssh"
+    fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {state.parent}/ssh-args\nexit 255\n')
+    fake_ssh.chmod(0o755)
+    (login2.daemon.root / "xdg-run").mkdir(mode=0o700)  # the tunnel's runtime folder
+    out = login2.txctl("list", autostart=True, env={"TXD_SSH_COMMAND": str(fake_ssh)})
     assert out.returncode == 3, out
-    assert "serves the state dir" in out.stderr and "on host login9" in out.stderr, out.stderr
-    assert "txctl --host ssh://login9.example" in out.stderr, out.stderr
+    said = out.stderr.splitlines()
+    assert said[0] == (
+        "txctl: txd serves this state dir on host login9; reaching it over ssh "
+        "(ssh://login9.example)"
+    ), out.stderr
+    assert said[1].startswith("txctl: error: ssh to ssh://login9.example failed"), out.stderr
+    assert "login9.example" in (state.parent / "ssh-args").read_text().split()
     assert not login2.daemon.socket.exists()
 
 
