@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 import socket
+import stat
 import time
 from pathlib import Path
 
@@ -35,13 +38,34 @@ class Served:
         return self.age() <= self.stale_after
 
 
+# The record's ssh name goes to ssh as its destination: a host name, maybe with a user, never
+# anything ssh could read as an option.
+_SSH_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
+
+
 def other_host(state_dir: Path) -> Served | None:
     """The record of a daemon serving `state_dir` on another host (fresh or stale), or None:
-    no record, a damaged one, one of this host, or one whose daemon stopped cleanly."""
+    no record, a damaged one, one of this host, or one whose daemon stopped cleanly. A record
+    another user could have written (not the user's own, or writable by others) is refused:
+    txctl would go where it says with the user's ssh keys."""
+    path = state_dir / RECORD
     try:
-        data = json.loads((state_dir / RECORD).read_bytes())
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            raw = f.read(65536)
+    except OSError:
+        return None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise RecordError(
+            f"{path} is not yours alone (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): txctl will not go where it says; remove it"
+        )
+    try:
+        data = json.loads(raw)
         if data["state"] != "serving" or data["host"] == socket.gethostname():
             return None
+        if not _SSH_NAME.match(str(data["ssh"])):
+            raise RecordError(f"{path} names no usable ssh host ({data['ssh']!r}); remove it")
         return Served(
             host=str(data["host"]),
             ssh=str(data["ssh"]),
@@ -51,5 +75,9 @@ def other_host(state_dir: Path) -> Served | None:
             heartbeat=float(data["heartbeat"]),
             period=float(data["period"]),
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
+
+
+class RecordError(Exception):
+    """A serving record txctl must not follow, with why."""

@@ -496,9 +496,12 @@ def _elsewhere(state_dir: Path, autostart: bool) -> float:
     is taken over by the daemon started here, which first watches its record for a while.
     Returns the time to allow that daemon to start."""
     from txd.client._daemon import START_TIMEOUT
-    from txd.client._serving import other_host
+    from txd.client._serving import RecordError, other_host
 
-    served = other_host(state_dir)
+    try:
+        served = other_host(state_dir)
+    except RecordError as e:
+        raise CliError(str(e), exits.NO_DAEMON) from None
     if served is None:
         return START_TIMEOUT
     if served.fresh():

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -43,6 +44,10 @@ class _ReadyPipe:
 
     def ready(self) -> None:
         self.send("ready")
+
+
+# What other hosts' txctl give ssh as its destination (the serving record): never an option.
+_SSH_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
 
 
 def _session(text: str) -> str:
@@ -121,14 +126,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"TXD_HEARTBEAT={os.environ['TXD_HEARTBEAT']!r}: expected seconds")
     if not 0.05 <= args.heartbeat <= 3600:
         parser.error(f"--heartbeat {args.heartbeat}: expected seconds from 0.05 to 3600")
-    if args.ssh_name is not None:
-        if (
-            not args.ssh_name
-            or args.ssh_name.startswith("-")
-            or any(c.isspace() for c in args.ssh_name)
-        ):
-            parser.error(f"--ssh-name {args.ssh_name!r}: expected a host name for ssh")
-        os.environ["TXD_SSH_NAME"] = args.ssh_name
+    ssh_name = (
+        args.ssh_name if args.ssh_name is not None else os.environ.get("TXD_SSH_NAME") or None
+    )
+    if ssh_name is not None:
+        if not _SSH_NAME.match(ssh_name):
+            what = "--ssh-name" if args.ssh_name is not None else "TXD_SSH_NAME"
+            parser.error(f"{what} {ssh_name!r}: expected a host name for ssh ([USER@]HOST)")
+        os.environ["TXD_SSH_NAME"] = ssh_name
     sets = list(args.set)
     for item in args.poll_interval:
         name, _, value = item.partition("=")

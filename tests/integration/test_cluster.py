@@ -425,3 +425,41 @@ def test_the_job_store_needs_no_shared_memory_on_a_network_file_system(
 def test_the_file_system_type_is_read_from_mountinfo() -> None:
     assert jobstore.fs_type(Path("/proc/self")) == "proc"
     assert jobstore.on_network_fs(Path("/proc")) is False
+
+
+def _untrusted(state: Path, login2: Host, change: str) -> subprocess.CompletedProcess[str]:
+    _fake_record(state, "login9", time.time())
+    fake_ssh = state.parent / "fake-ssh"
+    fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {state.parent}/ssh-args\nexit 255\n')
+    fake_ssh.chmod(0o755)
+    if change == "writable":
+        (state / serving.RECORD).chmod(0o666)
+    else:
+        rec = _record(state)
+        (state / serving.RECORD).write_text(json.dumps({**rec, "ssh": change}))
+    out = login2.txctl("list", autostart=True, env={"TXD_SSH_COMMAND": str(fake_ssh)})
+    assert not (state.parent / "ssh-args").exists()  # ssh never ran
+    return out
+
+
+@pytest.mark.parametrize("change", ["writable", "-oProxyCommand=touch /tmp/x", "a b"])
+def test_txctl_does_not_follow_a_record_others_could_have_written(
+    cluster: tuple[Path, Host, Host], change: str
+) -> None:
+    state, _, login2 = cluster
+    out = _untrusted(state, login2, change)
+    assert out.returncode == 3, out
+    want = "is not yours alone" if change == "writable" else "names no usable ssh host"
+    assert want in out.stderr and "remove it" in out.stderr, out.stderr
+
+
+def test_the_ssh_name_is_the_daemons_choice_and_checked(cluster: tuple[Path, Host, Host]) -> None:
+    state, login1, _ = cluster
+    login1.daemon.args += ["--ssh-name", "me@login1.example"]
+    login1.daemon.start()
+    assert _record(state)["ssh"] == "me@login1.example"
+    bad = subprocess.run(
+        [sys.executable, "-m", "txd.daemon", "--ssh-name=-oProxyCommand=x"],
+        capture_output=True, text=True, timeout=30, env=clean_env(), check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "expected a host name for ssh" in bad.stderr, bad
