@@ -34,6 +34,7 @@ import os
 import secrets
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +150,11 @@ class Serving:
         self.on_lost: Callable[[], None] | None = None
         self.taken_by: Record | None = None
         self._write_failed = False
+        # A beat runs in a worker thread, which a cancelled heartbeat task does not stop:
+        # close() waits for it, and no beat writes after close() (a "serving" record over the
+        # "stopped" one would keep other hosts waiting for the staleness limit).
+        self._writing = threading.Lock()
+        self._closed = False
 
     @property
     def took_over_from(self) -> str | None:
@@ -162,6 +168,12 @@ class Serving:
     def beat(self) -> bool:
         """One heartbeat (run in a worker thread: the file system may be slow); False when
         the record is no longer ours."""
+        with self._writing:
+            if self._closed:
+                return True
+            return self._beat()
+
+    def _beat(self) -> bool:
         current = read_record(self.state_dir)
         if current is not None and current.id != self.record.id:
             self.taken_by = current
@@ -208,14 +220,17 @@ class Serving:
         """At a clean exit: the record says `stopped` (if it is still ours), so another host
         starts its own daemon without waiting; then the flock is released."""
         try:
-            current = read_record(self.state_dir)
-            if current is None or current.id == self.record.id:
-                self.record = dataclasses.replace(
-                    self.record, state="stopped", heartbeat=time.time()
-                )
-                self._write(sync=True)
+            with self._writing:
+                self._closed = True
+                self._stopped()
         finally:
             os.close(self.lock_fd)
+
+    def _stopped(self) -> None:
+        current = read_record(self.state_dir)
+        if current is None or current.id == self.record.id:
+            self.record = dataclasses.replace(self.record, state="stopped", heartbeat=time.time())
+            self._write(sync=True)
 
 
 def acquire(
