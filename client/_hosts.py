@@ -58,10 +58,10 @@ def _run(args: argparse.Namespace, out: Callable[[Any, bool], None]) -> int:
     if action == "add":
         parse_url(args.url)  # a bad URL is refused before it is saved
         fields: dict[str, Any] = {"url": args.url}
-        if args.command:
-            fields["command"] = args.command
-        if args.socket:
-            fields["socket"] = args.socket
+        if args.remote_txctl:
+            fields["command"] = args.remote_txctl
+        if args.remote_socket:
+            fields["socket"] = args.remote_socket
         if args.idle is not None:
             fields["idle"] = args.idle
         hosts[name] = fields

@@ -102,6 +102,7 @@ class Client:
 
     # -- jobs (AsyncClient's, blocking) ----------------------------------------------------
 
+    connect = _blocking(AsyncClient.connect)
     run = _blocking(AsyncClient.run)
     dryrun = _blocking(AsyncClient.dryrun)
     status = _blocking(AsyncClient.status)

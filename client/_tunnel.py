@@ -101,9 +101,10 @@ def _check_own_socket(path: Path) -> bool:
     return True
 
 
-def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
+def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = None) -> Path:
     """The tunnel's socket for `ep`, the tunnel started when none listens. Raises
-    TunnelError."""
+    TunnelError. What the remote txctl said it did (`started txd (pid N) on PATH`) is
+    appended to `notes`, with the host's name."""
     d = tunnel_dir(ep)
     _private_dir(d)
     sock = d / "txd.sock"
@@ -112,7 +113,7 @@ def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
     read_end, write_end = os.pipe()
     try:
         with open(d / "tunnel.log", "ab") as log:
-            subprocess.Popen(
+            starter = subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
@@ -128,19 +129,24 @@ def ensure(ep: Endpoint, *, autostart: bool = True) -> Path:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(write_end,),
-                # A process group of its own, in this terminal's session: ssh may prompt on
-                # the terminal (password, MFA), and a Ctrl-C of the client does not reach it.
-                process_group=0,
+                # The client's process group and terminal: ssh may prompt on the terminal
+                # (password, MFA), which a background process group could not (SIGTTIN), and
+                # a Ctrl-C while it starts stops it too. Once the client has exited that group
+                # is no terminal's foreground: no later Ctrl-C or hangup reaches the tunnel.
                 close_fds=True,
             )
         os.close(write_end)
         write_end = -1
+        starter.wait()  # it forks the tunnel and exits: the tunnel is no child of this process
         line = _read_line(read_end, START_TIMEOUT + QUERY_TIMEOUT + PROBE_TIMEOUT)
     finally:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
-    if line == "ready":
+    if line.startswith("ready"):
+        note = line.removeprefix("ready").strip()
+        if note and notes is not None:
+            notes.append(f"{note} on {ep.host}")
         return sock
     if line == "busy":  # another client's tunnel for this endpoint is starting
         if _until_listening(sock, START_TIMEOUT + QUERY_TIMEOUT):
@@ -177,9 +183,12 @@ class Tunnel:
         self.master: asyncio.subprocess.Process | None = None
         self.relay = False
         self.remote_socket = ""
+        self.started = ""  # the remote txctl's "started txd (pid N) on PATH", if it did
         self.active = 0
         self.idle_timer: asyncio.TimerHandle | None = None
         self.writers: set[asyncio.StreamWriter] = set()
+        self.requery_lock = asyncio.Lock()
+        self.generation = 0  # how many times the remote daemon's socket was asked again
         self.server: asyncio.Server | None = None
 
     def _ssh(self, *args: str) -> list[str]:
@@ -268,6 +277,9 @@ class Tunnel:
         if code != 0 or not marker:
             why = _last_line(err) or f"`{cmd}` exited with {code}"
             raise TunnelError("daemon", why.removeprefix("txctl: error: "))
+        for line in err.decode(errors="replace").splitlines():
+            if line.startswith("txctl: started txd"):
+                self.started = line.removeprefix("txctl: ").strip()
         return after.decode().strip()
 
     async def _forward(self) -> None:
@@ -286,15 +298,7 @@ class Tunnel:
             return
         self.relay = True
         _log(f"stream-local forwarding refused ({_last_line(err)}): relaying through dial-stdio")
-        cancel = await asyncio.create_subprocess_exec(
-            *self._ssh(
-                "-O", "cancel", "-L", f"{self.fwd}:{self.remote_socket}", *self.ep.ssh_target()
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        await asyncio.wait_for(cancel.wait(), PROBE_TIMEOUT)
+        await self._ssh_control("cancel", self.remote_socket)
 
     async def _probe(self) -> bool:
         """True when a gRPC server answers an HTTP/2 preface through fwd.sock."""
@@ -321,7 +325,7 @@ class Tunnel:
             )
         finally:
             os.umask(old)
-        _ready(ready_fd, "ready")
+        _ready(ready_fd, f"ready {self.started}".strip())
         mode = "relay (dial-stdio)" if self.relay else "forwarding"
         _log(f"serving {self.sock} -> {self.ep.url}:{self.remote_socket} by {mode}")
         self._arm_idle()
@@ -357,7 +361,7 @@ class Tunnel:
             if self.relay:
                 relay, up_r, up_w = await self._open_relay()
             else:
-                up_r, up_w = await asyncio.open_unix_connection(str(self.fwd), limit=CHUNK)
+                up_r, up_w = await self._open_forwarded(writer)
             self.writers.add(up_w)
             try:
                 await asyncio.gather(_pump(reader, up_w), _pump(up_r, writer))
@@ -374,6 +378,48 @@ class Tunnel:
             self.active -= 1
             if self.active == 0:
                 self._arm_idle()
+
+    async def _open_forwarded(
+        self, client: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the remote daemon through the forward, its first bytes (the
+        server's HTTP/2 SETTINGS, sent at once) already passed to `client`. When the channel
+        closes before them (the daemon is gone: killed, or its socket removed), the remote
+        txctl is asked again, which starts a daemon as a local txctl would, and the
+        connection is tried once more: the client sees nothing of it."""
+        for attempt in (1, 2):
+            up_r, up_w = await asyncio.open_unix_connection(str(self.fwd), limit=CHUNK)
+            first = await asyncio.wait_for(up_r.read(CHUNK), QUERY_TIMEOUT)
+            if first:
+                client.write(first)
+                return up_r, up_w
+            up_w.close()
+            if attempt == 1:
+                await self._requery()
+        raise TunnelError("daemon", f"nothing answers on {self.ep.host}:{self.remote_socket}")
+
+    async def _requery(self) -> None:
+        """Once for any number of connections that found the daemon gone at once."""
+        generation = self.generation
+        async with self.requery_lock:
+            if generation != self.generation:
+                return  # another connection has just done it
+            _log(f"no daemon answers on {self.remote_socket}: asking {self.ep.host} again")
+            path = await self._query()
+            if path != self.remote_socket:
+                await self._ssh_control("cancel", self.remote_socket)
+                self.remote_socket = path
+                await self._forward()
+            self.generation += 1
+
+    async def _ssh_control(self, action: str, remote: str) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            *self._ssh("-O", action, "-L", f"{self.fwd}:{remote}", *self.ep.ssh_target()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
 
     async def _open_relay(
         self,
@@ -460,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", required=True)
     p.add_argument("--endpoint", required=True)
     args = p.parse_args(argv)
+    if os.fork() > 0:  # the client reaps this parent at once; the tunnel is the child
+        os._exit(0)
     fields = json.loads(args.endpoint)
     autostart = bool(fields.pop("autostart", True))
     ep = Endpoint(**{**fields, "ssh": tuple(fields["ssh"])})

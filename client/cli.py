@@ -61,6 +61,9 @@ class _Version(argparse.Action):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="txctl",
+        # --h must reach a component as its own option (utils.sh --h), not be taken for an
+        # abbreviation of --help or --host: global flags are spelled out.
+        allow_abbrev=False,
         description="Run and manage jobs through the txd daemon.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -222,8 +225,14 @@ def _parser() -> argparse.ArgumentParser:
     add = host_sub.add_parser("add", help="save an endpoint: NAME ssh://[USER@]HOST[:PORT]")
     add.add_argument("name")
     add.add_argument("url")
-    add.add_argument("--command", help="the txctl on that host (default txctl)")
-    add.add_argument("--socket", help="the remote daemon's socket (default: its own default)")
+    add.add_argument(
+        "--command", dest="remote_txctl", help="the txctl on that host (default txctl)"
+    )
+    add.add_argument(
+        "--socket",
+        dest="remote_socket",
+        help="the remote daemon's socket (default: the remote txctl's default)",
+    )
     add.add_argument("--idle", type=_seconds, help="seconds an unused tunnel stays up (600)")
     add.add_argument("--use", action="store_true", help="and make it the current endpoint")
     host_sub.add_parser("rm", help="forget a saved endpoint").add_argument("name")
@@ -419,15 +428,17 @@ def _endpoint(args: argparse.Namespace) -> Any:
 async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:
     """The local socket of the endpoint's ssh tunnel (started when none runs), and how to
     name it in errors."""
-    import asyncio
-
     from txd.client._tunnel import TunnelError, describe, ensure
 
     autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
     try:
-        path = await asyncio.to_thread(ensure, endpoint, autostart=autostart)
+        # Blocking, as a local daemon's start is: a Ctrl-C ends it at once.
+        notes: list[str] = []
+        path = ensure(endpoint, autostart=autostart, notes=notes)
     except TunnelError as e:
         raise CliError(describe(e, endpoint), exits.NO_DAEMON) from None
+    for note in notes:  # as a local autostart says it
+        print(f"txctl: {note}", file=sys.stderr)
     return str(path), f"ssh tunnel {path} to {endpoint.url}"
 
 

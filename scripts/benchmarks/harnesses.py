@@ -20,6 +20,7 @@ DIRS = (
     "tests/schedulers/docker",  # docker_testing: dockerd of our own (the kubelet's too)
     "tests/schedulers/kubernetes",  # k8s_testing: a single-node Kubernetes
     "tests/schedulers/aws",  # moto_testing: moto_server
+    "tests/remote",  # ssh_testing: the SSH login nodes
 )
 
 

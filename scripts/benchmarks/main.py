@@ -27,6 +27,7 @@ from benchmarks.areas import (
     load,
     logs,
     logs_huge_line,
+    remote,
     rss,
     slurm,
     soak,
@@ -52,6 +53,7 @@ ALL = (
     "k8s",
     "aws",
     "load",
+    "remote",
 )
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
@@ -93,6 +95,9 @@ async def amain(ctx: Context) -> None:
     if "load" in only:
         log("load: the load test's run, bigger (tests/load/load_testing.py)")
         await load.run(ctx)
+    if "remote" in only:
+        log("remote: txctl through an ssh tunnel to a login node on loopback, and locally")
+        await remote.run(ctx)
     if "soak" in only:
         await soak.run(ctx)
     if "rss" in only:
