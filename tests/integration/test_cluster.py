@@ -70,8 +70,18 @@ class Host:
     def txctl(
         self, *args: str, autostart: bool = False, env: dict[str, str] | None = None
     ) -> subprocess.CompletedProcess[str]:
+        """txctl on this host. Its ssh (to another host serving the state dir) is a script that
+        records its arguments in <root>/ssh-args and fails: nothing leaves loopback here
+        (tests/remote has real sshd login nodes)."""
         d = self.daemon
-        env = d.txctl_env(TXD_STATE_DIR=str(d.state_dir), **(env or {}))
+        fake_ssh = d.root.parent / "fake-ssh"
+        if not fake_ssh.exists():
+            fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {d.root.parent}/ssh-args\nexit 255\n')
+            fake_ssh.chmod(0o755)
+        (d.root / "xdg-run").mkdir(mode=0o700, exist_ok=True)  # the tunnel's runtime folder
+        env = d.txctl_env(
+            TXD_STATE_DIR=str(d.state_dir), TXD_SSH_COMMAND=str(fake_ssh), **(env or {})
+        )
         flags = [] if autostart else ["--no-autostart"]
         return subprocess.run(
             [*_on_host(self.name), *TXCTL, "--socket", str(d.socket), *flags, *args],
@@ -167,11 +177,7 @@ def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
     assert not (state / jobstore.FILE_NAME).exists()  # the job store never opened
     # txctl on that host goes there by ssh instead of starting a second daemon (an ssh that
     # records its arguments and fails here; tests/remote has real ones).
-    fake_ssh = state.parent / "fake-ssh"
-    fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {state.parent}/ssh-args\nexit 255\n')
-    fake_ssh.chmod(0o755)
-    (login2.daemon.root / "xdg-run").mkdir(mode=0o700)  # the tunnel's runtime folder
-    out = login2.txctl("list", autostart=True, env={"TXD_SSH_COMMAND": str(fake_ssh)})
+    out = login2.txctl("list", autostart=True)
     assert out.returncode == 3, out
     said = out.stderr.splitlines()
     assert said[0] == (
@@ -179,7 +185,7 @@ def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
         "(ssh://login9.example)"
     ), out.stderr
     assert said[1].startswith("txctl: error: ssh to ssh://login9.example failed"), out.stderr
-    assert "login9.example" in (state.parent / "ssh-args").read_text().split()
+    assert "login9.example" in (state.parent.parent / "ssh-args").read_text().split()
     assert not login2.daemon.socket.exists()
 
 
@@ -203,9 +209,10 @@ def test_kill_9_then_another_host_takes_over_and_knows_every_job(
     login1.daemon.kill()
 
     # Its heartbeat is fresh a moment longer: login2 is refused, naming login1.
-    if not _stale(state):
+    if not _stale(state):  # so txctl there goes to login1 by ssh (which fails here)
         refused = login2.txctl("list", autostart=True)
-        assert refused.returncode == 3 and "on host login1" in refused.stderr, refused
+        assert refused.returncode == 3, refused
+        assert "serves this state dir on host login1; reaching it over ssh" in refused.stderr
     _until(lambda: _stale(state))
     listed = login2.txctl("list", "--json", autostart=True)
     assert listed.returncode == 0, listed
@@ -429,16 +436,13 @@ def test_the_file_system_type_is_read_from_mountinfo() -> None:
 
 def _untrusted(state: Path, login2: Host, change: str) -> subprocess.CompletedProcess[str]:
     _fake_record(state, "login9", time.time())
-    fake_ssh = state.parent / "fake-ssh"
-    fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {state.parent}/ssh-args\nexit 255\n')
-    fake_ssh.chmod(0o755)
     if change == "writable":
         (state / serving.RECORD).chmod(0o666)
     else:
         rec = _record(state)
         (state / serving.RECORD).write_text(json.dumps({**rec, "ssh": change}))
-    out = login2.txctl("list", autostart=True, env={"TXD_SSH_COMMAND": str(fake_ssh)})
-    assert not (state.parent / "ssh-args").exists()  # ssh never ran
+    out = login2.txctl("list", autostart=True)
+    assert not (state.parent.parent / "ssh-args").exists()  # ssh never ran
     return out
 
 
