@@ -82,6 +82,7 @@ class JobService:
         self.schedulers = schedulers
         self.tasks = tasks
         self.closing = False
+        self.started = False  # start() settled the jobs recorded as live
         self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
         self._submitting: set[asyncio.Future[JobRecord]] = set()
         self._pacer = Pacer(SUBMITS_PER_TURN)
@@ -145,6 +146,7 @@ class JobService:
                 log.info("following %s again: %s", rec.handle, AppState.Name(job.status.state))
             if self.cache.followed(name):
                 self.schedulers.feed(name).start()
+        self.started = True
 
     async def shutdown(self, grace: float) -> None:
         """Stops accepting runs, ends local jobs (SIGKILL after `grace` seconds) and records

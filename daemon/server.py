@@ -152,7 +152,7 @@ async def serve(
     try:
         _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
     except BaseException:
-        hold.close()
+        hold.abandon()
         raise
     service: JobService | None = None
     try:
@@ -178,6 +178,8 @@ async def serve(
             socket_path.unlink()
         if hold.lost.is_set():
             os.close(hold.lock_fd)  # the record is the new daemon's: leave it alone
+        elif service is None or not service.started:
+            hold.abandon()  # a dead host's jobs not yet settled: its record goes back
         else:
             hold.close()
     log.info("stopped")

@@ -226,6 +226,25 @@ class Serving:
         finally:
             os.close(self.lock_fd)
 
+    def abandon(self) -> None:
+        """At an exit before the jobs were settled (a start that failed half-way): a dead
+        host's record that this daemon replaced is put back, so the next daemon still knows
+        that host's local jobs ran elsewhere and must not look for their pids here; any other
+        record says `stopped`, as at a clean exit."""
+        prev = self.previous
+        if self.took_over_from is None or prev is None:
+            self.close()
+            return
+        try:
+            with self._writing:
+                self._closed = True
+                current = read_record(self.state_dir)
+                if current is None or current.id == self.record.id:
+                    self.record = prev
+                    self._write(sync=True)
+        finally:
+            os.close(self.lock_fd)
+
     def _stopped(self) -> None:
         current = read_record(self.state_dir)
         if current is None or current.id == self.record.id:

@@ -467,3 +467,21 @@ def test_the_ssh_name_is_the_daemons_choice_and_checked(cluster: tuple[Path, Hos
         capture_output=True, text=True, timeout=30, env=clean_env(), check=False,
     )  # fmt: skip
     assert bad.returncode == 2 and "expected a host name for ssh" in bad.stderr, bad
+
+
+def test_a_takeover_that_fails_to_start_puts_the_dead_hosts_record_back(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    """Until a daemon has settled the dead host's jobs, the record must keep naming that host:
+    the next daemon then still knows its local_cwd jobs ran elsewhere (not pids to look for
+    here)."""
+    state, _, login2 = cluster
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    before = _record(state)
+    (state / jobstore.FILE_NAME).write_bytes(b"not a database, " * 64)
+    with pytest.raises(RuntimeError, match="not a txd job store"):
+        login2.daemon.start()
+    assert "watching it" in login2.daemon.log()  # it did take the record over first
+    assert _record(state) == {**before, "python": ""}  # as read back, the field it lacked
+    assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))
+    (state / jobstore.FILE_NAME).unlink()  # the teardown reads the job store
