@@ -88,13 +88,13 @@ def spawn(
         os.close(read_end)
 
 
-def start_daemon(path: Path, state_dir: Path) -> int | None:
+def start_daemon(path: Path, state_dir: Path, *, timeout: float = START_TIMEOUT) -> int | None:
     """Starts `txd` detached from this process, on `path` with `state_dir`, and returns its pid
     once it serves, or None when another daemon serves `path` (another client's autostart won
     the race). Raises RuntimeError with the daemon's own reason, or with its log file when it
     gave none."""
     log_path = state_dir / "txd.log"
-    proc, line = spawn(path, state_dir, log_path)
+    proc, line = spawn(path, state_dir, log_path, timeout=timeout)
     if line == "ready":
         return proc.pid
     if line:
@@ -118,9 +118,7 @@ def start_daemon(path: Path, state_dir: Path) -> int | None:
     if is_listening(path):  # died for some other reason, yet another daemon serves here
         return None
     code = proc.poll()
-    state = (
-        f"exited with code {code}" if code is not None else f"is not ready after {START_TIMEOUT}s"
-    )
+    state = f"exited with code {code}" if code is not None else f"is not ready after {timeout}s"
     raise RuntimeError(f"txd {state}; see {log_path}")
 
 

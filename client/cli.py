@@ -19,7 +19,10 @@ import contextlib
 import os
 import re
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 from txd.client import _exitcodes as exits
 
@@ -380,7 +383,17 @@ async def _dispatch(args: argparse.Namespace) -> int:
         if endpoint is not None:
             socket_path, label = await _ensure_tunnel(args, endpoint)
         else:
-            socket_path = label = await _ensure_daemon(args)
+            try:
+                socket_path = label = await _ensure_daemon(args)
+            except _ServedElsewhere as e:
+                # Another host of this cluster serves the shared state dir: reach it there.
+                endpoint = _cluster_endpoint(args, e.served)
+                print(
+                    f"txctl: txd serves this state dir on host {e.served.host}; reaching it "
+                    f"over ssh ({endpoint.url})",
+                    file=sys.stderr,
+                )
+                socket_path, label = await _ensure_tunnel(args, endpoint)
         if args.command in ("remote-socket", "dial-stdio"):
             from txd.client._relay import dial_stdio, print_socket
 
@@ -488,9 +501,13 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     error = connect_error(path)
     if error is None:
         return str(path)
+    state_dir = defaults.state_dir(args.state_dir)
+    autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
+    # Another host's daemon serving the shared state dir is reached there (_ServedElsewhere);
+    # its lock file names a pid and socket of that host, not of this one.
+    timeout = _elsewhere(state_dir, autostart)
     # A daemon serving the state dir on this very socket, whose socket file was removed,
     # binds it again within seconds: wait for that rather than start a second one.
-    state_dir = defaults.state_dir(args.state_dir)
     lost = until_back(path, state_dir)
     if lost is None:
         return str(path)
@@ -502,15 +519,72 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
             "another user's; use your own with --socket or TXD_SOCKET)",
             exits.NO_DAEMON,
         )
-    if args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1":
+    if not autostart:
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
     try:
-        pid = start_daemon(path, state_dir)
+        pid = start_daemon(path, state_dir, timeout=timeout)
     except RuntimeError as e:
         raise CliError(f"cannot start txd: {e}", exits.NO_DAEMON) from None
     if pid is not None:
         print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
     return str(path)
+
+
+class _ServedElsewhere(Exception):
+    """The state dir is served by a daemon of another host, which still beats."""
+
+    def __init__(self, served: Any) -> None:
+        super().__init__(served.host)
+        self.served = served
+
+
+def _cluster_endpoint(args: argparse.Namespace, served: Any) -> Any:
+    """The ssh endpoint of the host serving the shared state dir: the name its record gives,
+    its daemon's socket, and as the remote command the txctl of that daemon's own install
+    (--remote-command or TXD_REMOTE_COMMAND win)."""
+    import dataclasses
+    import shlex
+
+    from txd.client._endpoint import EndpointError, resolve
+
+    try:
+        ep = resolve(f"ssh://{served.ssh}", command=args.remote_command)
+    except EndpointError as e:
+        raise CliError(
+            f"txd serves the state dir on host {served.host}, but its record names no usable "
+            f"ssh host: {e}",
+            exits.NO_DAEMON,
+        ) from None
+    assert ep is not None  # an ssh:// URL is never the local daemon
+    if served.python and not (args.remote_command or os.environ.get("TXD_REMOTE_COMMAND")):
+        ep = dataclasses.replace(ep, command=shlex.join([served.python, "-m", "txd.client.cli"]))
+    return dataclasses.replace(ep, socket=served.socket)
+
+
+def _elsewhere(state_dir: Path, autostart: bool) -> float:
+    """Before starting a daemon here: a daemon of another host sharing the state dir that
+    still beats serves it (_ServedElsewhere: reach it over ssh); one that stopped beating
+    is taken over by the daemon started here, which first watches its record for a while.
+    Returns the time to allow that daemon to start."""
+    from txd.client._daemon import START_TIMEOUT
+    from txd.client._serving import RecordError, other_host
+
+    try:
+        served = other_host(state_dir)
+    except RecordError as e:
+        raise CliError(str(e), exits.NO_DAEMON) from None
+    if served is None:
+        return START_TIMEOUT
+    if served.fresh():
+        raise _ServedElsewhere(served)
+    if not autostart:
+        return START_TIMEOUT
+    print(
+        f"txctl: the txd of host {served.host} stopped beating {served.age():.0f}s ago; "
+        f"taking the state dir {state_dir} over here (about {served.stale_after:.0f}s)",
+        file=sys.stderr,
+    )
+    return START_TIMEOUT + served.stale_after
 
 
 def _out(data: Any, as_json: bool) -> None:

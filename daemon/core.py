@@ -40,7 +40,7 @@ from txd.schedulers.errors import (
 )
 from txd.schedulers.plugins import DEFAULT_SCHEDULER
 from txd.schedulers.workspace.files import check_dir
-from txd.v1 import AppState
+from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2 import ListRequest, LogsRequest, LogsResponse, PruneRequest, RunRequest
 from txd.v1.scheduler_pb2 import CfgValue, RunOpt, SchedulerInfo
@@ -82,6 +82,7 @@ class JobService:
         self.schedulers = schedulers
         self.tasks = tasks
         self.closing = False
+        self.started = False  # start() settled the jobs recorded as live
         self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
         self._submitting: set[asyncio.Future[JobRecord]] = set()
         self._pacer = Pacer(SUBMITS_PER_TURN)
@@ -109,9 +110,13 @@ class JobService:
 
     # -- lifecycle --------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, moved_from: str | None = None) -> None:
         """Follows again every job recorded as live (after a restart or a crash): its scheduler
-        first settles what it can (`recover`), then its status feed takes over."""
+        first settles what it can (`recover`), then its status feed takes over. `moved_from`:
+        the other host whose daemon served the state dir before this one (daemon.serving);
+        jobs of a scheduler whose jobs live on the daemon's host (local_cwd) ran there, so
+        they are recorded as lost (FAILED, as local_cwd records a job a crash left unknown),
+        never looked for (or stopped) here by their pids, which are another host's."""
         await self.schedulers.check_settings()
         by_scheduler: dict[str, list[JobRecord]] = defaultdict(list)
         for rec in self.store.live():
@@ -119,6 +124,15 @@ class JobService:
         for name, recs in by_scheduler.items():
             try:
                 sched = await self.schedulers.get(name)
+                if moved_from is not None and sched.jobs_live_on_host:
+                    why = (
+                        f"lost: the job ran on host {moved_from}, whose txd stopped without "
+                        "ending it; the state dir was taken over from this host, which cannot "
+                        "reach the job: its outcome is unknown (look on that host)"
+                    )
+                    self.store.update_statuses([(r.handle, _lost(r.status, why)) for r in recs])
+                    log.warning("%d %s job(s) of host %s lost", len(recs), name, moved_from)
+                    continue
                 settled = await sched.recover([(r.job, r.status) for r in recs])
             except TxdError as e:
                 for rec in recs:
@@ -132,6 +146,7 @@ class JobService:
                 log.info("following %s again: %s", rec.handle, AppState.Name(job.status.state))
             if self.cache.followed(name):
                 self.schedulers.feed(name).start()
+        self.started = True
 
     async def shutdown(self, grace: float) -> None:
         """Stops accepting runs, ends local jobs (SIGKILL after `grace` seconds) and records
@@ -529,3 +544,14 @@ async def _undo(sched: Scheduler[Any, Any], job: Job) -> None:
 
 def cfg_values(cfg: dict[str, Any]) -> dict[str, CfgValue]:
     return {k: options.to_cfg_value(v) for k, v in cfg.items()}
+
+
+def _lost(old: AppStatus, msg: str) -> AppStatus:
+    """`old` ended as FAILED for the reason `msg`, with every replica not yet ended."""
+    status = unknown(old, msg)
+    status.state = AppState.FAILED
+    for role in status.roles:
+        for replica in role.replicas:
+            if replica.state not in TERMINAL_STATES:
+                replica.state = AppState.FAILED
+    return status

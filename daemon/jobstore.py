@@ -2,7 +2,9 @@
 and logs survive a daemon restart and terminal states are remembered.
 
 Calls are synchronous and short (one indexed statement, one commit); WAL with synchronous=NORMAL
-keeps a commit off the disk's fsync path while staying safe against a daemon crash.
+keeps a commit off the disk's fsync path while staying safe against a daemon crash. On a network
+file system the connection holds SQLite's lock exclusively, so WAL needs no shared memory (see
+NETWORK_FS).
 
 A file that exists is checked before anything is written to it (see _check_file): one that is
 not a readable regular file, is cut short or has damaged pages is refused with what is wrong
@@ -155,6 +157,50 @@ def adopt_old_name(state_dir: Path) -> None:
         os.close(dir_fd)
 
 
+# File systems shared over a network. SQLite's WAL keeps its index in shared memory (the -shm
+# file, mmap'ed by every connection), which a network file system does not share between
+# hosts, so on these the job store holds SQLite's exclusive lock for the daemon's life
+# (locking_mode=EXCLUSIVE, set before the first read): WAL then keeps its index in the
+# process's own memory and never makes a -shm file, at WAL's speed. The one connection is the
+# one reader and writer. Two daemons writing are prevented by the serving record
+# (daemon.serving), not by SQLite's locks, which are node-local on Lustre with localflock.
+NETWORK_FS = frozenset(
+    (
+        *("nfs", "nfs4", "lustre", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "gpfs"),
+        *("beegfs", "9p", "afs", "ocfs2", "gfs2", "fuse.sshfs", "fuse.glusterfs"),
+        *("fuse.cephfs", "fuse.lizardfs", "fuse.moosefs"),
+    )
+)
+STATE_FS_ENV = "TXD_STATE_FS"  # "network" or "local": overrides what /proc/self/mountinfo says
+EXCLUSIVE = "PRAGMA locking_mode=EXCLUSIVE"
+
+
+def fs_type(path: Path) -> str:
+    """The type of the file system holding `path`, from /proc/self/mountinfo ("" if unknown)."""
+    real = str(path.resolve())
+    best, kind = "", ""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if " - " not in line or len(fields) < 5:
+                    continue
+                mount = fields[4].replace("\\040", " ")
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, kind = mount, line.split(" - ", 1)[1].split()[0]
+    except OSError:
+        return ""
+    return kind
+
+
+def on_network_fs(path: Path) -> bool:
+    forced = os.environ.get(STATE_FS_ENV, "")
+    if forced in ("network", "local"):
+        return forced == "network"
+    return fs_type(path) in NETWORK_FS
+
+
 def _wal_checksum(data: bytes, big: bool, s0: int, s1: int) -> tuple[int, int]:
     words = struct.unpack(f"{'>' if big else '<'}{len(data) // 4}I", data)
     for x0, x1 in zip(words[0::2], words[1::2], strict=True):
@@ -253,6 +299,8 @@ def _check_file(path: Path) -> None:
     query = "mode=ro" if wal.exists() else "immutable=1"
     try:
         with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?{query}", uri=True)) as db:
+            if on_network_fs(path.parent):
+                db.execute(EXCLUSIVE)  # no -shm made (see NETWORK_FS)
             problems = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
     except sqlite3.DatabaseError as e:
         problems = [str(e)]
@@ -303,6 +351,8 @@ class JobStore:
         _check_file(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
+            if on_network_fs(path.parent):
+                self._db.execute(EXCLUSIVE)  # before the first read (see NETWORK_FS)
             self._check_version()  # before the first write: WAL mode writes the header
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -351,6 +401,11 @@ class JobStore:
 
     def close(self) -> None:
         self._db.close()
+
+    def fence(self) -> None:
+        """From now on every write fails (and the status cache logs it): another daemon took
+        the state dir over, and this one must not write to it again."""
+        self._db.execute("PRAGMA query_only = 1")
 
     def insert(self, rec: JobRecord) -> None:
         self._db.execute(_INSERT, _row(rec))

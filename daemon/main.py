@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 import warnings
 
@@ -43,6 +44,10 @@ class _ReadyPipe:
 
     def ready(self) -> None:
         self.send("ready")
+
+
+# What other hosts' txctl give ssh as its destination (the serving record): never an option.
+_SSH_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
 
 
 def _session(text: str) -> str:
@@ -122,10 +127,37 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PEM",
         help="--listen requires client certificates signed by these CAs (besides the token)",
     )
+    parser.add_argument(
+        "--ssh-name",
+        help="the name other hosts sharing the state dir reach this one by with ssh, written in "
+        "the serving record (env TXD_SSH_NAME; default this host's name)",
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=None,
+        help="seconds between rewrites of the serving record; another host takes the state "
+        "dir over once it is 3 of them old (env TXD_HEARTBEAT; default 5)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
     pipe = _ReadyPipe(args.ready_fd)
+    if args.heartbeat is None:
+        try:
+            args.heartbeat = float(os.environ.get("TXD_HEARTBEAT") or 5.0)
+        except ValueError:
+            parser.error(f"TXD_HEARTBEAT={os.environ['TXD_HEARTBEAT']!r}: expected seconds")
+    if not 0.05 <= args.heartbeat <= 3600:
+        parser.error(f"--heartbeat {args.heartbeat}: expected seconds from 0.05 to 3600")
+    ssh_name = (
+        args.ssh_name if args.ssh_name is not None else os.environ.get("TXD_SSH_NAME") or None
+    )
+    if ssh_name is not None:
+        if not _SSH_NAME.match(ssh_name):
+            what = "--ssh-name" if args.ssh_name is not None else "TXD_SSH_NAME"
+            parser.error(f"{what} {ssh_name!r}: expected a host name for ssh ([USER@]HOST)")
+        os.environ["TXD_SSH_NAME"] = ssh_name
     sets = list(args.set)
     for item in args.poll_interval:
         name, _, value = item.partition("=")
@@ -178,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 pipe.ready,
                 settings,
                 listen,
+                args.heartbeat,
             )
         )
     except AlreadyRunning as e:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
@@ -17,7 +16,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from txd import defaults
-from txd.daemon import reflection, tcp, wire
+from txd.daemon import reflection, serving, tcp, wire
 from txd.daemon.core import JobService
 from txd.daemon.servicer import About, RunnerServicer
 from txd.daemon.sockwatch import Listeners
@@ -118,33 +117,16 @@ def _check_private(folder: Path) -> None:
     )
 
 
-def _lock_state_dir(state_dir: Path, socket_path: Path) -> int:
-    """Holds an exclusive lock on <state_dir>/txd.lock for the daemon's life (released by the
-    kernel when the process ends, however it ends): two daemons must never share a job store,
-    or the second would "recover" the first one's running jobs. The file names the holder's
-    pid and socket, for the refusal's message."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(state_dir / "txd.lock", os.O_RDWR | os.O_CREAT, 0o600)
+def _hold_state_dir(state_dir: Path, socket_path: Path, period: float) -> serving.Serving:
+    """Holds the state dir for the daemon's life: two daemons must never share a job store, or
+    the second would "recover" the first one's running jobs. On one host the flock on
+    <state_dir>/txd.lock decides (released by the kernel however the process ends); across
+    hosts sharing the state dir, the serving record and its heartbeat (daemon.serving)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid, _, sock = os.read(fd, 4096).decode(errors="replace").partition("\n")
-        os.close(fd)
-        pid, sock = pid.strip() or "?", sock.strip()
-        if sock == str(socket_path):  # a daemon started at the same time for the same socket
-            raise AlreadyRunning(
-                f"txd is already running (pid {pid}) on {sock} with the state dir {state_dir}",
-                serving_here=True,
-            ) from None
-        raise AlreadyRunning(
-            f"the state dir {state_dir} is in use by another txd (pid {pid}"
-            f"{f', socket {sock}' if sock else ''}): give this one its own with --state-dir "
-            "or TXD_STATE_DIR",
-            serving_here=False,
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
-    return fd
+        return serving.acquire(state_dir, socket_path, period=period)
+    except serving.Busy as e:
+        here = not e.host and e.socket_path == str(socket_path)
+        raise AlreadyRunning(str(e), serving_here=here) from None
 
 
 # gRPC core cancels a new call once more than 1,000 (soft) or 3,000 (hard) calls wait for the
@@ -214,16 +196,19 @@ async def serve(
     on_ready: Callable[[], None] | None = None,
     settings: dict[str, dict[str, Any]] | None = None,
     listen: tcp.TcpListen | None = None,
+    heartbeat: float = serving.PERIOD,
 ) -> None:
-    """Runs until SIGTERM or SIGINT, then shuts down in order: health NOT_SERVING, local jobs
-    stopped and recorded, status feeds stopped, in-flight calls given `grace` seconds, the
-    remaining background tasks cancelled and awaited, schedulers and job store closed. A
-    backend that fails on the way is logged; the shutdown goes on."""
-    lock = _lock_state_dir(state_dir, socket_path)
+    """Runs until SIGTERM or SIGINT (or until another host's daemon took the state dir over
+    from this one, stalled past the serving record's staleness limit), then shuts down in
+    order: health NOT_SERVING, local jobs stopped and recorded, status feeds stopped,
+    in-flight calls given `grace` seconds, the remaining background tasks cancelled and
+    awaited, schedulers and job store closed. A backend that fails on the way is logged; the
+    shutdown goes on."""
+    hold = _hold_state_dir(state_dir, socket_path, heartbeat)
     try:
         _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
     except BaseException:
-        os.close(lock)
+        hold.abandon()
         raise
     service: JobService | None = None
     try:
@@ -232,7 +217,8 @@ async def serve(
                 tasks = Tasks(group)
                 try:
                     service = JobService.open(state_dir, session, settings, tasks=tasks)
-                    await _serve(service, socket_path, state_dir, grace, on_ready, listen)
+                    tasks.create_task(hold.heartbeat(), name="serving record heartbeat")
+                    await _serve(service, hold, socket_path, grace, on_ready, listen)
                 finally:
                     tasks.cancel_all()
         except BaseExceptionGroup as group_error:
@@ -244,19 +230,25 @@ async def serve(
     finally:
         if service is not None:
             await service.aclose()
-        os.close(lock)
+        if hold.lost.is_set():
+            os.close(hold.lock_fd)  # the record is the new daemon's: leave it alone
+        elif service is None or not service.started:
+            hold.abandon()  # a dead host's jobs not yet settled: its record goes back
+        else:
+            hold.close()
     log.info("stopped")
 
 
 async def _serve(
     service: JobService,
+    hold: serving.Serving,
     socket_path: Path,
-    state_dir: Path,
     grace: float,
     on_ready: Callable[[], None] | None,
     listen: tcp.TcpListen | None = None,
 ) -> None:
-    await service.start()
+    state_dir = hold.state_dir
+    await service.start(moved_from=hold.took_over_from)
     about = About.here(socket_path, state_dir)
 
     async def start(path: Path) -> tuple[grpc.aio.Server, HealthServicer]:
@@ -277,7 +269,10 @@ async def _serve(
         if on_ready is not None:
             on_ready()
         service.tasks.create_task(listeners.watch(), name="socket watch")
+        hold.on_lost = stop.set  # the state dir lost to another host stops this daemon too
         await stop.wait()
+        if hold.lost.is_set():
+            service.store.fence()  # the new daemon's job store now: nothing more is written to it
         log.info("shutting down")
         try:
             await listeners.enter_graceful_shutdown()

@@ -217,6 +217,9 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
+    # Its jobs run on the daemon's own host and end with it (local_cwd): a daemon that takes a
+    # shared state dir over from another host records them as lost (daemon.serving).
+    jobs_live_on_host: ClassVar[bool] = False
     Opts: ClassVar[type]  # per run: the cfg a Run may pass (schedulers.options)
     Settings: ClassVar[type[Settings]] = Settings  # per daemon
 

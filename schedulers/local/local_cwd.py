@@ -249,6 +249,7 @@ def _first_error_file(req: PopenRequest) -> str:
 class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     name = "local_cwd"
     description = "processes on this host, started in the caller's working directory"
+    jobs_live_on_host = True
     capabilities = Capabilities(
         logs=True,
         log_follow=True,

@@ -139,6 +139,7 @@ def test_daemon_refuses_a_damaged_registry(
     assert "txd will not start over it" in line and ".recover" in line
     after = _snapshot(state)
     assert after.pop("txd.lock")  # the state dir's lock, taken first; nothing else is new
+    assert after.pop("txd.serving")  # the serving record, written before the job store opens
     assert after == before
 
 
@@ -174,6 +175,7 @@ def test_daemon_refuses_an_unreadable_registry(registry: Path, root: Path) -> No
     )
     after = _snapshot(state)
     assert after.pop("txd.lock")
+    assert after.pop("txd.serving")  # the serving record, written before the job store opens
     assert after == before
     with contextlib.closing(sqlite3.connect(path)) as db:  # still whole (root reads it)
         assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == JOBS

@@ -1,0 +1,430 @@
+"""One daemon per state dir across hosts: the serving record, its heartbeat, and takeover.
+
+A state dir in a home directory shared by several login nodes is one job store for all of
+them, and exactly one daemon may write it. The flock on <state dir>/txd.lock settles that on
+one host, and across hosts where the file system's locks are global (NFS); on Lustre mounted
+with `localflock` it is node-local, so another host's lock is invisible. Hence the record,
+<state dir>/txd.serving (JSON): which host serves the state dir (its hostname, and the name to
+reach it by ssh), on which socket, pid, version, start time, and a heartbeat rewritten every
+`period` seconds. Rules:
+
+- A record of another host whose heartbeat is younger than STALE_PERIODS of its periods means
+  busy, whatever the flock says: this daemon refuses, naming that host.
+- A stale record of another host is taken over: one claim file per record (created with
+  O_EXCL, so of several hosts racing one wins), then the record is watched for the staleness
+  limit by this host's own clock (a clock skew between hosts cannot fake a dead daemon), and
+  only if it did not change is it replaced by ours.
+- The record of this host is for the flock to decide (a crash releases it at once).
+- The daemon re-reads the record before each heartbeat; finding another daemon's record
+  there (this one stalled past the limit and was taken over), it stops (see `lost`).
+
+Every write is a write to a file of our own and a rename over the record, so a reader sees the
+old record or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RECORD = "txd.serving"
+LOCK = "txd.lock"
+CLAIM_PREFIX = "txd.takeover."
+PERIOD = 5.0  # seconds between heartbeats
+STALE_PERIODS = 3  # a heartbeat older than this many of its writer's periods is stale
+SSH_NAME_ENV = "TXD_SSH_NAME"
+_CLAIM_DEPTH = 3  # claims of claims left by claimants that died half-way
+
+
+class Busy(Exception):
+    """Another daemon serves this state dir (or is about to). `host`: the other host, or ""
+    for one of this host."""
+
+    def __init__(self, message: str, *, host: str = "", socket_path: str = "") -> None:
+        super().__init__(message)
+        self.host = host
+        self.socket_path = socket_path
+
+
+def this_host() -> str:
+    return socket.gethostname()
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    host: str
+    ssh: str  # the name to reach the host by with ssh
+    socket: str
+    pid: int
+    version: str
+    started: float  # time.time() on the writer's clock
+    heartbeat: float
+    period: float
+    state: str  # "serving", or "stopped" once the daemon exited cleanly
+    id: str  # one per daemon start: tells a taken-over record from our own
+    python: str = ""  # the daemon's interpreter: another host's txctl runs its txctl by ssh
+
+    @property
+    def stale_after(self) -> float:
+        return STALE_PERIODS * self.period
+
+    def age(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.heartbeat
+
+    def fresh(self, now: float | None = None) -> bool:
+        return self.state == "serving" and self.age(now) <= self.stale_after
+
+    def describe(self) -> str:
+        return (
+            f"host {self.host}{f' (ssh {self.ssh})' if self.ssh != self.host else ''}, socket "
+            f"{self.socket}, pid {self.pid}, last heartbeat {max(self.age(), 0):.0f}s ago"
+        )
+
+
+def read_record(state_dir: Path) -> Record | None:
+    """The state dir's record; None when there is none, or it cannot be read as one (a
+    damaged record names nobody: the flock still guards this host)."""
+    try:
+        data = json.loads((state_dir / RECORD).read_bytes())
+        kinds = {"pid": int, "started": float, "heartbeat": float, "period": float}
+        data.setdefault("python", "")  # a record written before the field existed
+        fields = dataclasses.fields(Record)
+        return Record(**{f.name: kinds.get(f.name, str)(data[f.name]) for f in fields})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_atomic(path: Path, data: bytes, *, sync: bool) -> None:
+    """Writes a file of our own beside `path`, then renames it over `path`."""
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("txd")
+    except PackageNotFoundError:
+        return "?"
+
+
+class Serving:
+    """This daemon's hold on a state dir: the flock and the record (see the module's doc).
+    `previous` is the record found at start (None if there was none): the host whose jobs
+    this daemon inherits. `lost` is set once another daemon's record replaced ours."""
+
+    def __init__(self, state_dir: Path, lock_fd: int, record: Record, previous: Record | None):
+        self.state_dir = state_dir
+        self.lock_fd = lock_fd
+        self.record = record
+        self.previous = previous
+        self.lost = asyncio.Event()
+        self.on_lost: Callable[[], None] | None = None
+        self.taken_by: Record | None = None
+        self._write_failed = False
+        # A beat runs in a worker thread, which a cancelled heartbeat task does not stop:
+        # close() waits for it, and no beat writes after close() (a "serving" record over the
+        # "stopped" one would keep other hosts waiting for the staleness limit).
+        self._writing = threading.Lock()
+        self._closed = False
+
+    @property
+    def took_over_from(self) -> str | None:
+        """The other host whose daemon served the state dir before this one and died there
+        (a clean exit, which ends its local jobs, does not count), if any."""
+        prev = self.previous
+        if prev is None or prev.host == self.record.host or prev.state != "serving":
+            return None
+        return prev.host
+
+    def beat(self) -> bool:
+        """One heartbeat (run in a worker thread: the file system may be slow); False when
+        the record is no longer ours."""
+        with self._writing:
+            if self._closed:
+                return True
+            return self._beat()
+
+    def _beat(self) -> bool:
+        current = read_record(self.state_dir)
+        if current is not None and current.id != self.record.id:
+            self.taken_by = current
+            log.error(
+                "another txd took this state dir over (%s): this daemon stops without "
+                "writing to it again",
+                current.describe(),
+            )
+            return False
+        self.record = dataclasses.replace(self.record, heartbeat=time.time())
+        self._write(sync=False)
+        return True
+
+    async def heartbeat(self) -> None:
+        """Beats every period until the record is lost (or the task is cancelled)."""
+        while True:
+            await asyncio.sleep(self.record.period)
+            if not await asyncio.to_thread(self.beat):
+                self.lost.set()
+                if self.on_lost is not None:
+                    self.on_lost()
+                return
+
+    def _write(self, *, sync: bool) -> None:
+        path = self.state_dir / RECORD
+        try:
+            _write_atomic(path, json.dumps(dataclasses.asdict(self.record)).encode(), sync=sync)
+        except OSError as e:
+            if not self._write_failed:
+                log.error(
+                    "cannot write the serving record %s: %s; another host may take this state "
+                    "dir over once the record is %.0fs old",
+                    path,
+                    e.strerror or e,
+                    self.record.stale_after,
+                )
+            self._write_failed = True
+            return
+        if self._write_failed:
+            log.info("the serving record %s is written again", path)
+        self._write_failed = False
+
+    def close(self) -> None:
+        """At a clean exit: the record says `stopped` (if it is still ours), so another host
+        starts its own daemon without waiting; then the flock is released."""
+        try:
+            with self._writing:
+                self._closed = True
+                self._stopped()
+        finally:
+            os.close(self.lock_fd)
+
+    def abandon(self) -> None:
+        """At an exit before the jobs were settled (a start that failed half-way): a dead
+        host's record that this daemon replaced is put back, so the next daemon still knows
+        that host's local jobs ran elsewhere and must not look for their pids here; any other
+        record says `stopped`, as at a clean exit."""
+        prev = self.previous
+        if self.took_over_from is None or prev is None:
+            self.close()
+            return
+        try:
+            with self._writing:
+                self._closed = True
+                current = read_record(self.state_dir)
+                if current is None or current.id == self.record.id:
+                    self.record = prev
+                    self._write(sync=True)
+        finally:
+            os.close(self.lock_fd)
+
+    def _stopped(self) -> None:
+        current = read_record(self.state_dir)
+        if current is None or current.id == self.record.id:
+            self.record = dataclasses.replace(self.record, state="stopped", heartbeat=time.time())
+            self._write(sync=True)
+
+
+def acquire(
+    state_dir: Path,
+    socket_path: Path,
+    *,
+    period: float = PERIOD,
+    ssh_name: str | None = None,
+    host: str | None = None,
+) -> Serving:
+    """Takes the state dir for this daemon, or raises Busy naming who has it. May take the
+    staleness limit of a dead host's record (STALE_PERIODS of its periods) to take over."""
+    host = host or this_host()
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(state_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        raise Busy(f"cannot use the state dir {state_dir}: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _locked(fd, state_dir, socket_path, host) from None
+        previous = read_record(state_dir)
+        if previous is not None and previous.host != host and previous.state == "serving":
+            if previous.fresh():
+                raise _elsewhere(previous, state_dir)
+            _take_over(state_dir, previous, host)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
+        now = time.time()
+        record = Record(
+            host=host,
+            ssh=ssh_name or os.environ.get(SSH_NAME_ENV) or host,
+            socket=str(socket_path),
+            pid=os.getpid(),
+            version=_version(),
+            started=now,
+            heartbeat=now,
+            period=period,
+            state="serving",
+            id=secrets.token_hex(8),
+            python=sys.executable,
+        )
+        serving = Serving(state_dir, fd, record, previous)
+        serving._write(sync=True)
+        if serving._write_failed:
+            raise Busy(
+                f"cannot write the serving record in {state_dir} (see the log): without it, "
+                "a daemon on another host sharing this state dir could not tell it is in use"
+            )
+        _remove_claims(state_dir)
+        if serving.took_over_from:
+            log.warning(
+                "took over the state dir %s from host %s, whose txd last beat %.0fs ago",
+                state_dir,
+                serving.took_over_from,
+                previous.age() if previous else 0,
+            )
+        return serving
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _locked(fd: int, state_dir: Path, socket_path: Path, host: str) -> Busy:
+    """Why the flock is held: another host's daemon (a global lock, as on NFS) or one here."""
+    pid, _, sock = os.read(fd, 4096).decode(errors="replace").partition("\n")
+    pid, sock = pid.strip() or "?", sock.strip()
+    rec = read_record(state_dir)
+    if rec is not None and rec.host != host and rec.state == "serving":
+        if rec.fresh():
+            return _elsewhere(rec, state_dir)
+        return Busy(
+            f"the txd of host {rec.host} stopped beating in {state_dir} ({rec.describe()}) "
+            f"but its lock on {LOCK} is still held (this file system's locks are shared "
+            "between hosts): it is alive but stalled, or its host is gone and the lock has "
+            "not expired yet; try again in a minute",
+            host=rec.host,
+            socket_path=rec.socket,
+        )
+    if sock == str(socket_path):  # a daemon started at the same time for the same socket
+        return Busy(
+            f"txd is already running (pid {pid}) on {sock} with the state dir {state_dir}",
+            socket_path=sock,
+        )
+    return Busy(
+        f"the state dir {state_dir} is in use by another txd (pid {pid}"
+        f"{f', socket {sock}' if sock else ''}): give this one its own with --state-dir "
+        "or TXD_STATE_DIR",
+        socket_path=sock,
+    )
+
+
+def _elsewhere(rec: Record, state_dir: Path) -> Busy:
+    return Busy(
+        f"txd already serves the state dir {state_dir} on another host ({rec.describe()}): "
+        f"reach it there (txctl --host ssh://{rec.ssh}), or give this one its own state dir",
+        host=rec.host,
+        socket_path=rec.socket,
+    )
+
+
+def _take_over(state_dir: Path, stale: Record, host: str) -> None:
+    """Wins the claim on the stale record, then watches the record for its staleness limit:
+    a daemon that is alive after all (a slow file system, a paused process, a clock ahead of
+    ours) beats meanwhile, and this one backs off."""
+    claim = _claim(state_dir, stale, host)
+    try:
+        log.warning(
+            "the state dir %s was served by host %s, whose heartbeat stopped (%s); watching it "
+            "for %.0fs before taking it over",
+            state_dir,
+            stale.host,
+            stale.describe(),
+            stale.stale_after,
+        )
+        deadline = time.monotonic() + stale.stale_after
+        step = max(min(stale.period / 2, 1.0), 0.05)
+        while True:
+            now = read_record(state_dir)
+            if now != stale:
+                if now is not None and now.host != host and now.state == "serving":
+                    raise _elsewhere(now, state_dir)
+                raise Busy(f"another txd took the state dir {state_dir} over first")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(step, left))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            claim.unlink()
+        raise
+
+
+def _claim(state_dir: Path, stale: Record, host: str) -> Path:
+    """Creates the claim file on `stale` with O_EXCL: of several hosts, one creates it. A
+    claim whose claimant died half-way (older than twice the watch) is itself claimed."""
+    name = f"{CLAIM_PREFIX}{stale.id}"
+    for _ in range(_CLAIM_DEPTH):
+        path = state_dir / name
+        mine = {"host": host, "pid": os.getpid(), "time": time.time(), "id": secrets.token_hex(8)}
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            other = _read_claim(path)
+            if other is None or time.time() - other["time"] <= 2 * stale.stale_after + 5:
+                who = f"host {other['host']}" if other else "another host"
+                raise Busy(
+                    f"the txd of host {stale.host} stopped beating in {state_dir}, and {who} "
+                    "is taking the state dir over: try again in a few seconds",
+                    host=other["host"] if other else "",
+                ) from None
+            name = f"{name}.{other['id']}"
+            continue
+        try:
+            os.write(fd, json.dumps(mine).encode())
+        finally:
+            os.close(fd)
+        if read_record(state_dir) != stale:  # someone finished a takeover before we claimed
+            path.unlink()
+            raise Busy(f"another txd took the state dir {state_dir} over first")
+        return path
+    raise Busy(f"too many abandoned takeover claims ({CLAIM_PREFIX}*) in {state_dir}")
+
+
+def _read_claim(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_bytes())
+        return {"host": str(data["host"]), "time": float(data["time"]), "id": str(data["id"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _remove_claims(state_dir: Path) -> None:
+    for path in state_dir.glob(f"{CLAIM_PREFIX}*"):
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -1,0 +1,487 @@
+"""One daemon per state dir across hosts (txd.daemon.serving), with real daemons: each "host" is
+a daemon in a UTS namespace of its own (its own hostname, by `unshare --uts`), all of them
+sharing one state dir as login nodes share a home directory."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from txd.daemon import jobstore, serving
+from txd_testing import TXCTL, Daemon, PidWatch, clean_env, log_alarms, remove_tree, short_tmpdir
+
+PERIOD = 0.3  # the daemons' heartbeat here: a dead host is stale after 0.9 s
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        [*_on_host("probe"), "true"], capture_output=True, timeout=30, check=False
+    )
+    return probe.returncode == 0
+
+
+def _on_host(name: str) -> list[str]:
+    """A command prefix running its arguments (same pid) under the hostname `name`."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
+    return ["unshare", *user, "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name]
+
+
+pytestmark = pytest.mark.skipif(not _unshare_works(), reason="needs unshare --uts")
+
+
+# A prefix for `python -m txd.daemon ...` (see txd_testing.Daemon) that runs the same daemon
+# with flock a no-op: on one machine the hosts' flocks would see each other, as they do not on
+# Lustre mounted with localflock, where only the serving record tells hosts apart.
+_LOCALFLOCK = [
+    "sh",
+    "-c",
+    'py=$1; shift 3; exec "$py" -c "$0" "$@"',
+    "import fcntl, runpy; fcntl.flock = lambda fd, op: None; "
+    "runpy.run_module('txd.daemon', run_name='__main__')",
+]
+
+
+class Host:
+    """A login node: its own socket and log, the shared state dir."""
+
+    def __init__(self, root: Path, name: str, state_dir: Path, localflock: bool = False) -> None:
+        self.name = name
+        (root / name).mkdir(exist_ok=True)
+        self.daemon = Daemon(
+            root / name,
+            args=["--heartbeat", str(PERIOD)],
+            prefix=[*_on_host(name), *(_LOCALFLOCK if localflock else [])],
+        )
+        self.daemon.state_dir = state_dir
+
+    def txctl(
+        self, *args: str, autostart: bool = False, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """txctl on this host. Its ssh (to another host serving the state dir) is a script that
+        records its arguments in <root>/ssh-args and fails: nothing leaves loopback here
+        (tests/remote has real sshd login nodes)."""
+        d = self.daemon
+        fake_ssh = d.root.parent / "fake-ssh"
+        if not fake_ssh.exists():
+            fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {d.root.parent}/ssh-args\nexit 255\n')
+            fake_ssh.chmod(0o755)
+        (d.root / "xdg-run").mkdir(mode=0o700, exist_ok=True)  # the tunnel's runtime folder
+        env = d.txctl_env(
+            TXD_STATE_DIR=str(d.state_dir), TXD_SSH_COMMAND=str(fake_ssh), **(env or {})
+        )
+        flags = [] if autostart else ["--no-autostart"]
+        return subprocess.run(
+            [*_on_host(self.name), *TXCTL, "--socket", str(d.socket), *flags, *args],
+            capture_output=True,
+            encoding="utf-8",
+            cwd=d.home,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+
+
+@pytest.fixture
+def cluster() -> Iterator[tuple[Path, Host, Host]]:
+    root = short_tmpdir("txcl-")
+    state = root / "home" / "state"
+    hosts = (Host(root, "login1", state), Host(root, "login2", state))
+    try:
+        yield state, *hosts
+    finally:
+        for h in hosts:
+            h.daemon.close()
+        for h in hosts:
+            assert not log_alarms(h.daemon.log()), h.daemon.log()
+        remove_tree(root)
+
+
+def _record(state: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((state / serving.RECORD).read_bytes())
+    return data
+
+
+def _until(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _stale(state: Path) -> bool:
+    rec = _record(state)
+    return time.time() - float(rec["heartbeat"]) > 3 * float(rec["period"])  # type: ignore[arg-type]
+
+
+def _fake_record(state: Path, host: str, heartbeat: float, period: float = 30.0) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    rec = {
+        "host": host,
+        "ssh": f"{host}.example",
+        "socket": f"/run/user/1000/txd/{host}.sock",
+        "pid": 4242,
+        "version": "0",
+        "started": heartbeat,
+        "heartbeat": heartbeat,
+        "period": period,
+        "state": "serving",
+        "id": f"id-{host}",
+    }
+    (state / serving.RECORD).write_text(json.dumps(rec))
+
+
+def test_the_record_names_the_serving_host_and_beats(cluster: tuple[Path, Host, Host]) -> None:
+    state, login1, login2 = cluster
+    d = login1.daemon.start()
+    first = _record(state)
+    assert (first["host"], first["ssh"], first["socket"]) == ("login1", "login1", str(d.socket))
+    assert (first["pid"], first["state"], first["period"]) == (d.pid, "serving", PERIOD)
+    assert first["started"] == first["heartbeat"]
+    _until(lambda: _record(state)["heartbeat"] != first["heartbeat"])
+    assert _record(state)["id"] == first["id"]
+    assert (state / serving.RECORD).stat().st_mode & 0o777 == 0o600
+    assert d.stop() == 0
+    last = _record(state)
+    assert last["state"] == "stopped" and last["id"] == first["id"]
+    # A clean exit frees the state dir for another host at once, without any wait.
+    login2.daemon.start()
+    assert "took over" not in login2.daemon.log()
+    assert _record(state)["host"] == "login2"
+
+
+def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    """Lustre's localflock: the other host's lock is invisible here; its heartbeat is not."""
+    state, _, login2 = cluster
+    _fake_record(state, "login9", time.time())
+    with pytest.raises(RuntimeError) as refused:
+        login2.daemon.start()
+    text = str(refused.value)
+    assert "on another host (host login9 (ssh login9.example)" in text, text
+    assert "txctl --host ssh://login9.example" in text, text
+    assert _record(state)["host"] == "login9"  # untouched
+    assert not (state / jobstore.FILE_NAME).exists()  # the job store never opened
+    # txctl on that host goes there by ssh instead of starting a second daemon (an ssh that
+    # records its arguments and fails here; tests/remote has real ones).
+    out = login2.txctl("list", autostart=True)
+    assert out.returncode == 3, out
+    said = out.stderr.splitlines()
+    assert said[0] == (
+        "txctl: txd serves this state dir on host login9; reaching it over ssh "
+        "(ssh://login9.example)"
+    ), out.stderr
+    assert said[1].startswith("txctl: error: ssh to ssh://login9.example failed"), out.stderr
+    assert "login9.example" in (state.parent.parent / "ssh-args").read_text().split()
+    assert not login2.daemon.socket.exists()
+
+
+def test_kill_9_then_another_host_takes_over_and_knows_every_job(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    state, login1, login2 = cluster
+    login1.daemon.start()
+    done = login1.txctl("run", "--wait", "utils.echo", "--msg", "hello")
+    assert done.returncode == 0, done
+    running = login1.txctl("run", "utils.sh", "sleep", "600")
+    assert running.returncode == 0, running
+    handles = [done.stdout.split()[0], running.stdout.split()[0]]
+    status = login1.txctl("status", handles[1])
+    assert "RUNNING" in status.stdout, status
+    replica = json.loads(
+        sqlite3.connect(state / jobstore.FILE_NAME)
+        .execute("SELECT native FROM jobs WHERE handle = ?", (handles[1],))
+        .fetchone()[0]
+    )["replicas"][0]["pid"]
+    login1.daemon.kill()
+
+    # Its heartbeat is fresh a moment longer: login2 is refused, naming login1.
+    if not _stale(state):  # so txctl there goes to login1 by ssh (which fails here)
+        refused = login2.txctl("list", autostart=True)
+        assert refused.returncode == 3, refused
+        assert "serves this state dir on host login1; reaching it over ssh" in refused.stderr
+    _until(lambda: _stale(state))
+    listed = login2.txctl("list", "--json", autostart=True)
+    assert listed.returncode == 0, listed
+    assert "stopped beating" in listed.stderr and "taking the state dir" in listed.stderr
+    taker = int(_record(state)["pid"])  # type: ignore[call-overload]
+    try:
+        _taken_over(state, handles, listed.stdout, login2)
+    finally:
+        with PidWatch([taker]) as watch:  # txctl started it: stop it here
+            os.kill(taker, signal.SIGTERM)
+            assert watch.wait(30) == []
+    assert "took over the state dir" in (state / "txd.log").read_text()
+    # login1's replica is another host's process: left alone, never killed by its pid here.
+    with PidWatch([replica]) as watch:
+        assert watch.running() == [replica]
+        os.killpg(replica, signal.SIGKILL)
+        assert watch.wait(30) == []
+
+
+def _taken_over(state: Path, handles: list[str], listed: str, login2: Host) -> None:
+    jobs = {j["app_handle"]: j for j in json.loads(listed)}
+    assert set(handles) <= set(jobs)
+    assert jobs[handles[0]]["state"] == "SUCCEEDED"
+    lost = login2.txctl("status", "--json", handles[1])
+    lost_status = json.loads(lost.stdout)
+    assert lost_status["state"] == "FAILED", lost_status
+    assert "ran on host login1" in lost_status["msg"], lost_status
+    rec = _record(state)
+    assert rec["host"] == "login2" and rec["state"] == "serving"
+
+
+def test_a_stalled_daemon_taken_over_stops_without_writing(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    state, login1, _ = cluster
+    login2 = Host(state.parent.parent, "login2", state, localflock=True)
+    d1 = login1.daemon.start()
+    os.kill(d1.pid, signal.SIGSTOP)  # a paused process, a hung file system: no heartbeat
+    try:
+        _until(lambda: _stale(state))
+        login2.daemon.start()
+    finally:
+        os.kill(d1.pid, signal.SIGCONT)
+    taker = _record(state)
+    assert taker["host"] == "login2"
+    assert d1.proc is not None
+    assert d1.proc.wait(timeout=30) == 0  # on its next heartbeat it sees the new record
+    assert "another txd took this state dir over (host login2" in d1.log()
+    assert _record(state) == {**taker, "heartbeat": _record(state)["heartbeat"]}
+    assert login2.txctl("list").returncode == 0
+    login2.daemon.close()
+
+
+_RACER = """
+import json, sys, time
+from pathlib import Path
+from txd.daemon import serving
+serving.fcntl.flock = lambda fd, op: None  # each host's flock sees only itself (localflock)
+state, host, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+while not go.exists():
+    time.sleep(0.005)
+try:
+    s = serving.acquire(state, Path("/nonexistent/" + host), host=host)
+except serving.Busy as e:
+    print(json.dumps({"won": False, "why": str(e)}))
+else:
+    print(json.dumps({"won": True, "id": s.record.id}))
+"""
+
+
+@pytest.mark.parametrize("racers", [2, 4])
+def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
+    root = short_tmpdir("txrace-")
+    state, go = root / "state", root / "go"
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(state), f"login{k}", str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=clean_env(),
+            text=True,
+        )
+        for k in range(1, racers + 1)
+    ]
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    winners = [r for r in results if r["won"]]
+    assert len(winners) == 1, results
+    assert _record(state)["id"] == winners[0]["id"]
+    for r in results:
+        if not r["won"]:
+            assert "taking the state dir over" in r["why"] or "over first" in r["why"], r
+    assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))  # the winner cleared the claims
+    remove_tree(root)
+
+
+def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
+    root = short_tmpdir("txclaim-")
+    state = root / "state"
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    claim = state / f"{serving.CLAIM_PREFIX}id-login9"
+    claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time() - 60, "id": "x"}))
+    s = serving.acquire(state, root / "sock", host="login2")
+    try:
+        assert _record(state)["id"] == s.record.id
+        assert s.took_over_from == "login9"
+    finally:
+        s.close()
+    assert _record(state)["state"] == "stopped"
+    # A recent claim means another host is taking over right now: busy, naming it.
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time(), "id": "y"}))
+    with pytest.raises(serving.Busy, match="host login7 is taking the state dir over"):
+        serving.acquire(state, root / "sock", host="login2")
+    remove_tree(root)
+
+
+@pytest.fixture
+def small_fs() -> Iterator[Path]:
+    """A tmpfs of the test's own (remounted read-only by the test)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounts a tmpfs")
+    path = short_tmpdir("txro-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(path)],
+                   check=True, capture_output=True, timeout=10)  # fmt: skip
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10, check=False)
+
+
+def _remount(path: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(path)],
+                   check=True, capture_output=True, timeout=10)  # fmt: skip
+
+
+def _fill(fs: Path) -> Path:
+    """Fills the file system up: the next write of a record fails with ENOSPC."""
+    filler = fs / "filler"
+    with open(filler, "wb", buffering=0) as f, contextlib.suppress(OSError):
+        for _ in range(2048):  # bounded: more than the 1 MiB there is, in 1 KiB steps
+            f.write(b"x" * 1024)
+    return filler
+
+
+def test_a_full_file_system_is_said_once_and_the_heartbeat_recovers(
+    small_fs: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="txd.daemon.serving")
+    state = small_fs / "state"
+    s = serving.acquire(state, small_fs / "sock", host="login1")
+    try:
+        filler = _fill(small_fs)
+        assert s.beat() and s.beat()  # still ours: the daemon goes on serving
+        errors = [r for r in caplog.records if "cannot write the serving record" in r.message]
+        assert len(errors) == 1, errors
+        assert "No space left on device" in errors[0].message
+        assert "take this state dir over once the record is 15s old" in errors[0].message
+        assert _record(state)["heartbeat"] < s.record.heartbeat
+        filler.unlink()
+        assert s.beat()
+        assert any("is written again" in r.message for r in caplog.records)
+        assert _record(state)["heartbeat"] == s.record.heartbeat
+        assert [p.name for p in state.iterdir() if p.name.startswith(".")] == []  # no leftovers
+    finally:
+        s.close()
+
+
+def test_a_read_only_state_dir_is_refused_with_why(small_fs: Path) -> None:
+    state = small_fs / "state"
+    state.mkdir()
+    _remount(small_fs, "ro")
+    try:
+        with pytest.raises(serving.Busy, match=r"cannot use the state dir .*: Read-only file sys"):
+            serving.acquire(state, small_fs / "sock", host="login2")
+    finally:
+        _remount(small_fs, "rw")
+
+
+@pytest.mark.parametrize("fs", ["network", "local"])
+def test_the_job_store_needs_no_shared_memory_on_a_network_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fs: str
+) -> None:
+    """WAL either way (file format 2 in the header); on a network file system its index stays
+    in the daemon's memory (no -shm file), the daemon's connection holding SQLite's lock."""
+    monkeypatch.setenv(jobstore.STATE_FS_ENV, fs)
+    store = jobstore.JobStore.in_state_dir(tmp_path)
+    try:
+        shm = tmp_path / f"{jobstore.FILE_NAME}-shm"
+        assert shm.exists() == (fs == "local")
+        other = sqlite3.connect(tmp_path / jobstore.FILE_NAME, timeout=0)
+        try:
+            if fs == "network":
+                with pytest.raises(sqlite3.OperationalError, match="locked"):
+                    other.execute("SELECT count(*) FROM jobs").fetchone()
+            else:
+                assert other.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+        finally:
+            other.close()
+    finally:
+        store.close()
+    data = (tmp_path / jobstore.FILE_NAME).read_bytes()
+    assert (data[18], data[19]) == (2, 2)
+    # And it opens again, its check included, with no -shm made.
+    store = jobstore.JobStore.in_state_dir(tmp_path)
+    try:
+        assert (tmp_path / f"{jobstore.FILE_NAME}-shm").exists() == (fs == "local")
+    finally:
+        store.close()
+
+
+def test_the_file_system_type_is_read_from_mountinfo() -> None:
+    assert jobstore.fs_type(Path("/proc/self")) == "proc"
+    assert jobstore.on_network_fs(Path("/proc")) is False
+
+
+def _untrusted(state: Path, login2: Host, change: str) -> subprocess.CompletedProcess[str]:
+    _fake_record(state, "login9", time.time())
+    if change == "writable":
+        (state / serving.RECORD).chmod(0o666)
+    else:
+        rec = _record(state)
+        (state / serving.RECORD).write_text(json.dumps({**rec, "ssh": change}))
+    out = login2.txctl("list", autostart=True)
+    assert not (state.parent.parent / "ssh-args").exists()  # ssh never ran
+    return out
+
+
+@pytest.mark.parametrize("change", ["writable", "-oProxyCommand=touch /tmp/x", "a b"])
+def test_txctl_does_not_follow_a_record_others_could_have_written(
+    cluster: tuple[Path, Host, Host], change: str
+) -> None:
+    state, _, login2 = cluster
+    out = _untrusted(state, login2, change)
+    assert out.returncode == 3, out
+    want = "is not yours alone" if change == "writable" else "names no usable ssh host"
+    assert want in out.stderr and "remove it" in out.stderr, out.stderr
+
+
+def test_the_ssh_name_is_the_daemons_choice_and_checked(cluster: tuple[Path, Host, Host]) -> None:
+    state, login1, _ = cluster
+    login1.daemon.args += ["--ssh-name", "me@login1.example"]
+    login1.daemon.start()
+    assert _record(state)["ssh"] == "me@login1.example"
+    bad = subprocess.run(
+        [sys.executable, "-m", "txd.daemon", "--ssh-name=-oProxyCommand=x"],
+        capture_output=True, text=True, timeout=30, env=clean_env(), check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "expected a host name for ssh" in bad.stderr, bad
+
+
+def test_a_takeover_that_fails_to_start_puts_the_dead_hosts_record_back(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    """Until a daemon has settled the dead host's jobs, the record must keep naming that host:
+    the next daemon then still knows its local_cwd jobs ran elsewhere (not pids to look for
+    here)."""
+    state, _, login2 = cluster
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    before = _record(state)
+    (state / jobstore.FILE_NAME).write_bytes(b"not a database, " * 64)
+    with pytest.raises(RuntimeError, match="not a txd job store"):
+        login2.daemon.start()
+    assert "watching it" in login2.daemon.log()  # it did take the record over first
+    assert _record(state) == {**before, "python": ""}  # as read back, the field it lacked
+    assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))
+    (state / jobstore.FILE_NAME).unlink()  # the teardown reads the job store

@@ -1,0 +1,126 @@
+"""One daemon per user per cluster, on the real login nodes (ssh_testing): the daemon of login1
+serves the shared state dir; txctl on login2 reaches it over ssh by itself, and takes the state
+dir over once login1's daemon is gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ssh_testing import REMOTE_TXCTL, USER, LoginNode, SshCluster
+
+STATE = ".local/state/txd"  # the default state dir, in the shared home
+
+
+def _node_to_node_ssh(cluster: SshCluster) -> None:
+    """The test user's own ssh config in the shared home, so that one node reaches the other
+    by its name (the serving record's ssh name: the hostname)."""
+    ssh_dir = cluster.home / ".ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    shutil.copy(cluster.key, ssh_dir / "id_ed25519")
+    (ssh_dir / "config").write_text(
+        "".join(f"Host {n.name}\n  HostName {n.address}\n  Port {n.port}\n" for n in cluster.nodes)
+        + "Host *\n  IdentityFile ~/.ssh/id_ed25519\n  IdentitiesOnly yes\n  BatchMode yes\n"
+        "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+    )
+    entry = pwd.getpwnam(USER)
+    for path in (ssh_dir, ssh_dir / "id_ed25519", ssh_dir / "config"):
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
+
+
+def _record(cluster: SshCluster) -> dict[str, object]:
+    data: dict[str, object] = json.loads((cluster.home / STATE / "txd.serving").read_bytes())
+    return data
+
+
+def _daemons(node: LoginNode) -> list[int]:
+    out = []
+    for pid in node.pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"txd.daemon" in cmdline:
+            out.append(pid)
+    return out
+
+
+def _handle(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, proc
+    return proc.stdout.split()[0]
+
+
+def test_login2_reaches_login1s_daemon_over_ssh_and_follows_and_cancels(
+    ssh_cluster: SshCluster,
+) -> None:
+    login1, login2 = ssh_cluster.nodes
+    _node_to_node_ssh(ssh_cluster)
+    handle = _handle(login1.txctl("run", "utils.sh", "sh", "-c", "echo ready; exec sleep 600"))
+    assert _record(ssh_cluster)["host"] == "login1"
+    [daemon] = _daemons(login1)
+
+    status = login2.txctl("status", "--json", handle)
+    assert status.returncode == 0, status
+    assert json.loads(status.stdout)["state"] in ("RUNNING", "PENDING", "SUBMITTED")
+    assert status.stderr == (
+        "txctl: txd serves this state dir on host login1; reaching it over ssh (ssh://login1)\n"
+    )
+    follow = subprocess.Popen(
+        ["ssh", "-F", str(ssh_cluster.ssh_config), f"{USER}@login2",
+         f"{REMOTE_TXCTL} logs -f {handle}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert follow.stdout is not None
+        assert follow.stdout.readline() == "ready\n"  # streamed through login2's tunnel
+        cancel = login2.txctl("cancel", handle)
+        assert cancel.returncode == 0, cancel
+        _, err = follow.communicate(timeout=60)  # the stream ends with the job
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
+    final = login1.txctl("status", "--json", handle)
+    assert json.loads(final.stdout)["state"] == "CANCELLED", final
+    assert _daemons(login2) == []  # no second daemon on login2
+    assert _daemons(login1) == [daemon]
+
+
+def test_login1s_daemon_killed_then_login2_takes_over_and_lists_every_job(
+    ssh_cluster: SshCluster,
+) -> None:
+    login1, login2 = ssh_cluster.nodes
+    _node_to_node_ssh(ssh_cluster)
+    run = f"TXD_HEARTBEAT=0.5 {REMOTE_TXCTL} run"  # a dead host is stale after 1.5 s
+    done = _handle(login1.ssh(f"{run} --wait utils.echo --msg hello"))
+    running = _handle(login1.ssh(f"{run} utils.sh sleep 600"))
+    [daemon] = _daemons(login1)
+    assert _record(ssh_cluster)["pid"] == daemon
+    os.kill(daemon, signal.SIGKILL)
+
+    deadline = time.monotonic() + 30
+    while time.time() - float(_record(ssh_cluster)["heartbeat"]) <= 1.5:  # type: ignore[arg-type]
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    listed = login2.txctl("list", "--json")
+    assert listed.returncode == 0, listed
+    assert "txctl: the txd of host login1 stopped beating" in listed.stderr, listed.stderr
+    jobs = {j["app_handle"]: j["state"] for j in json.loads(listed.stdout)}
+    assert jobs[done] == "SUCCEEDED" and jobs[running] == "FAILED", jobs
+    lost = json.loads(login2.txctl("status", "--json", running).stdout)
+    assert "ran on host login1" in lost["msg"], lost
+    assert _record(ssh_cluster)["host"] == "login2"
+    assert len(_daemons(login2)) == 1
+    assert login2.txctl("logs", done).stdout == "hello\n"  # its logs, written on login1
+    # And now login1 is the other host: its txctl reaches login2's daemon over ssh.
+    again = login1.txctl("status", done)
+    assert again.returncode == 0, again
+    assert "on host login2; reaching it over ssh (ssh://login2)" in again.stderr
