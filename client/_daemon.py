@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from txd.filekind import describe
+
 START_TIMEOUT = 15.0
 # How long a client waits for a live daemon to bind its removed socket again (it checks its
 # socket every second: txd.daemon.sockwatch).
@@ -200,22 +202,9 @@ def blocking(path: Path) -> str:
     with contextlib.suppress(OSError):
         st = folder.lstat()
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-            return f"its folder {folder} is now {_kind(st)}"
+            return f"its folder {folder} is now {describe(st)}"
     with contextlib.suppress(OSError):
         st = path.lstat()
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != uid:
-            return f"{path} is now {_kind(st)}"
+            return f"{path} is now {describe(st)}"
     return ""
-
-
-def _kind(st: os.stat_result) -> str:
-    """ "a regular file of uid 1001", "a folder (yours)" ..."""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISFIFO, "a named pipe"),
-    )
-    kind = next((name for test, name in kinds if test(st.st_mode)), "a special file")
-    return f"{kind} (yours)" if st.st_uid == os.geteuid() else f"{kind} of uid {st.st_uid}"

@@ -21,6 +21,7 @@ from txd.daemon.core import JobService
 from txd.daemon.servicer import About, RunnerServicer
 from txd.daemon.sockwatch import Listeners
 from txd.daemon.tasks import Tasks
+from txd.filekind import describe
 from txd.v1 import runner_pb2
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _claim_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
         raise SocketBlocked(
-            f"{path} is {foreign_file(st)}, not a stale socket of yours: txd never removes "
+            f"{path} is {describe(st)}, not a stale socket of yours: txd never removes "
             "it; remove it or move it away, or choose another --socket"
         )
     with socket.socket(socket.AF_UNIX) as probe:
@@ -73,19 +74,6 @@ def _claim_socket(path: Path) -> None:
             path.unlink()  # nobody listens: a leftover from a crash
             return
     raise AlreadyRunning(f"a txd daemon is already listening on {path}", serving_here=True)
-
-
-def foreign_file(st: os.stat_result) -> str:
-    """What sits at the socket's path, for a message: "a regular file of uid 1001"."""
-    kinds = (
-        (stat.S_ISREG, "a regular file"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISFIFO, "a named pipe"),
-    )
-    kind = next((name for test, name in kinds if test(st.st_mode)), "a special file")
-    return f"{kind} (yours)" if st.st_uid == os.geteuid() else f"{kind} of uid {st.st_uid}"
 
 
 def _check_private(folder: Path) -> None:
