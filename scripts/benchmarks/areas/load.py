@@ -13,6 +13,7 @@ and the event loop's lateness with the main thread's CPU time meanwhile)."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 from pathlib import Path
@@ -69,15 +70,37 @@ async def run(ctx: Context) -> None:
 
 def _inside_summary(o: dict[str, Any]) -> str:
     st = [q + h for q, h in o["status"]] or [0.0]
-    gc2 = [ms for g, ms in o["gc"] if g == 2] or [0.0]
+    gc2 = [ms for g, ms, _ in o["gc"] if g == 2] or [0.0]
     lags = [lag for lag, _ in o["lag"]] or [0.0]
     return (
         f"Status in the daemon p50 {pct(st, 50):.2f} ms p99 {pct(st, 99):.2f} ms max "
         f"{max(st):.1f} ms (n={len(o['status'])}); GC pauses {len(o['gc'])}, gen2 "
-        f"{len([1 for g, _ in o['gc'] if g == 2])} (max {max(gc2):.1f} ms, all "
-        f"{sum(ms for _, ms in o['gc']):.0f} ms); loop lateness p50 {pct(lags, 50):.2f} p99 "
+        f"{len([1 for g, _, _ in o['gc'] if g == 2])} (max {max(gc2):.1f} ms, all "
+        f"{sum(ms for _, ms, _ in o['gc']):.0f} ms); loop lateness p50 {pct(lags, 50):.2f} p99 "
         f"{pct(lags, 99):.1f} p99.9 {pct(lags, 99.9):.1f} max {max(lags):.1f} ms; late > 20 ms: "
-        f"{_late(o)}"
+        f"{_late(o)}; {_queued(o)}"
+    )
+
+
+def _queued(o: dict[str, Any]) -> str:
+    """The probes' calls that waited over 50 ms for gRPC to take them: how many calls gRPC
+    took meanwhile (those ahead of it), at what rate, and whether a GC pause of over 10 ms
+    ended meanwhile."""
+    slow = [(q, at) for _, q, _, at in o["probe"] if q > 50]
+    if not slow:
+        return "no probe call waited over 50 ms to be taken"
+    taken = sorted(o["taken"])
+    ahead, gcs = [], 0
+    for q, at in slow:
+        lo, hi = bisect.bisect_left(taken, at), bisect.bisect_left(taken, at + q / 1000)
+        ahead.append(hi - lo)
+        gcs += any(at <= t <= at + q / 1000 and ms > 10 for _, ms, t in o["gc"])
+    rate = sum(ahead) / (sum(q for q, _ in slow) / 1000)
+    longest = max(q for q, _ in slow)
+    return (
+        f"{len(slow)} probe calls waited over 50 ms to be taken (up to {longest:.0f} ms): "
+        f"gRPC took {median(ahead):.0f} calls (median; up to {max(ahead)}) meanwhile, "
+        f"{rate:.0f}/s; {gcs} of them saw a GC pause over 10 ms"
     )
 
 
@@ -128,8 +151,8 @@ def _inside_rows(
         "Status handler's own time (p99)": lambda o: pct([h for _, h in o["status"]] or [0.0], 99),
         "event loop lateness (p99)": lambda o: pct([lag for lag, _ in o["lag"]] or [0.0], 99),
         "event loop lateness (p99.9)": lambda o: pct([lag for lag, _ in o["lag"]] or [0.0], 99.9),
-        "cyclic GC pauses, longest": lambda o: max([ms for _, ms in o["gc"]] or [0.0]),
-        "cyclic GC pauses, all": lambda o: sum(ms for _, ms in o["gc"]),
+        "cyclic GC pauses, longest": lambda o: max([ms for _, ms, _ in o["gc"]] or [0.0]),
+        "cyclic GC pauses, all": lambda o: sum(ms for _, ms, _ in o["gc"]),
     }
     for name, f in figures.items():
         beside(

@@ -7,7 +7,9 @@ observe themselves) it records, and writes to FILE as JSON when the daemon exits
   (the interceptor runs) to the handler starting, and the handler's own time, in ms;
 - `probe`: for each Status call carrying `txd-bench-sent: NICE MONOTONIC` (load_probe.py's),
   [nice, ms from the probe sending it to gRPC taking it, ms from then to the handler's end];
-- `gc`: every cyclic GC pause (generation, ms);
+- `taken`: the time.monotonic() of every call gRPC took (any method), to see how fast the
+  server takes calls while some wait;
+- `gc`: every cyclic GC pause (generation, ms, its end's time.monotonic());
 - `lag`: the event loop's lateness, sampled every 10 ms by a timer callback, in ms, with the
   main thread's CPU time over the same interval: lateness with the thread busy is the loop's
   own work; lateness with it idle is the process waiting for a core.
@@ -23,6 +25,7 @@ import os
 _OUT = os.environ.pop("TXD_BENCH_OBSERVE", None)
 
 if _OUT:
+    _out: str = _OUT
     import asyncio
     import atexit
     import gc
@@ -33,14 +36,15 @@ if _OUT:
     import grpc
 
     LAG_EVERY = 0.010  # s
-    _data: dict[str, list[Any]] = {"status": [], "probe": [], "gc": [], "lag": []}
+    _data: dict[str, list[Any]] = {"status": [], "probe": [], "taken": [], "gc": [], "lag": []}
     _gc_start = [0.0]
 
     def _on_gc(phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             _gc_start[0] = time.perf_counter()
         else:
-            _data["gc"].append((info["generation"], 1000 * (time.perf_counter() - _gc_start[0])))
+            ms = 1000 * (time.perf_counter() - _gc_start[0])
+            _data["gc"].append((info["generation"], ms, time.monotonic()))
 
     gc.callbacks.append(_on_gc)
 
@@ -55,6 +59,7 @@ if _OUT:
 
         async def intercept_service(self, continuation: Any, details: Any) -> Any:
             taken, taken_mono = time.perf_counter(), time.monotonic()
+            _data["taken"].append(taken_mono)
             if not self.lag_started:
                 self.lag_started = True
                 loop = asyncio.get_running_loop()
@@ -75,7 +80,7 @@ if _OUT:
                     if sent:
                         nice, at = sent.split()
                         intake = 1000 * (taken_mono - float(at))
-                        _data["probe"].append((int(nice), intake, 1000 * (end - taken)))
+                        _data["probe"].append((int(nice), intake, 1000 * (end - taken), float(at)))
 
             return handler._replace(unary_unary=timed)
 
@@ -89,5 +94,5 @@ if _OUT:
 
     @atexit.register
     def _write() -> None:
-        with open(_OUT, "w") as f:
+        with open(_out, "w") as f:
             json.dump(_data, f)
