@@ -76,7 +76,9 @@ def _inside_summary(o: dict[str, Any]) -> str:
         f"Status in the daemon p50 {pct(st, 50):.2f} ms p99 {pct(st, 99):.2f} ms max "
         f"{max(st):.1f} ms (n={len(o['status'])}); GC pauses {len(o['gc'])}, gen2 "
         f"{len([1 for g, _, _ in o['gc'] if g == 2])} (max {max(gc2):.1f} ms, all "
-        f"{sum(ms for _, ms, _ in o['gc']):.0f} ms); loop lateness p50 {pct(lags, 50):.2f} p99 "
+        f"{sum(ms for _, ms, _ in o['gc']):.0f} ms; objects tracked after each full one: "
+        f"{', '.join(f'{n:,}' for n in o.get('heap', []))}); "
+        f"loop lateness p50 {pct(lags, 50):.2f} p99 "
         f"{pct(lags, 99):.1f} p99.9 {pct(lags, 99.9):.1f} max {max(lags):.1f} ms; late > 20 ms: "
         f"{_late(o)}; {_queued(o)}"
     )

@@ -9,7 +9,8 @@ observe themselves) it records, and writes to FILE as JSON when the daemon exits
   [nice, ms from the probe sending it to gRPC taking it, ms from then to the handler's end];
 - `taken`: the time.monotonic() of every call gRPC took (any method), to see how fast the
   server takes calls while some wait;
-- `gc`: every cyclic GC pause (generation, ms, its end's time.monotonic());
+- `gc`: every cyclic GC pause (generation, ms, its end's time.monotonic()); `heap`: the
+  objects the GC tracks after each full collection;
 - `lag`: the event loop's lateness, sampled every 10 ms by a timer callback, in ms, with the
   main thread's CPU time over the same interval: lateness with the thread busy is the loop's
   own work; lateness with it idle is the process waiting for a core.
@@ -36,7 +37,8 @@ if _OUT:
     import grpc
 
     LAG_EVERY = 0.010  # s
-    _data: dict[str, list[Any]] = {"status": [], "probe": [], "taken": [], "gc": [], "lag": []}
+    KINDS = ("status", "probe", "taken", "gc", "heap", "lag")
+    _data: dict[str, list[Any]] = {kind: [] for kind in KINDS}
     _gc_start = [0.0]
 
     def _on_gc(phase: str, info: dict[str, int]) -> None:
@@ -45,6 +47,8 @@ if _OUT:
         else:
             ms = 1000 * (time.perf_counter() - _gc_start[0])
             _data["gc"].append((info["generation"], ms, time.monotonic()))
+            if info["generation"] == 2:  # how many objects a full collection walks
+                _data["heap"].append(len(gc.get_objects()))
 
     gc.callbacks.append(_on_gc)
 
