@@ -62,6 +62,9 @@ class Shape:
     # below 0 needs root): load_probe.py. The callers above share 4 processes.
     probes: tuple[int, ...] = ()
     probe_pause: float = 0.05  # mean seconds between a probe's calls
+    # The load generator's scheduling priority (nice): the caller processes' and, for the run,
+    # this process's own (its submitters and followers). The probes keep theirs.
+    generator_nice: int = 0
 
 
 @dataclass
@@ -188,12 +191,23 @@ class Load:
         return AsyncClient(self.socket, timeout=self.shape.deadline, own_connection=True)
 
     async def run(self) -> Report:
-        shape, rep = self.shape, self.report
+        shape = self.shape
         self.small, self.big = write_payloads(self.work / "payloads", shape)
-        loop = asyncio.get_running_loop()
         async with self.client() as c:  # warm-up: local_cwd loaded before the baseline
             await c.wait(await c.run(job_app(-1, self.path(0))), timeout=shape.deadline)
         t0, cpu0 = time.perf_counter(), cpu_seconds(self.pid)
+        own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        if shape.generator_nice == own_nice:
+            return await self._run(t0, cpu0)
+        os.setpriority(os.PRIO_PROCESS, 0, shape.generator_nice)
+        try:
+            return await self._run(t0, cpu0)
+        finally:
+            os.setpriority(os.PRIO_PROCESS, 0, own_nice)  # back up needs root
+
+    async def _run(self, t0: float, cpu0: float) -> Report:
+        shape, rep = self.shape, self.report
+        loop = asyncio.get_running_loop()
         procs = await self.start_callers()
         probes = await self.start_probes()
         sampler = loop.create_task(self.sample(t0))
@@ -230,7 +244,7 @@ class Load:
         shape = self.shape
         procs = await start_callers(
             self.socket, shape.callers, shape.caller_procs, shape.caller_pause, shape.deadline,
-            shape.bound + shape.deadline,
+            shape.bound + shape.deadline, nice=shape.generator_nice,
         )  # fmt: skip
         self.report.rss_start_kib = vm_kib(self.pid, "VmRSS")
         reset_peak_rss(self.pid)
@@ -424,14 +438,15 @@ async def start_callers(
     deadline: float,
     max_seconds: float,
     gone_ok: bool = False,
+    nice: int = 0,
 ) -> list[asyncio.subprocess.Process]:
     """`callers` RPC callers in `nprocs` processes (load_callers.py), once all are connected.
-    gone_ok: jobs are deleted meanwhile, a job gone is no error."""
+    gone_ok: jobs are deleted meanwhile, a job gone is no error. nice: their priority."""
     per = -(-callers // nprocs)
     procs = []
     for k in range(nprocs):
         n = min(per, callers - k * per)
-        args = (socket, n, k, pause, deadline, max_seconds, int(gone_ok))
+        args = (socket, n, k, pause, deadline, max_seconds, int(gone_ok), nice)
         procs.append(
             await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from benchmarks.sidebyside import Tree, beside
 
 STATUS_P99_GOAL = 50.0  # ms
 PROBES = (0, -10)  # the probes' nice values
+GENERATOR_NICE = 10
 OBSERVE = Path(__file__).resolve().parents[1] / "observe"  # the daemons' sitecustomize
 
 
@@ -40,32 +42,71 @@ async def run(ctx: Context) -> None:
     shape = lt.Shape(probes=PROBES)
     if not ctx.quick:
         shape = lt.Shape(jobs=5000, slow_bytes=16 * lt.MiB, bound=900, probes=PROBES)
-    reports: dict[Tree | None, list[lt.Report]] = {tree: [] for tree in ctx.sides()}
-    inside: dict[Tree | None, list[dict[str, Any]]] = {tree: [] for tree in ctx.sides()}
+    # Each turn twice: the generator at the daemon's priority (the goal's figure), then below it
+    # (nice 10): how much of what is left is the daemon waiting for one of the two cores.
+    modes = (0, GENERATOR_NICE)
+    reports: dict[tuple[Tree | None, int], list[lt.Report]] = {
+        (tree, m): [] for tree in ctx.sides() for m in modes
+    }
+    inside: dict[tuple[Tree | None, int], list[dict[str, Any]]] = {key: [] for key in reports}
     with res.section():
         for i in range(ctx.side_runs):
-            for k, tree in enumerate(ctx.sides()):
-                name = f"load-{i}-{k}"
-                env = observed_env(ctx.base / name)
-                d = ctx.daemons.start(ctx.daemons.new(name, env=env, tree=tree))
-                who = "ours" if tree is None else f"base {tree.commit}"
-                log(
-                    f"load: {shape.jobs:,} jobs, {shape.callers} callers, {shape.followed} "
-                    f"followed logs ({shape.slow} slow) on daemon pid {d.pid} ({who})"
-                )
-                try:
-                    rep = await lt.run_load(d.socket, d.pid, ctx.base / f"load-work-{i}-{k}", shape)
-                    log(f"  {rep.summary()}")
-                    reports[tree].append(rep)
-                finally:
-                    rc = stop(d)
-                    log(f"daemon stopped (exit {rc})")
-                with contextlib.suppress(OSError, ValueError):
-                    inside[tree].append(json.loads((d.root / "observe.json").read_text()))
-                    log(f"  inside: {_inside_summary(inside[tree][-1])}")
-        _rows(ctx, reports[None], reports.get(ctx.base_tree), shape)
-        _probe_rows(ctx, reports[None], reports.get(ctx.base_tree))
-        _inside_rows(ctx, inside[None], inside.get(ctx.base_tree))
+            for mode in modes:
+                for k, tree in enumerate(ctx.sides()):
+                    key = (tree, mode)
+                    name = f"load-{i}-{mode}-{k}"
+                    env = observed_env(ctx.base / name)
+                    d = ctx.daemons.start(ctx.daemons.new(name, env=env, tree=tree))
+                    who = "ours" if tree is None else f"base {tree.commit}"
+                    log(
+                        f"load: {shape.jobs:,} jobs, {shape.callers} callers, {shape.followed} "
+                        f"followed logs ({shape.slow} slow), the generator at nice {mode}, on "
+                        f"daemon pid {d.pid} ({who})"
+                    )
+                    try:
+                        work = ctx.base / f"load-work-{name}"
+                        mode_shape = dataclasses.replace(shape, generator_nice=mode)
+                        rep = await lt.run_load(d.socket, d.pid, work, mode_shape)
+                        log(f"  {rep.summary()}")
+                        reports[key].append(rep)
+                    finally:
+                        rc = stop(d)
+                        log(f"daemon stopped (exit {rc})")
+                    with contextlib.suppress(OSError, ValueError):
+                        inside[key].append(json.loads((d.root / "observe.json").read_text()))
+                        log(f"  inside: {_inside_summary(inside[key][-1])}")
+        base = ctx.base_tree
+        _rows(ctx, reports[None, 0], reports.get((base, 0)), shape)
+        _probe_rows(ctx, reports[None, 0], reports.get((base, 0)))
+        _inside_rows(ctx, inside[None, 0], inside.get((base, 0)))
+        niced = f" (the generator at nice {GENERATOR_NICE})"
+        _status_rows(ctx, reports[None, GENERATOR_NICE], reports.get((base, GENERATOR_NICE)), niced)
+        _probe_rows(ctx, reports[None, GENERATOR_NICE], reports.get((base, GENERATOR_NICE)), niced)
+
+
+def _status_rows(
+    ctx: Context, ours: list[lt.Report], base: list[lt.Report] | None, suffix: str
+) -> None:
+    def ms(r: lt.Report, p: float) -> float:
+        return pct([1000 * x for x in r.status_latencies] or [0.0], p)
+
+    for p in (50, 99):
+        beside(
+            ctx.res,
+            f"load: Status latency from the other callers (p{p}){suffix}",
+            [ms(r, p) for r in ours],
+            [ms(r, p) for r in base] if base else None,
+            fmt_ms,
+            tree=ctx.base_tree,
+        )
+    beside(
+        ctx.res,
+        f"load: Run calls per second{suffix}",
+        [(r.shape.jobs - r.shape.followed) / r.submit_seconds for r in ours],
+        [(r.shape.jobs - r.shape.followed) / r.submit_seconds for r in base] if base else None,
+        lambda x: f"{x:.0f}/s",
+        tree=ctx.base_tree,
+    )
 
 
 def _inside_summary(o: dict[str, Any]) -> str:
@@ -114,7 +155,9 @@ def _late(o: dict[str, Any]) -> str:
     return f"{len(late)} ({busy} with the loop busy, {len(late) - busy} waiting)"
 
 
-def _probe_rows(ctx: Context, ours: list[lt.Report], base: list[lt.Report] | None) -> None:
+def _probe_rows(
+    ctx: Context, ours: list[lt.Report], base: list[lt.Report] | None, suffix: str = ""
+) -> None:
     def ms(r: lt.Report, nice: int, p: float) -> float:
         xs = r.probe_latencies.get(nice) or [0.0]
         return pct([1000 * x for x in xs], p)
@@ -124,7 +167,8 @@ def _probe_rows(ctx: Context, ours: list[lt.Report], base: list[lt.Report] | Non
             n = len(ours[-1].probe_latencies.get(nice, []))
             beside(
                 ctx.res,
-                f"load: Status latency from a probe process of its own at nice {nice} (p{p})",
+                f"load: Status latency from a probe process of its own at nice {nice} (p{p})"
+                + suffix,
                 [ms(r, nice, p) for r in ours],
                 [ms(r, nice, p) for r in base] if base else None,
                 fmt_ms,
@@ -134,7 +178,7 @@ def _probe_rows(ctx: Context, ours: list[lt.Report], base: list[lt.Report] | Non
 
 
 def _intake(nice: int) -> Any:
-    return lambda o: pct([q for n, q, _ in o["probe"] if n == nice] or [0.0], 99)
+    return lambda o: pct([q for n, q, *_ in o["probe"] if n == nice] or [0.0], 99)
 
 
 def _inside_rows(
