@@ -1,6 +1,6 @@
 """A process of concurrent RPC callers, for the load test and `scripts/bench --only load`:
 
-    python load_callers.py SOCKET CALLERS SEED PAUSE DEADLINE MAX_SECONDS [GONE_OK]
+    python load_callers.py SOCKET CALLERS SEED PAUSE DEADLINE MAX_SECONDS [GONE_OK [NICE]]
 
 CALLERS callers, each on a gRPC connection of its own, call Status, List and Watch on the
 daemon's newest jobs, pausing a random 0..2*PAUSE seconds between calls, until stdin closes (or
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import sys
 import time
@@ -109,6 +110,8 @@ async def main(argv: list[str]) -> None:
     socket, n, seed = argv[0], int(argv[1]), int(argv[2])
     pause, deadline, max_seconds = float(argv[3]), float(argv[4]), float(argv[5])
     gone_ok = len(argv) > 6 and argv[6] == "1"
+    if len(argv) > 7:
+        os.setpriority(os.PRIO_PROCESS, 0, int(argv[7]))
     callers = Callers(socket, n, seed, pause, deadline, max_seconds, gone_ok)
     loop = asyncio.get_running_loop()
     stdin = asyncio.StreamReader()

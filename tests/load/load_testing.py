@@ -34,6 +34,7 @@ from txd.v1 import AppDef, AppState, Role
 from txd_testing import Gates
 
 CALLERS_SCRIPT = Path(__file__).with_name("load_callers.py")
+PROBE_SCRIPT = Path(__file__).with_name("load_probe.py")
 KiB, MiB = 1 << 10, 1 << 20
 PAYLOADS = 16  # distinct payloads of the ordinary jobs
 BIG_PAYLOADS = 4  # distinct payloads of the slow-read jobs
@@ -57,6 +58,13 @@ class Shape:
     caller_pause: float = 0.2  # mean seconds between a caller's calls
     deadline: float = 30.0  # every unary call's, and a Watch's
     bound: float = 240.0  # the whole run's
+    # One Status caller in a process of its own per entry, at that scheduling priority (nice;
+    # below 0 needs root): load_probe.py. The callers above share 4 processes.
+    probes: tuple[int, ...] = ()
+    probe_pause: float = 0.05  # mean seconds between a probe's calls
+    # The load generator's scheduling priority (nice): the caller processes' and, for the run,
+    # this process's own (its submitters and followers). The probes keep theirs.
+    generator_nice: int = 0
 
 
 @dataclass
@@ -73,6 +81,7 @@ class Report:
     final_states: dict[str, int] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)  # by the callers, by kind
     status_latencies: list[float] = field(default_factory=list)
+    probe_latencies: dict[int, list[float]] = field(default_factory=dict)  # by nice
     rss_start_kib: int = 0
     rss_samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, KiB, fds)
     hwm_kib: int = 0  # VmHWM at the end: the peak RSS since the start
@@ -182,13 +191,25 @@ class Load:
         return AsyncClient(self.socket, timeout=self.shape.deadline, own_connection=True)
 
     async def run(self) -> Report:
-        shape, rep = self.shape, self.report
+        shape = self.shape
         self.small, self.big = write_payloads(self.work / "payloads", shape)
-        loop = asyncio.get_running_loop()
         async with self.client() as c:  # warm-up: local_cwd loaded before the baseline
             await c.wait(await c.run(job_app(-1, self.path(0))), timeout=shape.deadline)
         t0, cpu0 = time.perf_counter(), cpu_seconds(self.pid)
+        own_nice = os.getpriority(os.PRIO_PROCESS, 0)
+        if shape.generator_nice == own_nice:
+            return await self._run(t0, cpu0)
+        os.setpriority(os.PRIO_PROCESS, 0, shape.generator_nice)
+        try:
+            return await self._run(t0, cpu0)
+        finally:
+            os.setpriority(os.PRIO_PROCESS, 0, own_nice)  # back up needs root
+
+    async def _run(self, t0: float, cpu0: float) -> Report:
+        shape, rep = self.shape, self.report
+        loop = asyncio.get_running_loop()
         procs = await self.start_callers()
+        probes = await self.start_probes()
         sampler = loop.create_task(self.sample(t0))
         try:
             async with asyncio.timeout(shape.bound):
@@ -199,6 +220,7 @@ class Load:
         finally:
             self.done.set()
             await self.stop_callers(procs)
+            await self.stop_probes(probes)
             await sampler
             rep.wall = time.perf_counter() - t0
             rep.hwm_kib = vm_kib(self.pid, "VmHWM")
@@ -222,7 +244,7 @@ class Load:
         shape = self.shape
         procs = await start_callers(
             self.socket, shape.callers, shape.caller_procs, shape.caller_pause, shape.deadline,
-            shape.bound + shape.deadline,
+            shape.bound + shape.deadline, nice=shape.generator_nice,
         )  # fmt: skip
         self.report.rss_start_kib = vm_kib(self.pid, "VmRSS")
         reset_peak_rss(self.pid)
@@ -235,6 +257,43 @@ class Load:
         )
         rep.error_count += count
         rep.errors += errors[: ERROR_SAMPLES - len(rep.errors)]
+
+    async def start_probes(self) -> list[asyncio.subprocess.Process]:
+        shape, procs = self.shape, []
+        for k, nice in enumerate(shape.probes):
+            args = (self.socket, nice, k, shape.probe_pause, shape.deadline, shape.bound)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(PROBE_SCRIPT), *map(str, args),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            procs.append(proc)
+            assert proc.stdout is not None
+            async with asyncio.timeout(shape.deadline):
+                line = await proc.stdout.readline()
+            if line != b"ready\n":
+                raise RuntimeError(f"a probe process did not start: {line!r}")
+        return procs
+
+    async def stop_probes(self, procs: list[asyncio.subprocess.Process]) -> None:
+        rep = self.report
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+        for nice, p in zip(self.shape.probes, procs, strict=True):
+            assert p.stdout is not None
+            try:
+                async with asyncio.timeout(2 * self.shape.deadline):
+                    out = json.loads(await p.stdout.read())
+                    await p.wait()
+            except (TimeoutError, ValueError) as e:
+                rep.error(f"a probe process did not report: {e!r}")
+                with contextlib.suppress(ProcessLookupError):
+                    p.kill()
+                await p.wait()
+                continue
+            rep.probe_latencies[nice] = out["status_latencies"]
+            for e in out["errors"]:
+                rep.error(f"probe (nice {nice}): {e}")
 
     # followed jobs
 
@@ -379,14 +438,15 @@ async def start_callers(
     deadline: float,
     max_seconds: float,
     gone_ok: bool = False,
+    nice: int = 0,
 ) -> list[asyncio.subprocess.Process]:
     """`callers` RPC callers in `nprocs` processes (load_callers.py), once all are connected.
-    gone_ok: jobs are deleted meanwhile, a job gone is no error."""
+    gone_ok: jobs are deleted meanwhile, a job gone is no error. nice: their priority."""
     per = -(-callers // nprocs)
     procs = []
     for k in range(nprocs):
         n = min(per, callers - k * per)
-        args = (socket, n, k, pause, deadline, max_seconds, int(gone_ok))
+        args = (socket, n, k, pause, deadline, max_seconds, int(gone_ok), nice)
         procs.append(
             await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -3,9 +3,22 @@
 a daemon of ours and one of the base tree in turn, --base-runs times each.
 
 The goal (issue 18): Status answers within 50 ms at p99 under this storm, with submissions per
-second not lower than before."""
+second not lower than before.
+
+Where a Status call's time goes is measured three ways beside the callers' own figure: two
+probes, each one Status caller in a process of its own (load_probe.py), one at the callers'
+priority (nice 0) and one above it (nice -10); and inside the daemon (observe/: the time from
+gRPC taking a Status call to its handler starting, the handler's time, the cyclic GC's pauses,
+and the event loop's lateness with the main thread's CPU time meanwhile)."""
 
 from __future__ import annotations
+
+import bisect
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
 
 import load_testing as lt
 
@@ -15,29 +28,188 @@ from benchmarks.daemons import stop
 from benchmarks.sidebyside import Tree, beside
 
 STATUS_P99_GOAL = 50.0  # ms
+PROBES = (0, -10)  # the probes' nice values
+GENERATOR_NICE = 10
+OBSERVE = Path(__file__).resolve().parents[1] / "observe"  # the daemons' sitecustomize
+
+
+def observed_env(root: Path) -> dict[str, str]:
+    return {"PYTHONPATH": str(OBSERVE), "TXD_BENCH_OBSERVE": str(root / "observe.json")}
 
 
 async def run(ctx: Context) -> None:
     res = ctx.res
-    shape = lt.Shape() if ctx.quick else lt.Shape(jobs=5000, slow_bytes=16 * lt.MiB, bound=900)
-    reports: dict[Tree | None, list[lt.Report]] = {tree: [] for tree in ctx.sides()}
+    shape = lt.Shape(probes=PROBES)
+    if not ctx.quick:
+        shape = lt.Shape(jobs=5000, slow_bytes=16 * lt.MiB, bound=900, probes=PROBES)
+    # Each turn twice: the generator at the daemon's priority (the goal's figure), then below it
+    # (nice 10): how much of what is left is the daemon waiting for one of the two cores.
+    modes = (0, GENERATOR_NICE)
+    reports: dict[tuple[Tree | None, int], list[lt.Report]] = {
+        (tree, m): [] for tree in ctx.sides() for m in modes
+    }
+    inside: dict[tuple[Tree | None, int], list[dict[str, Any]]] = {key: [] for key in reports}
     with res.section():
         for i in range(ctx.side_runs):
-            for k, tree in enumerate(ctx.sides()):
-                d = ctx.daemons.start(ctx.daemons.new(f"load-{i}-{k}", tree=tree))
-                who = "ours" if tree is None else f"base {tree.commit}"
-                log(
-                    f"load: {shape.jobs:,} jobs, {shape.callers} callers, {shape.followed} "
-                    f"followed logs ({shape.slow} slow) on daemon pid {d.pid} ({who})"
-                )
-                try:
-                    rep = await lt.run_load(d.socket, d.pid, ctx.base / f"load-work-{i}-{k}", shape)
-                    log(f"  {rep.summary()}")
-                    reports[tree].append(rep)
-                finally:
-                    rc = stop(d)
-                    log(f"daemon stopped (exit {rc})")
-        _rows(ctx, reports[None], reports.get(ctx.base_tree), shape)
+            for mode in modes:
+                for k, tree in enumerate(ctx.sides()):
+                    key = (tree, mode)
+                    name = f"load-{i}-{mode}-{k}"
+                    env = observed_env(ctx.base / name)
+                    d = ctx.daemons.start(ctx.daemons.new(name, env=env, tree=tree))
+                    who = "ours" if tree is None else f"base {tree.commit}"
+                    log(
+                        f"load: {shape.jobs:,} jobs, {shape.callers} callers, {shape.followed} "
+                        f"followed logs ({shape.slow} slow), the generator at nice {mode}, on "
+                        f"daemon pid {d.pid} ({who})"
+                    )
+                    try:
+                        work = ctx.base / f"load-work-{name}"
+                        mode_shape = dataclasses.replace(shape, generator_nice=mode)
+                        rep = await lt.run_load(d.socket, d.pid, work, mode_shape)
+                        log(f"  {rep.summary()}")
+                        reports[key].append(rep)
+                    finally:
+                        rc = stop(d)
+                        log(f"daemon stopped (exit {rc})")
+                    with contextlib.suppress(OSError, ValueError):
+                        inside[key].append(json.loads((d.root / "observe.json").read_text()))
+                        log(f"  inside: {_inside_summary(inside[key][-1])}")
+        base = ctx.base_tree
+        _rows(ctx, reports[None, 0], reports.get((base, 0)), shape)
+        _probe_rows(ctx, reports[None, 0], reports.get((base, 0)))
+        _inside_rows(ctx, inside[None, 0], inside.get((base, 0)))
+        niced = f" (the generator at nice {GENERATOR_NICE})"
+        _status_rows(ctx, reports[None, GENERATOR_NICE], reports.get((base, GENERATOR_NICE)), niced)
+        _probe_rows(ctx, reports[None, GENERATOR_NICE], reports.get((base, GENERATOR_NICE)), niced)
+
+
+def _status_rows(
+    ctx: Context, ours: list[lt.Report], base: list[lt.Report] | None, suffix: str
+) -> None:
+    def ms(r: lt.Report, p: float) -> float:
+        return pct([1000 * x for x in r.status_latencies] or [0.0], p)
+
+    for p in (50, 99):
+        beside(
+            ctx.res,
+            f"load: Status latency from the other callers (p{p}){suffix}",
+            [ms(r, p) for r in ours],
+            [ms(r, p) for r in base] if base else None,
+            fmt_ms,
+            tree=ctx.base_tree,
+        )
+    beside(
+        ctx.res,
+        f"load: Run calls per second{suffix}",
+        [(r.shape.jobs - r.shape.followed) / r.submit_seconds for r in ours],
+        [(r.shape.jobs - r.shape.followed) / r.submit_seconds for r in base] if base else None,
+        lambda x: f"{x:.0f}/s",
+        tree=ctx.base_tree,
+    )
+
+
+def _inside_summary(o: dict[str, Any]) -> str:
+    st = [q + h for q, h in o["status"]] or [0.0]
+    gc2 = [ms for g, ms, _ in o["gc"] if g == 2] or [0.0]
+    lags = [lag for lag, _ in o["lag"]] or [0.0]
+    return (
+        f"Status in the daemon p50 {pct(st, 50):.2f} ms p99 {pct(st, 99):.2f} ms max "
+        f"{max(st):.1f} ms (n={len(o['status'])}); GC pauses {len(o['gc'])}, gen2 "
+        f"{len([1 for g, _, _ in o['gc'] if g == 2])} (max {max(gc2):.1f} ms, all "
+        f"{sum(ms for _, ms, _ in o['gc']):.0f} ms; objects tracked after each full one: "
+        f"{', '.join(f'{n:,}' for n in o.get('heap', []))}); "
+        f"loop lateness p50 {pct(lags, 50):.2f} p99 "
+        f"{pct(lags, 99):.1f} p99.9 {pct(lags, 99.9):.1f} max {max(lags):.1f} ms; late > 20 ms: "
+        f"{_late(o)}; {_queued(o)}"
+    )
+
+
+def _queued(o: dict[str, Any]) -> str:
+    """The probes' calls that waited over 50 ms for gRPC to take them: how many calls gRPC
+    took meanwhile (those ahead of it), at what rate, and whether a GC pause of over 10 ms
+    ended meanwhile."""
+    slow = [(q, at) for _, q, _, at in o["probe"] if q > 50]
+    if not slow:
+        return "no probe call waited over 50 ms to be taken"
+    taken = sorted(o["taken"])
+    ahead, gcs = [], 0
+    for q, at in slow:
+        lo, hi = bisect.bisect_left(taken, at), bisect.bisect_left(taken, at + q / 1000)
+        ahead.append(hi - lo)
+        gcs += any(at <= t <= at + q / 1000 and ms > 10 for _, ms, t in o["gc"])
+    rate = sum(ahead) / (sum(q for q, _ in slow) / 1000)
+    longest = max(q for q, _ in slow)
+    return (
+        f"{len(slow)} probe calls waited over 50 ms to be taken (up to {longest:.0f} ms): "
+        f"gRPC took {median(ahead):.0f} calls (median; up to {max(ahead)}) meanwhile, "
+        f"{rate:.0f}/s; {gcs} of them saw a GC pause over 10 ms"
+    )
+
+
+def _late(o: dict[str, Any]) -> str:
+    """The samples late by over 20 ms, split by whether the main thread ran for at least half
+    of the interval (its own work) or not (waiting for a core, or another thread's GIL)."""
+    late = [(lag, cpu) for lag, cpu in o["lag"] if lag > 20]
+    busy = sum(cpu >= 0.5 * (lag + 10) for lag, cpu in late)
+    return f"{len(late)} ({busy} with the loop busy, {len(late) - busy} waiting)"
+
+
+def _probe_rows(
+    ctx: Context, ours: list[lt.Report], base: list[lt.Report] | None, suffix: str = ""
+) -> None:
+    def ms(r: lt.Report, nice: int, p: float) -> float:
+        xs = r.probe_latencies.get(nice) or [0.0]
+        return pct([1000 * x for x in xs], p)
+
+    for nice in PROBES:
+        for p in (50, 99):
+            n = len(ours[-1].probe_latencies.get(nice, []))
+            beside(
+                ctx.res,
+                f"load: Status latency from a probe process of its own at nice {nice} (p{p})"
+                + suffix,
+                [ms(r, nice, p) for r in ours],
+                [ms(r, nice, p) for r in base] if base else None,
+                fmt_ms,
+                tree=ctx.base_tree,
+                note=f"n={n:,} in the last; one caller, a random pause of 0..0.1 s",
+            )
+
+
+def _intake(nice: int) -> Any:
+    return lambda o: pct([q for n, q, *_ in o["probe"] if n == nice] or [0.0], 99)
+
+
+def _inside_rows(
+    ctx: Context, ours: list[dict[str, Any]], base: list[dict[str, Any]] | None
+) -> None:
+    if not ours:
+        return
+    figures = {
+        "Status in the daemon, gRPC taking the call to the handler's end (p99)": lambda o: pct(
+            [q + h for q, h in o["status"]] or [0.0], 99
+        ),
+        **{
+            f"the nice {nice} probe's Status, sent to gRPC taking it (p99)": _intake(nice)
+            for nice in PROBES
+        },
+        "Status handler's own time (p99)": lambda o: pct([h for _, h in o["status"]] or [0.0], 99),
+        "event loop lateness (p99)": lambda o: pct([lag for lag, _ in o["lag"]] or [0.0], 99),
+        "event loop lateness (p99.9)": lambda o: pct([lag for lag, _ in o["lag"]] or [0.0], 99.9),
+        "cyclic GC pauses, longest": lambda o: max([ms for _, ms, _ in o["gc"]] or [0.0]),
+        "cyclic GC pauses, all": lambda o: sum(ms for _, ms, _ in o["gc"]),
+    }
+    for name, f in figures.items():
+        beside(
+            ctx.res,
+            f"load: {name}",
+            [f(o) for o in ours],
+            [f(o) for o in base] if base else None,
+            fmt_ms,
+            tree=ctx.base_tree,
+            note=_inside_summary(ours[-1]) if name.startswith("event loop lateness (p99)") else "",
+        )
 
 
 def _rows(
