@@ -227,6 +227,12 @@ class _App:
 
     def status(self) -> AppStatus:
         replicas = [r.status() for r in self.replicas]
+        # Replicas still to be spawned are PENDING: one that exits while a later one is being
+        # started must not make the app look ended.
+        replicas += [
+            ReplicaStatus(id=spec.replica_id, role=spec.role, state=AppState.PENDING)
+            for spec in self.req.replicas[len(self.replicas) :]
+        ]
         out = app_status(self.req.app_id, replicas)
         out.ui_url = f"file://{self.req.app_dir}"
         if out.state == AppState.CANCELLED:
