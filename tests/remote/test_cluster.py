@@ -62,7 +62,11 @@ def test_login2_reaches_login1s_daemon_over_ssh_and_follows_and_cancels(
 ) -> None:
     login1, login2 = ssh_cluster.nodes
     _node_to_node_ssh(ssh_cluster)
-    handle = _handle(login1.txctl("run", "utils.sh", "sh", "-c", "echo ready; exec sleep 600"))
+    # Run from the laptop through login1 (its daemon started there by the first command).
+    laptop_run = ssh_cluster.laptop_txctl(
+        "--host", login1.url(), "run", "utils.sh", "sh", "-c", "echo ready; exec sleep 600"
+    )
+    handle = _handle(laptop_run)
     assert _record(ssh_cluster)["host"] == "login1"
     [daemon] = _daemons(login1)
 
