@@ -89,22 +89,30 @@ def _chown_tree(path: Path, user: str) -> None:
             os.chown(os.path.join(dirpath, name), entry.pw_uid, entry.pw_gid)
 
 
-def _readable_python() -> list[str]:
-    """Shell lines that make this interpreter's installation readable by the test users in the
-    node's namespace: when a folder above it is private (a pyenv under /root), a tmpfs covers
-    that folder and the installation is bind-mounted back, read-only, at its own path."""
-    prefix = Path(sys.base_prefix).resolve()
-    closed = next((p for p in reversed(prefix.parents) if not os.stat(p).st_mode & 0o005), None)
-    if closed is None:
-        return []
-    q = shlex.quote(str(prefix))
-    return [
-        "mkdir /mnt/python",
-        f"mount --bind -o ro {q} /mnt/python",
-        f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(closed))}",
-        f"mkdir -p {q}",
-        f"mount --bind /mnt/python {q}",
-    ]
+COVERED = (Path("/tmp"), Path("/run/user"))  # each node gets empty ones of its own
+
+
+def _kept_visible() -> tuple[list[str], list[str]]:
+    """Shell lines that keep this interpreter's installation and this tree (its venv runs the
+    nodes' txctl) readable by the test users in a node's namespace, at their own paths: each is
+    bound aside read-only first; then a folder above it that is private (a pyenv under /root) is
+    covered by an open tmpfs; after the node's own /tmp and /run/user are mounted (a clone under
+    /tmp would vanish), each is bound back. Returns (before, after) those mounts."""
+    paths = sorted({Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), REPO})
+    kept = [p for p in paths if not any(q != p and q in p.parents for q in paths)]
+    before: list[str] = []
+    after: list[str] = []
+    for k, path in enumerate(kept):
+        closed = next((p for p in reversed(path.parents) if not os.stat(p).st_mode & 0o005), None)
+        covered = any(c == path or c in path.parents for c in COVERED)
+        if closed is None and not covered:
+            continue
+        q, aside = shlex.quote(str(path)), f"/mnt/kept{k}"
+        before += [f"mkdir {aside}", f"mount --bind -o ro {q} {aside}"]
+        if closed is not None:
+            before.append(f"mount -t tmpfs -o mode=755 tmpfs {shlex.quote(str(closed))}")
+        after += [f"mkdir -p {q}", f"mount --bind {aside} {q}"]
+    return before, after
 
 
 @dataclass
@@ -180,6 +188,7 @@ class LoginNode:
         }
         conf.write_text("".join(f"{k} {v}\n" for k, v in options.items()))
         homes = {USER: self.cluster.home, USER2: self.cluster.home2}
+        kept_before, kept_after = _kept_visible()
         script = "\n".join(
             [
                 "set -e",
@@ -188,10 +197,11 @@ class LoginNode:
                 "mkdir /mnt/fix",
                 f"mount --bind {shlex.quote(str(fix))} /mnt/fix",
                 *(f"mount --bind {shlex.quote(str(h))} /home/{u}" for u, h in homes.items()),
-                *_readable_python(),
+                *kept_before,
                 "mount -t tmpfs -o mode=1777 tmpfs /tmp",
                 "mkdir -p /run/user",
                 "mount -t tmpfs -o mode=755 tmpfs /run/user",
+                *kept_after,
                 f"exec {SSHD} -D -e -f /mnt/fix/{conf.name}",
             ]
         )
