@@ -13,8 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from txd.filekind import describe
-
 START_TIMEOUT = 15.0
 # How long a client waits for a live daemon to bind its removed socket again (it checks its
 # socket every second: txd.daemon.sockwatch).
@@ -197,6 +195,8 @@ def until_back(path: Path, state_dir: Path) -> str | None:
 def blocking(path: Path) -> str:
     """What sits at the socket's path (or in place of its folder) that txd will not remove:
     another user's file, or a file that is no socket; "" when nothing does."""
+    from txd.filekind import describe  # an error's path only: txctl's start stays lean
+
     uid = os.geteuid()
     folder = path.parent
     with contextlib.suppress(OSError):
