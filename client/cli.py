@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-c",
         "--cfg",
+        "-cfg",  # TorchX's spellings, so a switching user's muscle memory works
+        "--scheduler_args",
+        dest="cfg",
         action="append",
         default=[],
         metavar="KEY=VALUE,...",
@@ -606,6 +609,8 @@ def parse_cfg(items: list[str]) -> dict[str, str]:
     pair only when a `key=` follows, so list values keep their commas."""
     out: dict[str, str] = {}
     for item in items:
+        if not item.strip():
+            continue  # `-c ''`: no options, as TorchX takes it
         for pair in _CFG_PAIR.split(item):
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
