@@ -16,3 +16,27 @@ def test_torchx_cfg_flags_are_c(flag: str) -> None:
 def test_empty_cfg_is_no_options() -> None:
     args = cli._parser().parse_args(["run", "-c", "", "utils.echo"])
     assert cli.parse_cfg(args.cfg) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "pairs"),
+    [
+        ("A=1;B=2", {"A": "1", "B": "2"}),
+        ("A=1,B=2", {"A": "1", "B": "2"}),
+        ("A=x,y;B=2", {"A": "x,y", "B": "2"}),
+        ("A=x;y", {"A": "x;y"}),
+        ("A=k=v,B=2", {"A": "k=v", "B": "2"}),
+        ("", {}),
+    ],
+)
+def test_env_pairs_split_as_torchx(text: str, pairs: dict[str, str]) -> None:
+    from txd.client.components._parser import ArgType
+
+    assert ArgType("dict", str, str, True).parse(text) == pairs
+
+
+def test_env_without_key_is_refused() -> None:
+    from txd.client.components._parser import ArgType
+
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        ArgType("dict", str, str, True).parse("=1")
