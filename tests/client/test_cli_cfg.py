@@ -40,3 +40,9 @@ def test_env_without_key_is_refused() -> None:
 
     with pytest.raises(ValueError, match="KEY=VALUE"):
         ArgType("dict", str, str, True).parse("=1")
+
+
+def test_torchx_only_quiet_is_dropped_with_a_reason() -> None:
+    cfg, notes = cli.drop_torchx_only({"quiet": "true", "image_repo": "r"})
+    assert cfg == {"image_repo": "r"}
+    assert len(notes) == 1 and "'quiet' is ignored" in notes[0]
