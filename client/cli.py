@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "-c",
         "--cfg",
+        "-cfg",  # TorchX's spellings, so a switching user's muscle memory works
+        "--scheduler_args",
+        dest="cfg",
         action="append",
         default=[],
         metavar="KEY=VALUE,...",
@@ -606,12 +609,27 @@ def parse_cfg(items: list[str]) -> dict[str, str]:
     pair only when a `key=` follows, so list values keep their commas."""
     out: dict[str, str] = {}
     for item in items:
+        if not item.strip():
+            continue  # `-c ''`: no options, as TorchX takes it
         for pair in _CFG_PAIR.split(item):
             key, sep, value = pair.partition("=")
             if not sep or not key.strip():
                 raise CliError(f"bad -c value {pair!r}: expected KEY=VALUE")
             out[key.strip()] = value
     return out
+
+
+# TorchX options with no meaning in txd: accepted, and named once on stderr with the reason.
+TORCHX_ONLY = {
+    "quiet": "TorchX's switch for its image build/push output; txd builds in the daemon and "
+    "prints none of it here",
+}
+
+
+def drop_torchx_only(cfg: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """cfg without the TorchX-only keys, and a note for each one dropped."""
+    notes = [f"option {k!r} is ignored: {why}" for k, why in TORCHX_ONLY.items() if k in cfg]
+    return {k: v for k, v in cfg.items() if k not in TORCHX_ONLY}, notes
 
 
 def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | None:
@@ -645,7 +663,10 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
     if workspace is None:
         workspace = config.cli_default("run", "workspace")
     args.workspace_dir = os.getcwd() if workspace is None else workspace
-    return app, scheduler, {**config.scheduler_cfg(scheduler), **cli_cfg}
+    cfg, notes = drop_torchx_only({**config.scheduler_cfg(scheduler), **cli_cfg})
+    for note in notes:
+        print(f"txctl: {note}", file=sys.stderr)
+    return app, scheduler, cfg
 
 
 async def _cmd_run(client: Any, args: argparse.Namespace) -> int:

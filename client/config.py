@@ -30,8 +30,9 @@ class Config:
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def scheduler_cfg(self, scheduler: str) -> dict[str, str]:
-        """The `[<scheduler>]` section: run-config values as raw strings."""
-        return dict(self.sections.get(scheduler, {}))
+        """The `[<scheduler>]` section: run-config values as raw strings. `key = None` (what
+        `torchx configure --all` writes for an option without a default) means unset."""
+        return {k: v for k, v in self.sections.get(scheduler, {}).items() if v.strip() != "None"}
 
     def scheduler_cfg_sources(self, scheduler: str) -> dict[str, str]:
         """Each `[<scheduler>]` value as an error message names it:

@@ -161,6 +161,11 @@ def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
     """
     fields = _fields(typing.cast(type, opts_cls))
     known = {f.name: t for f, t in fields}
+    # TorchX spells some options with dashes (slurm's `mail-user`, `mail-type`): the same option.
+    cfg = {
+        (k.replace("-", "_") if k not in known and k.replace("-", "_") in known else k): v
+        for k, v in cfg.items()
+    }
     for name in cfg:
         if name not in known:
             valid = ", ".join(sorted(known)) or "none"

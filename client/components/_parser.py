@@ -12,6 +12,7 @@ small: str, int, float, bool, `X | None`, and flat list/dict containers of those
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, NoReturn
 
@@ -77,20 +78,21 @@ def _split(text: str) -> list[str]:
     return text.split(",") if text.strip() else []
 
 
+# As TorchX's to_dict: `,` or `;` starts a new pair only where a `KEY=` follows, so
+# "A=1;B=2" is two pairs while "A=x,y" and "A=x;y" keep their list values (env values such as
+# NCCL settings legitimately contain commas); a value's own `=` stays in it ("A=k=v").
+_PAIR_SEP = re.compile(r"[,;](?=\s*[A-Za-z_][\w.-]*=)")
+
+
 def _split_pairs(text: str) -> dict[str, str]:
-    # A piece without '=' continues the previous value, so "A=x,y,B=z" keeps "x,y" together
-    # (env values such as NCCL settings legitimately contain commas).
     out: dict[str, str] = {}
-    last: str | None = None
-    for piece in _split(text):
+    if not text.strip():
+        return out
+    for piece in _PAIR_SEP.split(text):
         key, sep, value = piece.partition("=")
-        if sep and key.strip():
-            last = key.strip()
-            out[last] = value.strip()
-        elif last is None:
-            raise ValueError(f"expected KEY=VALUE pairs separated by commas, got {piece!r}")
-        else:
-            out[last] = f"{out[last]},{piece.strip()}"
+        if not sep or not key.strip():
+            raise ValueError(f"expected KEY=VALUE pairs separated by , or ;, got {piece!r}")
+        out[key.strip()] = value.strip()
     return out
 
 

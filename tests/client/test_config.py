@@ -185,3 +185,10 @@ def test_unreadable_home_file_is_reported(dirs: tuple[Path, Path]) -> None:
     (home / ".torchxconfig").write_bytes(b"[a]\nx = \xff\n")
     with pytest.raises(ConfigError, match=r"\.torchxconfig: not UTF-8"):
         _load(home, cwd)
+
+
+def test_torchxconfig_none_means_unset(dirs: tuple[Path, Path]) -> None:
+    # `torchx configure --all` writes `key = None` for options without a default.
+    home, cwd = dirs
+    (cwd / ".torchxconfig").write_text("[slurm]\npartition = None\ntime = 1:00\n")
+    assert _load(home, cwd).scheduler_cfg("slurm") == {"time": "1:00"}
