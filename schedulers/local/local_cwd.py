@@ -167,6 +167,7 @@ class _App:
         self.cancel_msg = ""
         self.finisher: asyncio.Task[None] | None = None
         self.grace = DRAIN_GRACE
+        self.spawning = True  # schedule() is still starting replicas
 
     def output_lost(self) -> None:
         """A replica's log began to lose bytes (a full disk): its status now says so."""
@@ -229,10 +230,11 @@ class _App:
         replicas = [r.status() for r in self.replicas]
         # Replicas still to be spawned are PENDING: one that exits while a later one is being
         # started must not make the app look ended.
-        replicas += [
-            ReplicaStatus(id=spec.replica_id, role=spec.role, state=AppState.PENDING)
-            for spec in self.req.replicas[len(self.replicas) :]
-        ]
+        if self.spawning:  # a start that failed or was cancelled leaves no PENDING behind
+            replicas += [
+                ReplicaStatus(id=spec.replica_id, role=spec.role, state=AppState.PENDING)
+                for spec in self.req.replicas[len(self.replicas) :]
+            ]
         out = app_status(self.req.app_id, replicas)
         out.ui_url = f"file://{self.req.app_dir}"
         if out.state == AppState.CANCELLED:
@@ -337,23 +339,26 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
             _close_writers(replicas)
             raise
         self._apps[req.app_id] = app  # before the first spawn: an exit may be reported at once
-        for k, replica in enumerate(replicas):
-            spec = replica.spec
-            try:
-                await self._start(replica)
-            except OSError as e:
-                _close_writers(replicas[k:])
-                await self._abort(app)
-                what = f"could not start replica {spec.role}/{spec.replica_id}"
-                if (why := exhausted(e)) is not None:  # the host's fault, not the app's
-                    raise ResourceExhausted(f"{what}: {why}") from e
-                if isinstance(e, SpawnerLost):  # the next spawn starts a new one
-                    raise BackendUnavailable(f"{what}: {e.strerror}") from e
-                raise InvalidArgument("app", f"{what}: {e}") from e
-            except BaseException:
-                _close_writers(replicas[k + 1 :])  # this one's pipes may feed its log already
-                raise
-            app.replicas.append(replica)
+        try:
+            for k, replica in enumerate(replicas):
+                spec = replica.spec
+                try:
+                    await self._start(replica)
+                except OSError as e:
+                    _close_writers(replicas[k:])
+                    await self._abort(app)
+                    what = f"could not start replica {spec.role}/{spec.replica_id}"
+                    if (why := exhausted(e)) is not None:  # the host's fault, not the app's
+                        raise ResourceExhausted(f"{what}: {why}") from e
+                    if isinstance(e, SpawnerLost):  # the next spawn starts a new one
+                        raise BackendUnavailable(f"{what}: {e.strerror}") from e
+                    raise InvalidArgument("app", f"{what}: {e}") from e
+                except BaseException:
+                    _close_writers(replicas[k + 1 :])  # this one's pipes may feed its log already
+                    raise
+                app.replicas.append(replica)
+        finally:
+            app.spawning = False
         app.maybe_finish()  # every replica may have exited during the spawns
         # Crash recovery identifies a replica's process group by its leader's pid and start
         # time, so a reused pid is never hit.
