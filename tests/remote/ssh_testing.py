@@ -147,6 +147,18 @@ class LoginNode:
         """The node's txctl (REMOTE_TXCTL) run there as `user`, over ssh."""
         return self.ssh(shlex.join([REMOTE_TXCTL, *args]), user=user, timeout=timeout)
 
+    def daemon_pids(self) -> list[int]:
+        """The txd daemons running in this node's namespace."""
+        out = []
+        for pid in self.pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"txd.daemon" in cmdline:
+                out.append(pid)
+        return out
+
     def pids(self) -> list[int]:
         """Every process in this node's mount namespace (sshd, sessions, daemons)."""
         if self.proc is None:

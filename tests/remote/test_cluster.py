@@ -11,9 +11,8 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
-from ssh_testing import REMOTE_TXCTL, USER, LoginNode, SshCluster
+from ssh_testing import REMOTE_TXCTL, USER, SshCluster
 
 STATE = ".local/state/txd"  # the default state dir, in the shared home
 
@@ -40,18 +39,6 @@ def _record(cluster: SshCluster) -> dict[str, object]:
     return data
 
 
-def _daemons(node: LoginNode) -> list[int]:
-    out = []
-    for pid in node.pids():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"txd.daemon" in cmdline:
-            out.append(pid)
-    return out
-
-
 def _handle(proc: subprocess.CompletedProcess[str]) -> str:
     assert proc.returncode == 0, proc
     return proc.stdout.split()[0]
@@ -68,7 +55,7 @@ def test_login2_reaches_login1s_daemon_over_ssh_and_follows_and_cancels(
     )
     handle = _handle(laptop_run)
     assert _record(ssh_cluster)["host"] == "login1"
-    [daemon] = _daemons(login1)
+    [daemon] = login1.daemon_pids()
 
     status = login2.txctl("status", "--json", handle)
     assert status.returncode == 0, status
@@ -94,8 +81,8 @@ def test_login2_reaches_login1s_daemon_over_ssh_and_follows_and_cancels(
     assert follow.returncode == 0, err
     final = login1.txctl("status", "--json", handle)
     assert json.loads(final.stdout)["state"] == "CANCELLED", final
-    assert _daemons(login2) == []  # no second daemon on login2
-    assert _daemons(login1) == [daemon]
+    assert login2.daemon_pids() == []  # no second daemon on login2
+    assert login1.daemon_pids() == [daemon]
 
 
 def test_login1s_daemon_killed_then_login2_takes_over_and_lists_every_job(
@@ -106,7 +93,7 @@ def test_login1s_daemon_killed_then_login2_takes_over_and_lists_every_job(
     run = f"TXD_HEARTBEAT=0.5 {REMOTE_TXCTL} run"  # a dead host is stale after 1.5 s
     done = _handle(login1.ssh(f"{run} --wait utils.echo --msg hello"))
     running = _handle(login1.ssh(f"{run} utils.sh sleep 600"))
-    [daemon] = _daemons(login1)
+    [daemon] = login1.daemon_pids()
     assert _record(ssh_cluster)["pid"] == daemon
     os.kill(daemon, signal.SIGKILL)
 
@@ -122,7 +109,7 @@ def test_login1s_daemon_killed_then_login2_takes_over_and_lists_every_job(
     lost = json.loads(login2.txctl("status", "--json", running).stdout)
     assert "ran on host login1" in lost["msg"], lost
     assert _record(ssh_cluster)["host"] == "login2"
-    assert len(_daemons(login2)) == 1
+    assert len(login2.daemon_pids()) == 1
     assert login2.txctl("logs", done).stdout == "hello\n"  # its logs, written on login1
     # And now login1 is the other host: its txctl reaches login2's daemon over ssh.
     again = login1.txctl("status", done)

@@ -220,25 +220,13 @@ def test_an_open_stream_keeps_an_idle_tunnel_up(ssh_cluster: SshCluster) -> None
     assert lines == [f"line {i}" for i in range(1, 21)], run.stdout
 
 
-def _daemon_pids(cluster: SshCluster, node: str) -> list[int]:
-    out = []
-    for pid in cluster.node(node).pids():
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"txd.daemon" in cmdline:
-            out.append(pid)
-    return out
-
-
 def test_a_dead_remote_daemon_is_started_again_through_a_live_tunnel(
     ssh_cluster: SshCluster,
 ) -> None:
     handle = _handle(_ok(ssh_cluster.laptop_txctl(*HOST, "run", "utils.echo", "--msg", "a")))
     folder = _tunnel_dir(ssh_cluster)
     tunnel = _pid(folder / "tunnel.pid")
-    (daemon,) = _daemon_pids(ssh_cluster, "login1")
+    (daemon,) = ssh_cluster.node("login1").daemon_pids()
     with PidWatch([daemon]) as watch:
         os.kill(daemon, 9)
         assert watch.wait(30) == []
@@ -247,5 +235,5 @@ def test_a_dead_remote_daemon_is_started_again_through_a_live_tunnel(
     listed = ssh_cluster.laptop_txctl(*HOST, "list")
     assert listed.returncode == 0 and handle in listed.stdout, listed
     assert _pid(folder / "tunnel.pid") == tunnel
-    (again,) = _daemon_pids(ssh_cluster, "login1")
+    (again,) = ssh_cluster.node("login1").daemon_pids()
     assert again != daemon
