@@ -11,7 +11,7 @@ from txd.client.components._parser import Component, ComponentError, evaluate
 from txd.v1 import AppDef
 
 # Builtins are the public AppDef-returning functions of these sibling modules.
-_BUILTIN_MODULES = ("dist", "utils")
+_BUILTIN_MODULES = ("dist", "metrics", "serve", "utils")
 _builtin_cache: dict[str, Callable[..., Any]] | None = None
 _FILE_MODULE = "_txd_component_"  # the name prefix of modules made from component files
 

@@ -80,8 +80,10 @@ def _split(text: str) -> list[str]:
 
 # As TorchX's to_dict: `,` or `;` starts a new pair only where a `KEY=` follows, so
 # "A=1;B=2" is two pairs while "A=x,y" and "A=x;y" keep their list values (env values such as
-# NCCL settings legitimately contain commas); a value's own `=` stays in it ("A=k=v").
+# NCCL settings legitimately contain commas); a value's own `=` stays in it ("A=k=v"). A value
+# written '' or "" is empty, as TorchX's to_dict documents (`--env FOO=''`).
 _PAIR_SEP = re.compile(r"[,;](?=\s*[A-Za-z_][\w.-]*=)")
+_EMPTY_QUOTES = ("''", '""')
 
 
 def _split_pairs(text: str) -> dict[str, str]:
@@ -92,7 +94,8 @@ def _split_pairs(text: str) -> dict[str, str]:
         key, sep, value = piece.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"expected KEY=VALUE pairs separated by , or ;, got {piece!r}")
-        out[key.strip()] = value.strip()
+        value = value.strip()
+        out[key.strip()] = "" if value in _EMPTY_QUOTES else value
     return out
 
 

@@ -1,6 +1,8 @@
-"""Builtin utility components: echo, touch, sh, python, binary.
+"""Builtin utility components: echo, touch, sh, python, binary, copy, booth.
 
-Every public function here returning an AppDef is a builtin named `utils.<function>`.
+Every public function here returning an AppDef is a builtin named `utils.<function>`. Each
+builds exactly the AppDef TorchX 0.7's `torchx.components.utils` function of the same name
+builds for the same arguments; what txd adds is opt-in (docs/cli.md, "Builtins").
 """
 
 from __future__ import annotations
@@ -8,17 +10,9 @@ from __future__ import annotations
 import os
 import shlex
 
+from txd.client.components._common import DEFAULT_IMAGE, resource
 from txd.client.components._mounts import parse_mounts
 from txd.v1 import AppDef, Resource, Role
-
-DEFAULT_IMAGE = "ghcr.io/pytorch/torchx:0.7.0"
-
-
-def _resource(cpu: int, gpu: int, mem_mb: int, h: str | None) -> Resource:
-    # A named resource is resolved by the daemon, which replaces the raw numbers anyway.
-    if h:
-        return Resource(named=h)
-    return Resource(cpu=cpu, gpu=gpu, mem_mb=mem_mb)
 
 
 def echo(msg: str = "hello world", image: str = DEFAULT_IMAGE, num_replicas: int = 1) -> AppDef:
@@ -95,13 +89,13 @@ def sh(
         env: environment variables, KEY=VALUE,... (LOGLEVEL defaults to WARNING)
         max_retries: how many times to retry a failed run
         mounts: mounts, e.g. type=bind,src=/data,dst=/data,readonly
-        entrypoint: program to run with the arguments instead of `sh -c`
+        entrypoint: program to run with the arguments instead of `sh -c` (txd only)
     """
     env = dict(env or {})
     env.setdefault("LOGLEVEL", os.environ.get("LOGLEVEL", "WARNING"))
     if entrypoint:
-        # TorchX passes shell-quoted args here, so quotes reach the program literally; txd
-        # passes them as given, which is what a direct exec needs.
+        # txd's addition (TorchX has no --entrypoint): the program gets the arguments as given,
+        # not shell-quoted, which is what a direct exec needs.
         program, argv = entrypoint, list(args)
     else:
         program, argv = "sh", ["-c", shlex.join(args)]
@@ -116,7 +110,7 @@ def sh(
                 env=env,
                 num_replicas=num_replicas,
                 max_retries=max_retries,
-                resource=_resource(cpu, gpu, memMB, h),
+                resource=resource(cpu, gpu, memMB, h),
                 mounts=parse_mounts(mounts or []),
             )
         ],
@@ -144,7 +138,7 @@ def python(
         c: code to run (python -c)
         script: script file to run
         image: image to run in
-        name: name of the app and its role
+        name: name of the app (its role is named python)
         cpu: CPU cores per replica
         gpu: GPUs per replica
         memMB: memory per replica in MiB
@@ -167,13 +161,13 @@ def python(
         name=name,
         roles=[
             Role(
-                name=name,
+                name="python",
                 image=image,
                 entrypoint="python",
                 args=[*program, *args],
                 env=env,
                 num_replicas=num_replicas,
-                resource=_resource(cpu, gpu, memMB, h),
+                resource=resource(cpu, gpu, memMB, h),
             )
         ],
     )
@@ -194,7 +188,7 @@ def binary(
     Args:
         args: arguments passed to the program
         entrypoint: the program to run
-        name: name of the app and its role
+        name: name of the app (its role is named binary)
         num_replicas: number of replicas
         cpu: CPU cores per replica
         gpu: GPUs per replica
@@ -205,12 +199,84 @@ def binary(
         name=name,
         roles=[
             Role(
-                name=name,
+                name="binary",
                 image="",
                 entrypoint=entrypoint,
                 args=list(args),
                 num_replicas=num_replicas,
-                resource=_resource(cpu, gpu, memMB, h),
+                resource=resource(cpu, gpu, memMB, h),
+            )
+        ],
+    )
+
+
+def copy(src: str, dst: str, image: str = DEFAULT_IMAGE) -> AppDef:
+    """Copies one file from src to dst, each any fsspec URL (runs TorchX's copy app).
+
+    Directories and recursive copies are not supported. The image must hold torchx and the
+    fsspec filesystems of both URLs.
+
+    Args:
+        src: fsspec URL of the file to copy
+        dst: fsspec URL to copy it to
+        image: image holding torchx.apps.utils.copy_main
+    """
+    return AppDef(
+        name="torchx-utils-copy",
+        roles=[
+            Role(
+                name="torchx-utils-copy",
+                image=image,
+                entrypoint="python",
+                num_replicas=1,
+                args=["-m", "torchx.apps.utils.copy_main", "--src", src, "--dst", dst],
+                resource=Resource(cpu=1, gpu=0, mem_mb=1024),
+            )
+        ],
+    )
+
+
+def booth(
+    x1: float,
+    x2: float,
+    trial_idx: int = 0,
+    tracker_base: str = "/tmp/torchx-util-booth",
+    image: str = DEFAULT_IMAGE,
+) -> AppDef:
+    """Evaluates the Booth function f(x1, x2) = (x1 + 2*x2 - 7)^2 + (2*x1 + x2 - 5)^2, a test
+    objective for hyperparameter optimization (runs TorchX's booth app).
+
+    The result is written under tracker_base, readable as FsspecResultTracker(tracker_base)
+    [trial_idx].
+
+    Args:
+        x1: first input
+        x2: second input
+        trial_idx: index of the trial the result is recorded under (0 outside HPO)
+        tracker_base: fsspec URL of the result tracker's base directory (e.g. s3://bucket/dir)
+        image: image holding torchx.apps.utils.booth_main
+    """
+    return AppDef(
+        name="torchx-utils-booth",
+        roles=[
+            Role(
+                name="torchx-utils-booth",
+                image=image,
+                entrypoint="python",
+                num_replicas=1,
+                args=[
+                    "-m",
+                    "torchx.apps.utils.booth_main",
+                    "--x1",
+                    str(x1),
+                    "--x2",
+                    str(x2),
+                    "--trial_idx",
+                    str(trial_idx),
+                    "--tracker_base",
+                    tracker_base,
+                ],
+                resource=Resource(cpu=1, gpu=0, mem_mb=1024),
             )
         ],
     )

@@ -26,6 +26,8 @@ def test_empty_cfg_is_no_options() -> None:
         ("A=x,y;B=2", {"A": "x,y", "B": "2"}),
         ("A=x;y", {"A": "x;y"}),
         ("A=k=v,B=2", {"A": "k=v", "B": "2"}),
+        ("A='',B=\"\"", {"A": "", "B": ""}),  # TorchX's to_dict: quotes alone are empty
+        ("A='x',B=' '", {"A": "'x'", "B": "' '"}),  # other quotes stay
         ("", {}),
     ],
 )

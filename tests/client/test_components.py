@@ -34,7 +34,11 @@ def test_builtins_lists_public_appdef_functions_sorted() -> None:
     assert builtins() == [
         "dist.ddp",
         "dist.spmd",
+        "metrics.tensorboard",
+        "serve.torchserve",
         "utils.binary",
+        "utils.booth",
+        "utils.copy",
         "utils.echo",
         "utils.python",
         "utils.sh",
@@ -150,12 +154,18 @@ def test_sh_with_entrypoint_passes_args_unchanged() -> None:
 def test_python_variants() -> None:
     app = resolve("utils.python", ["--m", "pkg.main", "--", "--lr", "1"])
     role = app.roles[0]
-    assert app.name == role.name == "torchx_utils_python"
+    assert (app.name, role.name) == ("torchx_utils_python", "python")  # TorchX's role name
     assert role.entrypoint == "python"
     assert list(role.args) == ["-m", "pkg.main", "--lr", "1"]
     assert dict(role.env) == {"HYDRA_MAIN_MODULE": "pkg.main"}
-    role = resolve("utils.python", ["-c", "print(1)", "--name", "p"]).roles[0]
-    assert (role.name, list(role.args), dict(role.env)) == ("p", ["-c", "print(1)"], {})
+    app = resolve("utils.python", ["-c", "print(1)", "--name", "p"])
+    role = app.roles[0]
+    assert (app.name, role.name, list(role.args), dict(role.env)) == (
+        "p",
+        "python",
+        ["-c", "print(1)"],
+        {},
+    )
     role = resolve("utils.python", ["--script", "train.py", "x"]).roles[0]
     assert list(role.args) == ["train.py", "x"]
     assert role.resource == Resource(cpu=1, gpu=0, mem_mb=1024)
@@ -172,7 +182,7 @@ def test_binary() -> None:
         resolve("utils.binary", [])
     app = resolve("utils.binary", ["--entrypoint", "/bin/date", "--memMB", "64", "--", "-u"])
     role = app.roles[0]
-    assert app.name == role.name == "torchx_utils_binary"
+    assert (app.name, role.name) == ("torchx_utils_binary", "binary")  # TorchX's role name
     assert (role.entrypoint, list(role.args), role.image) == ("/bin/date", ["-u"], "")
     assert role.resource == Resource(cpu=1, mem_mb=64)
 
@@ -184,9 +194,9 @@ def test_ddp_single_node() -> None:
     assert role.entrypoint == "bash"
     assert list(role.args) == [
         "-c",
-        "torchrun --rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id ${app_id} "
-        "--nnodes 1 --nproc_per_node 2 --tee 3 --role '' --node_rank ${replica_id} "
-        "path/train.py --lr '0.1 x'",
+        # TorchX 0.7's line: the id quoted, no --node_rank (c10d ranks at the rendezvous)
+        "torchrun --rdzv_backend c10d --rdzv_endpoint localhost:0 --rdzv_id '${app_id}' "
+        "--nnodes 1 --nproc_per_node 2 --tee 3 --role '' path/train.py --lr '0.1 x'",
     ]
     assert role.num_replicas == 1 and role.min_replicas == 1
     assert dict(role.port_map) == {"c10d": 29500}
@@ -194,7 +204,6 @@ def test_ddp_single_node() -> None:
     assert dict(role.env) == {
         "LOGLEVEL": "WARNING",
         "TORCHX_TRACKING_EXPERIMENT_NAME": "default-experiment",
-        "TORCHX_TRACKING_RUN_NAME": "train",
     }
 
 
@@ -207,13 +216,14 @@ def test_ddp_multi_node_elastic() -> None:
     assert app.name == "run1" and role.name == "trainer"
     assert role.num_replicas == 4 and role.min_replicas == 2
     cmd = role.args[1]
-    assert "--rdzv_endpoint ${${rank0_env}:=localhost}:1234 " in cmd
+    # `$$` is one `$` once the scheduler has substituted the macros
+    assert "--rdzv_endpoint $${${rank0_env}:=localhost}:1234 " in cmd
     assert "--nnodes 2:4 --nproc_per_node 8 " in cmd
     assert "--node_rank" not in cmd  # elastic: ranks come from the rendezvous
     assert cmd.endswith("-m pkg.trainer")
     assert dict(role.port_map) == {"c10d": 1234}
     assert role.env["TORCHX_TRACKING_EXPERIMENT_NAME"] == "exp"
-    assert role.env["TORCHX_TRACKING_RUN_NAME"] == "run1"
+    assert "TORCHX_TRACKING_RUN_NAME" not in role.env  # TorchX sets no such variable
 
 
 def test_ddp_options() -> None:
