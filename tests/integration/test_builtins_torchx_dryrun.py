@@ -18,7 +18,7 @@ from txd_testing import first_line
 
 pytest.importorskip("torchx.components")
 from torchx.specs.builders import materialize_appdef
-from torchx.specs.finder import get_component
+from torchx.specs.finder import ModuleComponentsFinder, get_component
 
 CASES: list[tuple[str, list[str]]] = [
     (
@@ -60,6 +60,12 @@ def _no_app_id(text: str) -> str:
 def _no_loglevel(monkeypatch: pytest.MonkeyPatch) -> None:
     # ddp and sh copy the caller's LOGLEVEL: none here, none in txctl's environment.
     monkeypatch.delenv("LOGLEVEL", raising=False)
+
+
+def test_txctl_builtins_lists_torchx_builtins(txctl: Any) -> None:
+    listed = json.loads(txctl("builtins", "--json", check=0).stdout)["builtins"]
+    found = ModuleComponentsFinder("torchx.components", "").find()
+    assert listed == sorted(c.name for c in found if not c.validation_errors)
 
 
 @pytest.mark.parametrize(("name", "argv"), CASES, ids=[c[0] for c in CASES])
