@@ -3,7 +3,8 @@
 Every public function here returning an AppDef is a builtin named `dist.<function>`, built
 exactly as TorchX 0.7's `torchx.components.dist` builds it for the same arguments. txd adds
 `ddp --rdzv_conf` (off unless given) and `spmd -j MIN:MAX[xPROCS]`, and refuses a `-j` TorchX
-would turn into an app no scheduler runs (0 nodes or processes, fewer nodes than the minimum).
+passes on for torchrun or the daemon to fail on (0 nodes or processes, fewer nodes than the
+minimum).
 """
 
 from __future__ import annotations
