@@ -93,15 +93,28 @@ def scan(root: str, ignore_file: str, *, skip: str | None = None) -> Scan:
     entries: list[Entry] = []
     skip_real = os.path.realpath(skip) if skip else None
 
+    # An entry removed while the walk runs (a workspace like /tmp, where other programs come
+    # and go) is left out, as if listed a moment later; one that cannot be read is an error.
     def walk(directory: str, prefix: str) -> None:
         try:
             with os.scandir(directory) as it:
                 children = sorted(it, key=lambda d: d.name)
+        except FileNotFoundError:
+            if directory == root:
+                raise _unreadable(
+                    directory, FileNotFoundError(2, "removed during the scan")
+                ) from None
+            return
         except OSError as e:
             raise _unreadable(directory, e) from None
         for child in children:
             name = prefix + child.name
-            st = child.stat(follow_symlinks=False)
+            try:
+                st = child.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise _unreadable(child.path, e) from None
             is_dir = stat.S_ISDIR(st.st_mode)
             if is_dir and skip_real and os.path.realpath(child.path) == skip_real:
                 continue
@@ -117,7 +130,10 @@ def scan(root: str, ignore_file: str, *, skip: str | None = None) -> Scan:
             elif stat.S_ISREG(st.st_mode):
                 entries.append(_entry(name, child.path, tarfile.REGTYPE, st))
             elif stat.S_ISLNK(st.st_mode):
-                target = os.readlink(child.path)
+                try:
+                    target = os.readlink(child.path)
+                except FileNotFoundError:
+                    continue
                 entries.append(_entry(name, child.path, tarfile.SYMTYPE, st, target))
 
     walk(root, "")

@@ -4,8 +4,12 @@ the tar stream, unpacked by the real tar(1)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from txd.schedulers.errors import InvalidArgument
@@ -141,3 +145,30 @@ async def test_long_and_non_utf8_names_survive(tmp_path: Path) -> None:
     os.close(fd)
     await untar(ws.scan(str(src), ws.DOCKERIGNORE).entries, tmp_path / "out")
     assert tree(tmp_path / "out") == tree(src)
+
+
+def test_an_entry_removed_during_the_scan_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A workspace like /tmp, where other programs remove files while txd lists it: what is gone
+    # by the time the scan looks at it is left out; the rest is scanned as usual.
+    for name in ("a.txt", "gone.txt", "z.txt"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "gone_dir").mkdir()
+    (tmp_path / "gone_dir" / "x").write_text("x")
+    real_scandir = os.scandir
+
+    @contextlib.contextmanager
+    def listed_then_removed(path: str) -> Iterator[list[os.DirEntry[str]]]:
+        with real_scandir(path) as it:
+            listed = list(it)
+        (tmp_path / "gone.txt").unlink()
+        shutil.rmtree(tmp_path / "gone_dir")
+        yield listed
+
+    def scandir(path: Any) -> Any:
+        return listed_then_removed(path) if path == str(tmp_path) else real_scandir(path)
+
+    monkeypatch.setattr(ws.os, "scandir", scandir)
+    found = ws.scan(str(tmp_path), ws.DOCKERIGNORE)
+    assert [e.name for e in found.entries] == ["a.txt", "z.txt"]
