@@ -9,8 +9,12 @@ mounts (`vpc.amazonaws.com/efa`: /dev/infiniband/uverbsN; `aws.amazon.com/neuron
 `node.kubernetes.io/instance-type`, the role's index and name in TORCHX_ROLE_IDX and
 TORCHX_ROLE_NAME, `${app_id}` as the job's name, `${replica_id}` as $AWS_BATCH_JOB_NODE_INDEX
 (the job's node index, expanded only by a shell; "0" in a container job) and `${rank0_env}` as
-AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (Batch sets it on child nodes), tags from the
-app's metadata.
+AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (Batch sets it on child nodes).
+
+Tags, on the job definition and the job, as TorchX: `torchx.pytorch.org/version`, `app-name`
+and `user`, then the app's metadata (over them, as in TorchX); then txd's own `txd.dev/*`, which
+list and status read (so metadata cannot replace them). Batch's limits (50 tags, keys of 1-128
+characters, values up to 256) are checked here, naming the metadata key that breaks them.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from txd.schedulers import torchx_labels as tx
 from txd.schedulers.api import Macros, make_unique, num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.options import opt
@@ -45,6 +50,8 @@ TAG_APP = "txd.dev/app-name"
 TAG_USER = "txd.dev/user"
 TAG_ROLES = "txd.dev/roles"  # the app's shape: "role=replicas role=replicas ..."
 MAX_TAG_VALUE = 256
+MAX_TAG_KEY = 128
+MAX_TAGS = 50
 DEVICES = {
     "vpc.amazonaws.com/efa": "/dev/infiniband/uverbs",
     "aws.amazon.com/neurondevice": "/dev/neuron",
@@ -199,6 +206,43 @@ def _container(
     return container
 
 
+def _tags(app: AppDef, *, session: str, user: str) -> dict[str, str]:
+    """TorchX's tags, the app's metadata over them, then txd's own (see the module's doc)."""
+    fields = {
+        tx.APP_NAME: "app.name",
+        tx.USER: "cfg.user",
+        TAG_APP: "app.name",
+        TAG_USER: "cfg.user",
+    }
+    tags = {tx.VERSION: tx.TORCHX_VERSION, tx.APP_NAME: app.name, tx.USER: user}
+    for key, value in app.metadata.items():
+        tags[key] = value
+        fields[key] = f"app.metadata[{key!r}]"
+    tags.update({TAG_SCHEDULER: NAME, TAG_SESSION: session, TAG_APP: app.name, TAG_USER: user})
+    roles_tag = " ".join(f"{r}={n}" for r, n in shape(app))
+    if len(roles_tag) <= MAX_TAG_VALUE:  # else status reads the node ranges
+        tags[TAG_ROLES] = roles_tag
+    if len(tags) > MAX_TAGS:
+        raise InvalidArgument(
+            "app.metadata",
+            f"AWS Batch takes at most {MAX_TAGS} tags, got {len(tags)}: the app's "
+            f"{len(app.metadata)} metadata entries and {len(tags) - len(app.metadata)} of "
+            "TorchX's and txd's",
+        )
+    for key, value in tags.items():
+        field = fields.get(key, "app")
+        if not 1 <= len(key) <= MAX_TAG_KEY or key.startswith("aws:"):
+            raise InvalidArgument(
+                field, f"{key[:40]!r} is not a Batch tag key (1-{MAX_TAG_KEY} characters, not aws:)"
+            )
+        if len(value) > MAX_TAG_VALUE:
+            raise InvalidArgument(
+                field,
+                f"{key}: Batch tag values are at most {MAX_TAG_VALUE} characters, got {len(value)}",
+            )
+    return tags
+
+
 def build(app: AppDef, opts: BatchOpts, *, session: str, user: str) -> BatchRequest:
     """The job definition and submit request of `app`. Raises InvalidArgument for what Batch
     cannot run (over its limits, no image, no memory, an unknown device, bad options)."""
@@ -249,16 +293,7 @@ def build(app: AppDef, opts: BatchOpts, *, session: str, user: str) -> BatchRequ
         role_nodes.append((role.name, first, num_replicas(role)))
         first += num_replicas(role)
 
-    tags = {
-        **dict(app.metadata),
-        TAG_SCHEDULER: NAME,
-        TAG_SESSION: session,
-        TAG_APP: app.name,
-        TAG_USER: opts.user or user,
-    }
-    roles_tag = " ".join(f"{r}={n}" for r, n in shape(app))
-    if len(roles_tag) <= MAX_TAG_VALUE:  # else status reads the node ranges
-        tags[TAG_ROLES] = roles_tag
+    tags = _tags(app, session=session, user=opts.user or user)
     jobdef: dict[str, Any] = {"jobDefinitionName": name}
     if multinode:
         jobdef["type"] = "multinode"

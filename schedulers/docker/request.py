@@ -1,6 +1,10 @@
 """local_docker's requests: what is created on the engine for an AppDef (its network, one
 container per replica, named and labelled so that the engine alone tells txd its jobs), in the
-engine's JSON, as DryRun prints it; and the volume that marks a job cancelled."""
+engine's JSON, as DryRun prints it; and the volume that marks a job cancelled.
+
+A container carries txd's labels (`txd.*`, which txd reads) and TorchX 0.7's
+(`torchx.pytorch.org/version`, `app-id`, `role-name`, `replica-id`: `torchx_labels`), so that
+TorchX's tools and `docker ps --filter label=torchx.pytorch.org/...` find txd's containers."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txd.schedulers import torchx_labels as tx
 from txd.schedulers.api import Macros, SubmitContext, make_unique, num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.options import opt
@@ -84,6 +89,16 @@ def container_name(app_id: str, role: str, k: int) -> str:
     as a container name and as a host name (under 64 characters)."""
     name = _NAME_BAD.sub("-", f"{app_id[-30:]}-{role[:30]}-{k}")
     return name.lstrip("_.-")
+
+
+def torchx_labels(app_id: str, role: str, k: int) -> dict[str, str]:
+    """TorchX's labels of replica k of the role (Docker takes any value: written as they are)."""
+    return {
+        tx.VERSION: tx.TORCHX_VERSION,
+        tx.APP_ID: app_id,
+        tx.ROLE_NAME: role,
+        tx.REPLICA_ID: str(k),
+    }
 
 
 def network_name(app_id: str) -> str:
@@ -225,6 +240,7 @@ def build(app: AppDef, opts: DockerOpts, ctx: SubmitContext, session: str) -> Do
                     "txd.role": role.name,
                     "txd.replica_id": str(k),
                     "txd.roles": shape,
+                    **torchx_labels(app_id, role.name, k),
                 },
                 "StopTimeout": opts.stop_timeout,
                 "HostConfig": _host_config(r, opts, network, ctx.cwd, path),

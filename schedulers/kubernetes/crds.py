@@ -26,6 +26,7 @@ APPWRAPPER_APIS = {"v1beta2": "workload.codeflare.dev/v1beta2", "v1beta1": "mcad
 PODGROUP_API = "scheduling.sigs.k8s.io/v1alpha1"
 # AppWrapper v1beta2 takes its retry count from an annotation (v1beta1: schedulingSpec).
 RETRY_LIMIT_ANNOTATION = "workload.codeflare.dev.appwrapper/retryLimit"
+APPWRAPPER_LABEL = "appwrapper.workload.codeflare.dev"
 
 
 # -- Volcano -----------------------------------------------------------------------------------
@@ -53,7 +54,7 @@ def volcano_objects(
     check_app(app, app_id)
     if not opts.queue:
         raise InvalidArgument("cfg.queue", "a Volcano Job needs a queue")
-    labels = app_labels(scheduler, session, app_id)
+    labels = app_labels(app, scheduler, session, app_id)
     tasks = []
     for i, role in enumerate(app.roles):
         for k in range(num_replicas(role)):
@@ -110,14 +111,18 @@ def appwrapper_objects(
         raise InvalidArgument(
             "cfg.priority", "AppWrapper v1beta2 has no priority: use priority_class_name"
         )
-    labels = app_labels(scheduler, session, app_id)
+    labels = app_labels(app, scheduler, session, app_id)
     items: list[tuple[Obj, int]] = []  # (object, pods in it)
     if opts.coscheduler_name:
         for i, role in enumerate(app.roles):
             group = {
                 "apiVersion": PODGROUP_API,
                 "kind": "PodGroup",
-                "metadata": {"name": f"{app_id}-pg{i}", "labels": dict(labels)},
+                # TorchX's label of the AppWrapper a PodGroup belongs to, beside the app's.
+                "metadata": {
+                    "name": f"{app_id}-pg{i}",
+                    "labels": {**labels, APPWRAPPER_LABEL: app_id},
+                },
                 "spec": {"minMember": num_replicas(role)},
             }
             items.append((group, 0))

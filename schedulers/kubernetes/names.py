@@ -1,8 +1,16 @@
 """The names, labels and annotations of txd's Kubernetes objects: TorchX's DNS forms of app
 and role names, new app ids that leave room for every replica's object names, the labels every
-object carries (managed-by, scheduler, session, app id; per replica also role and replica id)
-and the root's shape annotation. Pure functions; the builders (txd.schedulers.kubernetes.objects,
-crds) and the status parsing (kubernetes.status) share them.
+object carries and the root's shape annotation. Pure functions; the builders
+(txd.schedulers.kubernetes.objects, crds) and the status parsing (kubernetes.status) share them.
+
+Labels, two sets side by side. txd's own (`txd.dev/scheduler`, `session`, `app-id`; per replica
+`role`, `replica-id`) are the ones txd reads. TorchX 0.7's are written for TorchX's users (their
+selectors, quota and cost rules): on every object `app.kubernetes.io/managed-by:
+torchx.pytorch.org`, `app.kubernetes.io/name` (the app's name) and `app.kubernetes.io/instance`
+(the app id); on pods and the Jobs that make them also `torchx.pytorch.org/version`,
+`app-name`, `role-index`, `role-name` and `replica-id` (not on an Indexed Job's pods: they share
+one template). A value that is not a valid label value (TorchX writes it as is, and the
+apiserver refuses the job) is made one: bad characters as '-', at most 63 (`label_value`).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from txd.schedulers import torchx_labels as tx
 from txd.schedulers.api import make_unique, num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.v1.app_pb2 import AppDef, Role
@@ -20,7 +29,11 @@ MAX_APP_ID = 42
 MAX_NAME = 63  # a DNS-1123 label: pod, job and host names
 ID_SUFFIX = 12  # make_unique's random part
 
+# TorchX's: the same key and value as TorchX's jobs (txd's own are told apart by SCHEDULER_LABEL).
 MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY_TORCHX = "torchx.pytorch.org"
+KUBE_APP_NAME = "app.kubernetes.io/name"
+KUBE_INSTANCE = "app.kubernetes.io/instance"
 SCHEDULER_LABEL = "txd.dev/scheduler"
 SESSION_LABEL = "txd.dev/session"
 APP_ID_LABEL = "txd.dev/app-id"
@@ -89,21 +102,32 @@ def app_id_for(name: str, roles: Sequence[Role] = ()) -> str:
     return make_unique(part, ID_SUFFIX)
 
 
-def app_labels(scheduler: str, session: str, app_id: str) -> dict[str, str]:
+def app_labels(app: AppDef, scheduler: str, session: str, app_id: str) -> dict[str, str]:
+    """Every object's: TorchX's object labels, then txd's."""
     return {
-        MANAGED_BY: "txd",
+        KUBE_APP_NAME: label_value(app.name),
+        MANAGED_BY: MANAGED_BY_TORCHX,
+        KUBE_INSTANCE: app_id,
         SCHEDULER_LABEL: scheduler,
         SESSION_LABEL: label_value(session),
         APP_ID_LABEL: app_id,
     }
 
 
-def replica_labels(base: Mapping[str, str], role: Role, k: int | None) -> dict[str, str]:
-    name = role.name if _LABEL_VALUE.fullmatch(role.name) else dns_name(role.name)
-    out = {**base, ROLE_LABEL: name}
+def replica_labels(base: Mapping[str, str], app: AppDef, i: int, k: int | None) -> dict[str, str]:
+    """Replica k of role i's (k None: every replica of an Indexed Job): base (app_labels), then
+    TorchX's pod labels and txd's role and replica id."""
+    role = app.roles[i]
+    torchx = {
+        tx.VERSION: tx.TORCHX_VERSION,
+        tx.APP_NAME: label_value(app.name),
+        tx.ROLE_INDEX: str(i),
+        tx.ROLE_NAME: label_value(role.name),
+    }
+    own = {ROLE_LABEL: role.name if _LABEL_VALUE.fullmatch(role.name) else dns_name(role.name)}
     if k is not None:
-        out[REPLICA_LABEL] = str(k)
-    return out
+        torchx[tx.REPLICA_ID] = own[REPLICA_LABEL] = str(k)
+    return {**base, **torchx, **own}
 
 
 def roles_json(app: AppDef) -> str:

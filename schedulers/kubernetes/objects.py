@@ -12,9 +12,9 @@ Shapes:
   app's own is doubled, so Kubernetes passes its values on as given: `_literal`).
 The Volcano Job and MCAD AppWrapper shapes wrap these pods (txd.schedulers.kubernetes.crds).
 
-Every object carries the labels of K8S-SHARED (managed-by, scheduler, session, app id; per
-replica also role and replica id); the root is annotated with the app's shape (`txd.dev/roles`):
-txd.schedulers.kubernetes.names.
+Every object carries txd's labels and TorchX's (TorchX's managed-by, app name and instance;
+per replica also TorchX's pod labels and txd's role and replica id); the root is annotated with
+the app's shape (`txd.dev/roles`): txd.schedulers.kubernetes.names.
 Objects carry no namespace: the scheduler posts them to a namespaced URL.
 """
 
@@ -330,7 +330,7 @@ def pod_spec(
     annotations = {ISTIO_ANNOTATION: "false"}
     if pods.network:
         annotations[MULTUS_ANNOTATION] = pods.network
-    labels = replica_labels(app_labels(scheduler, session, app_id), role, k)
+    labels = replica_labels(app_labels(app, scheduler, session, app_id), app, i, k)
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": spec}
 
 
@@ -391,14 +391,14 @@ def plain_objects(
     """The headless Service (root), then a batch/v1 Job `<app_id>-<role>-<k>` per replica;
     backoffLimit retries that replica's pod max_retries times."""
     check_app(app, app_id)
-    labels = app_labels(scheduler, session, app_id)
+    labels = app_labels(app, scheduler, session, app_id)
     out = [headless_service(app, app_id, labels)]
     for i, role in enumerate(app.roles):
         for k in range(num_replicas(role)):
             template = pod_spec(app, i, k, app_id, opts, scheduler=scheduler, session=session)
             meta = {
                 "name": f"{app_id}-{role_dns(app, i)}-{k}",
-                "labels": replica_labels(labels, role, k),
+                "labels": replica_labels(labels, app, i, k),
                 "annotations": {ROLES_ANNOTATION: roles_json(app)},
             }
             spec = {
@@ -417,7 +417,7 @@ def indexed_objects(
     """The headless Service (root), then an Indexed Job `<app_id>-<role>` per role (Kubernetes
     >= 1.21): one template for every replica, backoffLimit max_retries for each of them."""
     check_app(app, app_id)
-    labels = app_labels(scheduler, session, app_id)
+    labels = app_labels(app, scheduler, session, app_id)
     out = [headless_service(app, app_id, labels)]
     for i, role in enumerate(app.roles):
         n = num_replicas(role)
@@ -426,7 +426,7 @@ def indexed_objects(
         )
         meta = {
             "name": f"{app_id}-{role_dns(app, i)}",
-            "labels": replica_labels(labels, role, None),
+            "labels": replica_labels(labels, app, i, None),
             "annotations": {ROLES_ANNOTATION: roles_json(app)},
         }
         spec = {

@@ -12,7 +12,8 @@ role's image with the workspace in it, through the Docker engine's build API.
 - **The cache.** The image is tagged `txd-workspace:<key>` (`<image_repo>:<key>` with
   `image_repo`), `key` the first 16 hex digits of a sha256 of the base image's id, the
   Dockerfile, the build args and every included file's path, mode and bytes. When the engine
-  has that tag, nothing is built. Built images carry the label `txd.workspace=1`.
+  has that tag, nothing is built. Built images carry the label `txd.workspace=1` (and TorchX's
+  `torchx.pytorch.org/version`, as TorchX labels the images it builds).
 - **image_repo**: the image is pushed there, so that a backend on another host can pull it.
 """
 
@@ -27,6 +28,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from txd.schedulers import torchx_labels as tx
 from txd.schedulers.errors import BackendUnavailable, FailedPrecondition, InvalidArgument
 from txd.schedulers.options import opt
 from txd.schedulers.workspace import files as ws
@@ -220,7 +222,7 @@ async def _build(
         "t": image,
         "dockerfile": name,
         "buildargs": json.dumps(buildargs),
-        "labels": json.dumps({LABEL: "1"}),
+        "labels": json.dumps({LABEL: "1", tx.VERSION: tx.TORCHX_VERSION}),
         "rm": "1",
         "forcerm": "1",
     }

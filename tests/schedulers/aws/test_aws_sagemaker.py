@@ -224,3 +224,25 @@ async def test_describes_stay_within_the_budget_and_the_concurrency_limit(
         log = d.log()
         remove_tree(d.root)
     assert not log_alarms(log), log
+
+
+async def test_the_training_job_carries_torchxs_tags_and_txds(
+    sm_client: Any, standin: StandIn
+) -> None:
+    """TorchX 0.7 tags a training job with its `tags` option, then the app's metadata (and no
+    torchx.pytorch.org/* tag of its own, unlike aws_batch); txd's own beside them."""
+    app = trainer(0)
+    app.metadata.update({"team": "vision", "cost-center": "42"})
+    h = await sm_client.run(app, "aws_sagemaker", {**CFG, "tags": {"project": "p1"}})
+    name = h.rsplit("/", 1)[1]
+    async with client(standin_moto(standin), "sagemaker") as sm:
+        arn = (await sm.describe_training_job(TrainingJobName=name))["TrainingJobArn"]
+        tags = {t["Key"]: t["Value"] for t in (await sm.list_tags(ResourceArn=arn))["Tags"]}
+    assert {k: tags.get(k) for k in ("project", "team", "cost-center")} == {
+        "project": "p1",
+        "team": "vision",
+        "cost-center": "42",
+    }
+    assert tags["txd.dev/scheduler"] == "aws_sagemaker" and tags["txd.dev/app-name"] == "train"
+    assert not [k for k in tags if k.startswith("torchx.pytorch.org/")]
+    assert (await sm_client.wait(h, timeout=WAIT)).state == AppState.SUCCEEDED

@@ -64,6 +64,7 @@ async def test_build_then_cache_then_a_change_builds_again(
     assert first.image.startswith("txd-workspace:")
     inspected = await engine.image(first.image)
     assert inspected is not None and inspected["Config"]["Labels"][LABEL] == "1"
+    assert inspected["Config"]["Labels"]["torchx.pytorch.org/version"] == "0.7.0"  # TorchX's
     # The busybox image sets no WORKDIR: the workspace lands in /, as TorchX's COPY . . does.
     out = await run_in(docker, first.image, "sh /main.sh; sh /pkg/lib.sh; cat /token")
     assert out == f"main v1\nlib\n{(ws / 'token').read_text()}"

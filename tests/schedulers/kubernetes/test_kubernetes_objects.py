@@ -117,7 +117,7 @@ def test_plain_shape_a_job_per_replica_under_a_headless_service() -> None:
     assert jobs[2]["spec"]["template"]["spec"]["hostname"] == "datareader-0"
     for obj in objects:
         labels = obj["metadata"]["labels"]
-        assert labels["app.kubernetes.io/managed-by"] == "txd"
+        assert labels["app.kubernetes.io/managed-by"] == "torchx.pytorch.org"  # TorchX's
         assert labels["txd.dev/scheduler"] == "kubernetes"
         assert labels["txd.dev/app-id"] == APP_ID
 
