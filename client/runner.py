@@ -9,9 +9,13 @@ one changed import.
 
 Same method names, arguments and return types as TorchX's Runner: statuses are
 `torchx.specs.AppStatus` (state a `torchx.specs.AppState`), describe() a `torchx.specs.AppDef`,
-dryrun() a `torchx.specs.AppDryRunInfo`, list() `torchx.schedulers.api.ListAppResponse`s. So it
-needs torchx installed (code written for TorchX has it), and `run` takes a torchx or a txd
-AppDef. Unlike TorchX, jobs live in the txd daemon (which must be running, e.g. started by
+dryrun() a `torchx.specs.AppDryRunInfo` whose `.request` is the scheduler's TorchX request
+object (txd.client.torchx_requests), scheduler_run_opts() a `torchx.specs.runopts`, list()
+`torchx.schedulers.api.ListAppResponse`s; errors are TorchX's exceptions, each also txd's
+(txd.client.torchx_compat.torchx_errors). So it needs torchx installed (code written for TorchX
+has it; `pip install 'txd[torchx]'`), and `run` takes a torchx or a txd AppDef.
+
+Unlike TorchX, jobs live in the txd daemon (which must be running, e.g. started by
 `txctl`), so another process or a later session can status/wait/log them; wait() is pushed by
 the daemon, not polled. Built on the blocking txd.client.Client: not for use inside a running
 event loop (use AsyncClient there).
