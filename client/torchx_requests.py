@@ -41,7 +41,7 @@ def torchx_request(scheduler: str, text: str, app: AppDef, cfg: Mapping[str, Any
     build = _BUILDERS[scheduler]
     try:
         return build(text, app, cfg)
-    except (ValueError, KeyError, IndexError, TypeError, SyntaxError) as e:
+    except Exception as e:  # any text it cannot read (YAML, JSON, a script of another shape)
         raise RequestError(f"cannot read {scheduler}'s dry run request: {e!r}") from e
 
 
