@@ -157,7 +157,7 @@ def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
     """Checks cfg against the options dataclass and returns a filled instance.
 
     Raises InvalidArgument for an unknown option (with the valid names, or, for a TorchX option
-    the options class lists in its `TORCHX_REFUSED: ClassVar[dict[str, str]]`, why txd has none),
+    the options class lists in its `TORCHX_REFUSED` dict, why txd has none),
     a value of the wrong type, or a missing required option.
     """
     fields = _fields(typing.cast(type, opts_cls))

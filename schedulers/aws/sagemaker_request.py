@@ -18,7 +18,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from txd.schedulers.api import Macros, make_unique, num_replicas
 from txd.schedulers.errors import InvalidArgument
@@ -69,7 +69,7 @@ _LINE_BREAKS = "\n\r\x85\u2028\u2029"
 class SageMakerOpts:
     # TorchX's options of SageMaker's framework mode (its SDK uploads the code to S3 and starts
     # it with a launcher), which txd does not implement: refused, saying so (options.resolve).
-    TORCHX_REFUSED: ClassVar[dict[str, str]] = dict.fromkeys(
+    TORCHX_REFUSED = dict.fromkeys(  # not annotated: no dataclass field
         ["source_dir", "git_config", "code_location", "dependencies", "container_log_level"],
         "it belongs to SageMaker's framework mode (the SDK uploads your code to S3), which txd "
         "does not implement: txd runs the role's command in its image, so put the code there",
