@@ -241,6 +241,15 @@ class Runner:
         with contextlib.suppress(NotFoundError), _as_torchx():
             self._client.cancel(app_handle)
 
+    def stop(self, app_handle: AppHandle) -> None:
+        """cancel(), under its older name: TorchX 0.7 still has it, with the same warning."""
+        warnings.warn(
+            "This method will be deprecated in the future, please use `cancel` instead.",
+            PendingDeprecationWarning,
+            stacklevel=2,
+        )
+        self.cancel(app_handle)
+
     def delete(self, app_handle: AppHandle) -> None:
         """Cancels the job if it runs, then forgets it and its logs; nothing if unknown."""
         with contextlib.suppress(NotFoundError), _as_torchx():

@@ -188,6 +188,11 @@ def test_runner_cancel_and_dryrun(runner: Any) -> None:
     handle = runner.run(app, "local_cwd")
     runner.cancel(handle)
     assert runner.wait(handle).state == specs.AppState.CANCELLED
+    # TorchX's older name for cancel, with TorchX's warning
+    handle = runner.run(app, "local_cwd")
+    with pytest.warns(PendingDeprecationWarning, match="please use `cancel` instead"):
+        runner.stop(handle)
+    assert runner.wait(handle).state == specs.AppState.CANCELLED
 
 
 def test_runner_components(runner: Any, workdir: Path) -> None:
