@@ -389,13 +389,20 @@ def _submission(
 ) -> dict[str, Any]:
     """The fields Run and DryRun share; the caller's cwd and environment by default (the
     daemon's own for a remote daemon), the workspace as an absolute path (a remote daemon's
-    path as given)."""
+    path as given). TorchX-only options of the scheduler (`quiet` ...) are dropped with a
+    warning, as txctl drops them."""
     import os
+    import warnings
 
+    from txd.client._torchx_only import drop_torchx_only
+
+    cfg, notes = drop_torchx_only(scheduler, cfg or {})
+    for note in notes:  # as txctl names them on stderr
+        warnings.warn(note, UserWarning, stacklevel=4)
     return {
         "app": _appdef(app),
         "scheduler": scheduler,
-        "cfg": {k: to_cfg_value(v) for k, v in (cfg or {}).items()},
+        "cfg": {k: to_cfg_value(v) for k, v in cfg.items()},
         "cwd": cwd or ("" if remote else os.getcwd()),
         "env": ({} if remote else dict(os.environ)) if env is None else dict(env),
         "workspace": (workspace if remote else os.path.abspath(workspace)) if workspace else "",

@@ -619,19 +619,6 @@ def parse_cfg(items: list[str]) -> dict[str, str]:
     return out
 
 
-# TorchX options with no meaning in txd: accepted, and named once on stderr with the reason.
-TORCHX_ONLY = {
-    "quiet": "TorchX's switch for its image build/push output; txd builds in the daemon and "
-    "prints none of it here",
-}
-
-
-def drop_torchx_only(cfg: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """cfg without the TorchX-only keys, and a note for each one dropped."""
-    notes = [f"option {k!r} is ignored: {why}" for k, why in TORCHX_ONLY.items() if k in cfg]
-    return {k: v for k, v in cfg.items() if k not in TORCHX_ONLY}, notes
-
-
 def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | None:
     """(AppDef, scheduler, cfg) for `run`, from the component, its arguments and the config
     files; None when the component's --help was printed instead."""
@@ -663,7 +650,9 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
     if workspace is None:
         workspace = config.cli_default("run", "workspace")
     args.workspace_dir = os.getcwd() if workspace is None else workspace
-    cfg, notes = drop_torchx_only({**config.scheduler_cfg(scheduler), **cli_cfg})
+    from txd.client._torchx_only import drop_torchx_only
+
+    cfg, notes = drop_torchx_only(scheduler, {**config.scheduler_cfg(scheduler), **cli_cfg})
     for note in notes:
         print(f"txctl: {note}", file=sys.stderr)
     return app, scheduler, cfg

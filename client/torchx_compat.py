@@ -13,8 +13,10 @@ strings pass unchanged. A named resource (`specs.resource(h="gpu.small")`,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
+import typing
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -25,11 +27,13 @@ from txd.v1 import (
     BindMount,
     DeviceMount,
     Mount,
+    OptType,
     Resource,
     RetryPolicy,
     Role,
     VolumeMount,
 )
+from txd.v1.scheduler_pb2 import RunOpt
 
 # TorchX's placeholders: MISSING for an unset image or entrypoint, NONE for an unset optional
 # string (utils.binary's image, an absent error message). txd's unset string is "".
@@ -42,14 +46,17 @@ class TorchXError(ValueError):
     """torchx is missing, or a TorchX object has no txd equivalent; the message is one line."""
 
 
+def install_hint() -> str:
+    """How to install torchx beside txd: txd's `torchx` extra, into this Python."""
+    return f"{sys.executable} -m pip install 'txd[torchx]'"
+
+
 def torchx_specs() -> ModuleType:
     """`torchx.specs`, or TorchXError saying how to install it."""
     try:
         import torchx.specs
     except ImportError:
-        raise TorchXError(
-            f"torchx is not installed in this Python ({sys.executable} -m pip install torchx)"
-        ) from None
+        raise TorchXError(f"torchx is not installed in this Python ({install_hint()})") from None
     return torchx.specs
 
 
@@ -256,3 +263,136 @@ def to_torchx_status(status: AppStatus) -> Any:
             for rs in status.roles
         ],
     )
+
+
+# -- TorchX's exceptions -----------------------------------------------------------------------
+
+# TorchX's name of an option where it differs from txd's (txd takes both).
+TORCHX_OPTION_NAMES = {("slurm", "mail_user"): "mail-user", ("slurm", "mail_type"): "mail-type"}
+
+
+@functools.cache
+def torchx_errors() -> dict[str, type[Exception]]:
+    """The exceptions the TorchX-style Runner raises, by name: each is TorchX's exception for
+    the condition (what code written for TorchX catches) and txd's own (what txd code catches).
+    Made on first use: torchx is imported only then."""
+    specs = torchx_specs()
+    from torchx.specs.finder import ComponentNotFoundException, ComponentValidationException
+    from txd.client._errors import InvalidArgumentError, NotFoundError
+    from txd.client.components import ComponentError, ComponentNotFound
+
+    def txd_init(self: Any, message: str) -> None:
+        Exception.__init__(self, message)
+        self.message = message
+
+    def txd_str(self: Any) -> str:
+        return str(self.message)  # not KeyError's repr() of its argument
+
+    def make(name: str, bases: tuple[type, ...], doc: str) -> type[Exception]:
+        ns = {"__init__": txd_init, "__str__": txd_str, "__doc__": doc, "__module__": __name__}
+        return type(name, bases, ns)
+
+    return {
+        "UnknownAppError": make(
+            "UnknownAppError",
+            (specs.UnknownAppException, NotFoundError),
+            "txd knows no such job (TorchX's UnknownAppException).",
+        ),
+        "MalformedAppHandleError": make(
+            "MalformedAppHandleError",
+            (specs.MalformedAppHandleException, InvalidArgumentError),
+            "The text names no one job (TorchX's MalformedAppHandleException).",
+        ),
+        "UnknownSchedulerError": make(
+            "UnknownSchedulerError",
+            (KeyError, specs.UnknownSchedulerException, NotFoundError),
+            "The daemon has no such scheduler: TorchX's Runner raises KeyError (and "
+            "UnknownSchedulerException is TorchX's name for it).",
+        ),
+        "InvalidRunConfigError": make(
+            "InvalidRunConfigError",
+            (specs.InvalidRunConfigException, InvalidArgumentError),
+            "An option is unknown, of the wrong type, missing or refused "
+            "(TorchX's InvalidRunConfigException; `cfg_key` names it).",
+        ),
+        "AppValidationError": make(
+            "AppValidationError",
+            (ValueError, InvalidArgumentError),
+            "The AppDef is invalid for the scheduler (TorchX raises ValueError).",
+        ),
+        "ComponentNotFoundError": make(
+            "ComponentNotFoundError",
+            (ComponentNotFoundException, ComponentNotFound),
+            "No such component (TorchX's ComponentNotFoundException).",
+        ),
+        "ComponentValidationError": make(
+            "ComponentValidationError",
+            (ComponentValidationException, ComponentError),
+            "The component or its arguments are invalid (TorchX's ComponentValidationException).",
+        ),
+    }
+
+
+def torchx_error(err: Exception, *, scheduler_call: bool = False) -> Exception:
+    """The TorchX-and-txd exception for a txd client error, or `err` itself when TorchX has
+    none for it. `scheduler_call`: the call named a scheduler, so NOT_FOUND means that one."""
+    from txd.client._errors import InvalidArgumentError, NotFoundError, TxdError
+
+    types = torchx_errors()
+    out: Exception
+    if isinstance(err, InvalidArgumentError):
+        field = err.field or ""
+        if field.startswith("cfg."):
+            out = types["InvalidRunConfigError"](err.message)
+            out.cfg_key = field[4:]  # type: ignore[attr-defined]
+        elif field == "app_handle":
+            out = types["MalformedAppHandleError"](err.message)
+        else:
+            out = types["AppValidationError"](err.message)
+    elif isinstance(err, NotFoundError) and scheduler_call:
+        out = types["UnknownSchedulerError"](err.message)
+    else:
+        return err
+    if isinstance(err, TxdError) and isinstance(out, TxdError):
+        out.status_details = err.status_details
+    return out
+
+
+# -- TorchX's runopts --------------------------------------------------------------------------
+
+
+def to_torchx_runopts(scheduler: str, opts: list[RunOpt]) -> Any:
+    """`torchx.specs.runopts` of a scheduler's txd options, under TorchX's names, plus the
+    TorchX-only options txd accepts and ignores there (their help says so)."""
+    from txd.cfgvalue import from_cfg_value
+    from txd.client._torchx_only import TORCHX_ONLY
+
+    specs = torchx_specs()
+    types: dict[int, Any] = {
+        OptType.STR: str,
+        OptType.INT: int,
+        OptType.FLOAT: float,
+        OptType.BOOL: bool,
+        # typing's forms, not list[str]: TorchX compares types with `== List[str]`
+        OptType.LIST: typing.List[str],  # noqa: UP006
+        OptType.DICT: typing.Dict[str, str],  # noqa: UP006
+    }
+    out = specs.runopts()
+    for o in opts:
+        default = None if o.required or not o.HasField("default") else from_cfg_value(o.default)
+        out.add(
+            TORCHX_OPTION_NAMES.get((scheduler, o.name), o.name),
+            type_=types[o.type],
+            help=o.help,
+            default=default,
+            required=o.required,
+        )
+    for name, only in TORCHX_ONLY.items():
+        if scheduler in only.schedulers:
+            out.add(
+                name,
+                type_=only.type,
+                help=f"accepted and ignored by txd: {only.why}",
+                default=False if only.type is bool else None,  # as TorchX's
+            )
+    return out

@@ -156,8 +156,9 @@ def _check_type(value: CfgValue, t: OptType, name: str) -> CfgVal:
 def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
     """Checks cfg against the options dataclass and returns a filled instance.
 
-    Raises InvalidArgument for an unknown option (with the valid names), a value of the wrong
-    type, or a missing required option.
+    Raises InvalidArgument for an unknown option (with the valid names, or, for a TorchX option
+    the options class lists in its `TORCHX_REFUSED` dict, why txd has none),
+    a value of the wrong type, or a missing required option.
     """
     fields = _fields(typing.cast(type, opts_cls))
     known = {f.name: t for f, t in fields}
@@ -168,6 +169,9 @@ def resolve(opts_cls: type[T], cfg: Mapping[str, CfgValue]) -> T:
     }
     for name in cfg:
         if name not in known:
+            # Options TorchX has that txd refuses on purpose: the scheduler says why.
+            if why := getattr(opts_cls, "TORCHX_REFUSED", {}).get(name):
+                raise InvalidArgument(f"cfg.{name}", f"a TorchX option txd refuses: {why}")
             valid = ", ".join(sorted(known)) or "none"
             raise InvalidArgument(f"cfg.{name}", f"unknown option (valid options: {valid})")
     values: dict[str, Any] = {}

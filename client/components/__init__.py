@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from txd.client.components._finder import builtins, resolve
 from txd.client.components._mounts import parse_mounts
-from txd.client.components._parser import ComponentError, ComponentHelp
+from txd.client.components._parser import ComponentError, ComponentHelp, ComponentNotFound
 
-__all__ = ["ComponentError", "ComponentHelp", "builtins", "parse_mounts", "resolve"]
+__all__ = [
+    "ComponentError",
+    "ComponentHelp",
+    "ComponentNotFound",
+    "builtins",
+    "parse_mounts",
+    "resolve",
+]

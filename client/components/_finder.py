@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from txd.client.components._parser import Component, ComponentError, evaluate
+from txd.client.components._parser import Component, ComponentError, ComponentNotFound, evaluate
 from txd.v1 import AppDef
 
 # Builtins are the public AppDef-returning functions of these sibling modules.
@@ -107,7 +107,7 @@ def _find(spec: str) -> Callable[..., Any]:
 
         close = difflib.get_close_matches(spec, list(table), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
-        raise ComponentError(
+        raise ComponentNotFound(
             f"unknown component {spec!r}{hint} (builtins: {', '.join(sorted(table))}; "
             "or use path/to/file.py:function)"
         )
@@ -122,7 +122,7 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
         with open(full, "rb") as f:
             source = f.read()
     except FileNotFoundError:
-        raise ComponentError(f"component file not found: {path}") from None
+        raise ComponentNotFound(f"component file not found: {path}") from None
     except OSError as exc:
         raise ComponentError(f"cannot read component file {path}: {exc.strerror}") from None
 
@@ -142,7 +142,7 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
         if exc.name == "torchx" or (exc.name or "").startswith("torchx."):
             raise ComponentError(
                 f"{path} is a TorchX component: install torchx into the Python that runs txctl "
-                f"({sys.executable} -m pip install torchx)"
+                f"with txd's torchx extra ({sys.executable} -m pip install 'txd[torchx]')"
             ) from None
         raise ComponentError(
             f"failed to load component file {path}: {type(exc).__name__}: {exc}"
@@ -164,7 +164,7 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
         ]
         close = difflib.get_close_matches(function, candidates, n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
-        raise ComponentError(f"function {function!r} not found in {path}{hint}")
+        raise ComponentNotFound(f"function {function!r} not found in {path}{hint}")
     if not callable(fn) or isinstance(fn, type):
         raise ComponentError(f"{function!r} in {path} is not a function")
     return fn

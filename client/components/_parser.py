@@ -26,6 +26,10 @@ class ComponentError(ValueError):
     """
 
 
+class ComponentNotFound(ComponentError):
+    """No such component: no builtin of that name, no such file, or no such function in it."""
+
+
 class ComponentHelp(Exception):
     """Raised instead of building an AppDef when `--help` was asked for; carries the help text."""
 

@@ -67,6 +67,14 @@ _LINE_BREAKS = "\n\r\x85\u2028\u2029"
 
 @dataclass
 class SageMakerOpts:
+    # TorchX's options of SageMaker's framework mode (its SDK uploads the code to S3 and starts
+    # it with a launcher), which txd does not implement: refused, saying so (options.resolve).
+    TORCHX_REFUSED = dict.fromkeys(  # not annotated: no dataclass field
+        ["source_dir", "git_config", "code_location", "dependencies", "container_log_level"],
+        "it belongs to SageMaker's framework mode (the SDK uploads your code to S3), which txd "
+        "does not implement: txd runs the role's command in its image, so put the code there",
+    )
+
     role: str = opt(
         "", "the IAM role ARN the training job runs as (arn:aws:iam::<account>:role/<name>)", True
     )

@@ -44,7 +44,18 @@ def test_env_without_key_is_refused() -> None:
         ArgType("dict", str, str, True).parse("=1")
 
 
-def test_torchx_only_quiet_is_dropped_with_a_reason() -> None:
-    cfg, notes = cli.drop_torchx_only({"quiet": "true", "image_repo": "r"})
+def test_torchx_only_quiet_is_dropped_with_a_reason_where_torchx_has_it() -> None:
+    from txd.client._torchx_only import drop_torchx_only
+
+    cfg, notes = drop_torchx_only("kubernetes", {"quiet": "true", "image_repo": "r"})
     assert cfg == {"image_repo": "r"}
-    assert len(notes) == 1 and "'quiet' is ignored" in notes[0]
+    assert notes == [
+        "option 'quiet' is ignored on kubernetes: TorchX's switch for its image build/push "
+        "output; txd builds in the daemon and prints none of it here"
+    ]
+    # TorchX has no `quiet` on slurm or local_cwd (the default): there it stays, unknown
+    for scheduler in ("slurm", "local_cwd", ""):
+        assert drop_torchx_only(scheduler, {"quiet": "true"}) == ({"quiet": "true"}, [])
+    # SageMaker's `user` is TorchX-only there, and a real option of aws_batch
+    assert drop_torchx_only("aws_sagemaker", {"user": "me"})[0] == {}
+    assert drop_torchx_only("aws_batch", {"user": "me"}) == ({"user": "me"}, [])

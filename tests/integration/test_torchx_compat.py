@@ -253,7 +253,7 @@ def test_torchx_component_without_torchx_says_how_to_install(
         path = spec.split(":")[0]
         assert re.fullmatch(
             rf"txctl: error: {path} is a TorchX component: install torchx into the Python that "
-            r"runs txctl \(/\S+ -m pip install torchx\)\n",
+            r"runs txctl with txd's torchx extra \(/\S+ -m pip install 'txd\[torchx\]'\)\n",
             proc.stderr,
         ), proc.stderr
     # txd's own components need no torchx

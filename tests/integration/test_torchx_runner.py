@@ -188,6 +188,11 @@ def test_runner_cancel_and_dryrun(runner: Any) -> None:
     handle = runner.run(app, "local_cwd")
     runner.cancel(handle)
     assert runner.wait(handle).state == specs.AppState.CANCELLED
+    # TorchX's older name for cancel, with TorchX's warning
+    handle = runner.run(app, "local_cwd")
+    with pytest.warns(PendingDeprecationWarning, match="please use `cancel` instead"):
+        runner.stop(handle)
+    assert runner.wait(handle).state == specs.AppState.CANCELLED
 
 
 def test_runner_components(runner: Any, workdir: Path) -> None:
@@ -232,5 +237,277 @@ def test_runner_without_torchx_says_how_to_install() -> None:
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (
-        f"torchx is not installed in this Python ({sys.executable} -m pip install torchx)\n"
+        f"torchx is not installed in this Python ({sys.executable} -m pip install 'txd[torchx]')\n"
     )
+
+
+# -- dryrun's request: TorchX's request type of each scheduler ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def offline_runner() -> Any:
+    """A Runner on a daemon of its own that reaches no backend: no kubeconfig, no Docker
+    engine, no AWS endpoint (dry runs need none), for a dry run on every scheduler."""
+    from txd.client.runner import Runner
+    from txd_testing import Daemon, remove_tree, short_tmpdir
+
+    root = short_tmpdir()
+    d = Daemon(
+        root,
+        env={
+            "KUBECONFIG": "/nonexistent/txd-tests/kubeconfig",
+            "DOCKER_HOST": f"unix://{root}/no-docker.sock",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        },
+    ).start()
+    try:
+        with Runner(socket=d.socket) as r:
+            yield r
+    finally:
+        d.close()
+        remove_tree(root)
+
+
+def _two_roles() -> Any:
+    """Two roles, three replicas, env values holding ',' and '$', retries."""
+    trainer = specs.Role(
+        name="trainer",
+        image="img:1",
+        entrypoint="python",
+        args=["-m", "train", "--x", "a b"],
+        env={"A": "1,2", "B": "$x"},
+        num_replicas=2,
+        max_retries=2,
+        resource=specs.Resource(cpu=2, gpu=0, memMB=2048),
+    )
+    ps = specs.Role(
+        name="ps",
+        image="img:1",
+        entrypoint="echo",
+        args=["ps"],
+        max_retries=1,
+        resource=specs.Resource(cpu=1, gpu=0, memMB=1024),
+    )
+    return specs.AppDef(name="two", roles=[trainer, ps])
+
+
+def _one_role() -> Any:
+    role = specs.Role(
+        name="ps", image="img:1", entrypoint="echo", args=["ps"], resource=specs.resource(cpu=1)
+    )
+    return specs.AppDef(name="one", roles=[role])
+
+
+def test_dryrun_kubernetes_request_is_torchx_kubernetes_job(offline_runner: Any) -> None:
+    import yaml
+    from torchx.schedulers.kubernetes_scheduler import KubernetesJob
+
+    info = offline_runner.dryrun(_two_roles(), "kubernetes", cfg={"queue": "research"})
+    req = info.request
+    assert isinstance(req, KubernetesJob) and req.images_to_push == {}
+    assert req.resource["spec"]["queue"] == "research"  # the issue's example
+    assert (req.resource["apiVersion"], req.resource["kind"]) == (
+        "batch.volcano.sh/v1alpha1",
+        "Job",
+    )
+    tasks = req.resource["spec"]["tasks"]
+    assert [t["name"] for t in tasks] == ["trainer-0", "trainer-1", "ps-0"]
+    env = {e["name"]: e["value"] for e in tasks[0]["template"]["spec"]["containers"][0]["env"]}
+    # txd's values: '$' doubled so that Kubernetes passes it as it is (TorchX's would expand)
+    assert (env["A"], env["B"]) == ("1,2", "$$x")
+    # printing the request needs no `kubernetes` package; it is the resource as YAML
+    assert yaml.safe_load(str(req)) == req.resource
+    # printing the info shows txd's request as the daemon renders it
+    assert f"name: {req.resource['metadata']['name']}" in str(info)
+    assert info._scheduler == "kubernetes" and info._cfg["queue"] == "research"
+    assert info._app.roles[0].env["A"] == "1,2"
+
+
+def test_dryrun_kubernetes_mcad_request(offline_runner: Any) -> None:
+    from torchx.schedulers.kubernetes_mcad_scheduler import KubernetesMCADJob
+
+    req = offline_runner.dryrun(_two_roles(), "kubernetes_mcad").request
+    assert isinstance(req, KubernetesMCADJob)
+    assert req.resource["kind"] == "AppWrapper"
+    assert req.resource["apiVersion"].startswith("workload.codeflare.dev/")
+
+
+def test_dryrun_slurm_request_is_torchx_slurm_batch_request(offline_runner: Any) -> None:
+    from torchx.schedulers.slurm_scheduler import SlurmBatchRequest, SlurmReplicaRequest
+
+    cfg = {"precheck": False, "mail-user": "me@example.org", "job_dir": "/tmp/jd"}
+    info = offline_runner.dryrun(_two_roles(), "slurm", cfg=cfg)
+    req = info.request
+    assert isinstance(req, SlurmBatchRequest)
+    assert list(req.replicas) == ["trainer-0", "trainer-1", "ps-0"]
+    t1 = req.replicas["trainer-1"]
+    assert isinstance(t1, SlurmReplicaRequest)
+    assert (t1.name, t1.entrypoint, t1.args) == (
+        "trainer-1",
+        "python",
+        ["-m", "train", "--x", "a b"],
+    )
+    assert t1.env["A"] == "1,2" and t1.env["B"] == "$x"
+    assert t1.sbatch_opts["cpus-per-task"] == "2" and t1.sbatch_opts["mem"] == "2048"
+    assert "requeue" in t1.sbatch_opts  # it has retries
+    assert (t1.srun_opts["wait"], t1.srun_opts["kill-on-bad-exit"]) == ("60", "1")
+    assert req.replicas["ps-0"].sbatch_opts["mem"] == "1024"
+    assert req.cmd[:2] == ["sbatch", "--parsable"]
+    assert "--mail-user=me@example.org" in req.cmd and "--chdir=/tmp/jd" in req.cmd
+    assert (req.job_dir, req.max_retries) == ("/tmp/jd", 1)  # the fewest retries of a role
+    # It is TorchX's own type: its methods work on it.
+    assert "#SBATCH --job-name=ps-0 " in req.materialize()
+    assert info._cfg["mail-user"] == "me@example.org" and "mail_user" not in info._cfg
+
+
+def test_dryrun_lsf_request_is_torchx_lsf_bsub(offline_runner: Any) -> None:
+    from torchx.schedulers.lsf_scheduler import LsfBsub
+
+    info = offline_runner.dryrun(_two_roles(), "lsf", cfg={"precheck": False, "jobdir": "/j"})
+    req = info.request
+    assert isinstance(req, LsfBsub)
+    assert f"bsub -P {req.app_id} " in str(info)
+    assert (req.jobdir, req.cmd, req.app) == ("/j", ["/bin/bash"], info._app)
+    assert info._cfg["shm_size"] == "64m"  # defaults filled, as TorchX's dry-run info holds
+
+
+def test_dryrun_local_docker_request_is_torchx_docker_job(offline_runner: Any) -> None:
+    from torchx.schedulers.docker_scheduler import DockerContainer, DockerJob
+
+    req = offline_runner.dryrun(_two_roles(), "local_docker").request
+    assert isinstance(req, DockerJob)
+    assert len(req.containers) == 3 and all(isinstance(c, DockerContainer) for c in req.containers)
+    c = req.containers[1]
+    assert (c.image, c.command) == ("img:1", ["python", "-m", "train", "--x", "a b"])
+    assert c.kwargs["name"] == f"{req.app_id}-trainer-1"
+    assert c.kwargs["environment"]["A"] == "1,2"
+    assert c.kwargs["restart_policy"] == {"Name": "on-failure", "MaximumRetryCount": 2}
+    assert (c.kwargs["mem_limit"], c.kwargs["nano_cpus"]) == ("2048m", 2_000_000_000)
+
+
+def test_dryrun_local_cwd_request_is_torchx_popen_request(offline_runner: Any) -> None:
+    from torchx.schedulers.local_scheduler import PopenRequest, ReplicaParam
+
+    app = specs.AppDef(
+        name="lc", roles=[specs.Role(name="s", image="", entrypoint="echo", args=["x"])]
+    )
+    req = offline_runner.dryrun(app, "local_cwd").request
+    assert isinstance(req, PopenRequest)
+    [param] = req.role_params["s"]
+    assert isinstance(param, ReplicaParam)
+    assert param.args == ["echo", "x"] and param.env["TORCHX_JOB_ID"].endswith(req.app_id)
+    assert param.cwd == str(Path.cwd()) and req.role_log_dirs["s"] == [req.log_dir]
+
+
+def test_dryrun_aws_batch_request_is_torchx_batch_job(offline_runner: Any) -> None:
+    from torchx.schedulers.aws_batch_scheduler import BatchJob
+
+    req = offline_runner.dryrun(_two_roles(), "aws_batch", cfg={"queue": "q1"}).request
+    assert isinstance(req, BatchJob)
+    assert (req.queue, req.share_id, req.images_to_push) == ("q1", None, {})
+    assert req.job_def["jobDefinitionName"] == req.name
+    assert req.job_def["nodeProperties"]["numNodes"] == 3
+
+
+def test_dryrun_aws_sagemaker_request(offline_runner: Any) -> None:
+    cfg = {
+        "role": "arn:aws:iam::123456789012:role/r",
+        "output_path": "s3://b/o",
+        "instance_type": "ml.m5.xlarge",
+    }
+    req = offline_runner.dryrun(_one_role(), "aws_sagemaker", cfg=cfg).request
+    # TorchX's AWSSageMakerJob where its module imports (it needs the sagemaker SDK), else a
+    # class of the same name and fields
+    assert type(req).__name__ in ("AWSSageMakerJob", "SageMakerJob")
+    assert req.job_name == req.job_def["TrainingJobName"] and req.images_to_push == {}
+    assert req.job_def["RoleArn"] == cfg["role"]
+
+
+def test_schedule_submits_a_dryrun(runner: Any) -> None:
+    app = specs.AppDef(
+        name=unique("sched"),
+        roles=[specs.Role(name="e", image="/tmp", entrypoint="echo", args=["scheduled"])],
+    )
+    info = runner.dryrun(app, "local_cwd")
+    handle = runner.schedule(info)
+    assert runner.wait(handle).state == specs.AppState.SUCCEEDED
+    assert list(runner.log_lines(handle, "e")) == ["scheduled\n"]
+    # an edited request cannot be honoured (the daemon builds it anew): refused, not lost
+    info.request.role_params["e"][0].args.append("more")
+    with pytest.raises(ValueError, match=r"dryrun_info.request was changed after the dry run"):
+        runner.schedule(info)
+    with pytest.raises(ValueError, match=r"takes an AppDryRunInfo from this Runner's dryrun"):
+        runner.schedule(specs.AppDryRunInfo("request", str))
+
+
+def test_scheduler_run_opts_are_torchx_runopts(runner: Any) -> None:
+    slurm = runner.scheduler_run_opts("slurm")
+    assert isinstance(slurm, specs.runopts)
+    names = [name for name, _ in slurm]
+    assert "mail-user" in names and "mail_user" not in names  # TorchX's names
+    opt = slurm.get("mail-user")
+    assert (opt.opt_type, opt.default, opt.is_required) == (str, None, False)
+    assert slurm.get("exclusive").opt_type is bool and slurm.get("exclusive").default is False
+    assert slurm.get("quiet") is None  # TorchX's slurm has none
+    docker = runner.scheduler_run_opts("local_docker")
+    assert docker.get("quiet").default is False
+    assert docker.get("quiet").help.startswith("accepted and ignored by txd: ")
+    # TorchX's own methods work on it: list options parse from text, defaults resolve
+    assert docker.cfg_from_str("copy_env=A,B") == {"copy_env": ["A", "B"]}
+    assert docker.resolve({})["privileged"] is False
+    sm = runner.scheduler_run_opts("aws_sagemaker")
+    assert sm.get("role").is_required and sm.get("role").default is None
+    with pytest.raises(specs.InvalidRunConfigException, match="Required run option: role"):
+        sm.resolve({})
+
+
+def test_errors_are_torchx_exceptions_and_txd_errors(runner: Any) -> None:
+    from torchx.specs.finder import ComponentNotFoundException, ComponentValidationException
+    from txd.client import NotFoundError
+    from txd.client.components import ComponentError
+
+    app = _one_role()
+    with pytest.raises(KeyError, match="unknown scheduler 'nope'") as unknown:
+        runner.dryrun(app, "nope")
+    assert isinstance(unknown.value, specs.UnknownSchedulerException | NotFoundError)
+    assert str(unknown.value).startswith("unknown scheduler 'nope' (known: ")  # no KeyError repr
+    for call in (runner.scheduler_run_opts, runner.list):
+        with pytest.raises(specs.UnknownSchedulerException):
+            call("nope")
+
+    with pytest.raises(specs.InvalidRunConfigException) as bad_cfg:
+        runner.dryrun(app, "local_cwd", cfg={"log_dir": 3})
+    assert bad_cfg.value.cfg_key == "log_dir" and isinstance(bad_cfg.value, InvalidArgumentError)
+    with pytest.raises(specs.InvalidRunConfigException, match=r"cfg\.bogus: unknown option"):
+        runner.run(app, "local_cwd", cfg={"bogus": "1"})
+
+    with pytest.raises(ValueError, match=r"app\.roles: an app needs at least one role"):
+        runner.dryrun(specs.AppDef(name="empty", roles=[]), "local_cwd")
+
+    with pytest.raises(ComponentNotFoundException, match=r"unknown component 'nope\.x'") as nf:
+        runner.run_component("nope.x", [], "local_cwd")
+    assert isinstance(nf.value, ComponentError)
+    with pytest.raises(ComponentNotFoundException, match="component file not found"):
+        runner.dryrun_component("missing.py:f", [], "local_cwd")
+    with pytest.raises(ComponentValidationException, match="unknown argument --bogus"):
+        runner.dryrun_component("utils.echo", ["--bogus"], "local_cwd")
+
+    with pytest.raises(specs.MalformedAppHandleException, match="app_handle: empty"):
+        runner.status("")
+    with pytest.raises(specs.UnknownAppException, match="local_cwd://txd/nope-x") as ua:
+        list(runner.log_lines("local_cwd://txd/nope-x", "r"))
+    assert isinstance(ua.value, NotFoundError)
+
+
+def test_quiet_through_the_python_client_warns_where_torchx_has_it(
+    shared_daemon: Any, workdir: Path
+) -> None:
+    from txd.client import Client
+
+    app = specs.AppDef(name="q", roles=[specs.Role(name="e", image="img", entrypoint="echo")])
+    with Client(shared_daemon.socket) as c:
+        with pytest.warns(UserWarning, match="option 'quiet' is ignored on local_docker"):
+            resp = c.dryrun(app, "local_docker", {"quiet": True}, workspace=None)
+        assert "quiet" not in resp.request
+        with pytest.raises(InvalidArgumentError, match=r"cfg\.quiet: unknown option"):
+            c.dryrun(app, "local_cwd", {"quiet": True})
