@@ -72,7 +72,11 @@ logdir() {
     else echo "fail cannot create $1: $(printf '%s' "$err" | tail -n 1)"; fi
   else
     p=$1
-    while [ ! -d "$p" ]; do p=$(dirname -- "$p"); done
+    # Up one level at a time, without dirname(1): with no coreutils on the PATH its
+    # "command not found" left p as it was, and the loop never ended.
+    while [ ! -d "$p" ]; do
+      case $p in */*) p=${p%/*}; p=${p:-/} ;; *) p=. ;; esac
+    done
     if err=$(probe_dir "$p"); then
       echo "ok $1 does not exist yet; $p, where it would be created, is writable"
     else echo "fail $1 does not exist and cannot be created in $p: $err"; fi

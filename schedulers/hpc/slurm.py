@@ -54,14 +54,20 @@ from txd.schedulers.hpc.hosts import (
 from txd.schedulers.hpc.precheck import FAIL, Check, refuse_failed
 from txd.schedulers.hpc.precheck import render as render_checks
 from txd.schedulers.hpc.slurm_script import (
+    DEFAULT_VERSION,
+    GPUS_PER_NODE_SINCE,
+    NOMEM_AT_MOST_MB,
     SBATCH_ARGV,
+    SINFO_MEMORY_ARGV,
     SbatchRequest,
     SlurmJob,
     SlurmOpts,
     build_script,
     check_directives,
     check_time,
+    partition_memory,
     sbatch_env,
+    small_partitions,
     submitted_job_id,
 )
 from txd.schedulers.hpc.slurm_status import (
@@ -145,6 +151,8 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         self._versions: dict[Host, tuple[int, int]] = {}
         # The partitions' and nodes' descriptions the last checks read (slurm_precheck), when.
         self._partitions: dict[Host, tuple[float, dict[str, tuple[int, str]]]] = {}
+        # The partitions' memory per node and the default partition (SINFO_MEMORY_ARGV), when.
+        self._memory: dict[Host, tuple[float, dict[str, int], str | None]] = {}
         self._no_accounting: set[Host] = set()
         # When each forgotten job with no exit code yet was first found so (monotonic), by its
         # batch output (host, path): unique, though Slurm may hand a job id out again.
@@ -160,12 +168,19 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         workdir = opts.job_dir or ("" if target else ctx.cwd)
         workdir_field = "cfg.job_dir" if opts.job_dir or target else "cwd"
         check_directives(opts, workdir, workdir_field)
+        host = self.hosts.get(target)
+        notes = []
         version = (0, 0)
         if any(r.resource.gpu > 0 for r in app.roles):
-            version = await self._version(self.hosts.get(target))
+            version, note = await self._version(host)
+            notes += [note] if note else []
+        if not opts.nomem and any(r.resource.mem_mb > 0 for r in app.roles):
+            nomem, note = await self._nomem(host, opts.partition)
+            opts = replace(opts, nomem=nomem)
+            notes += [note] if note else []
         prefix = f"{target.host}:" if target else ""
         tag = make_unique("", 6)
-        script = build_script(app, opts, workdir, version, prefix, tag)
+        script = build_script(app, opts, workdir, version, prefix, tag, notes)
         replicas = [(r.name, k) for r in app.roles for k in range(num_replicas(r))]
         job = SlurmJob(replicas, workdir, target_to_native(target), tag=tag)
         req = SbatchRequest(script, job, {} if target else sbatch_env(ctx.env), bool(opts.job_dir))
@@ -173,7 +188,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         if ctx.workspace:  # prepare_workspace made the copy the job's directory
             req.workspace_copy = workdir
         where = f" (on {target})" if target else ""
-        label = self.hosts.get(target).label
+        label = host.label
 
         def render() -> str:
             checks = render_checks(req.checks or [], label)
@@ -260,14 +275,54 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
             raise FailedPrecondition(f"copying {what} to {copy}{where} failed: {res.error()}")
         return out, f"{what}: copied to {copy}{where}, the job's directory"
 
-    async def _version(self, host: Host) -> tuple[int, int]:
-        if host not in self._versions:
+    async def _version(self, host: Host) -> tuple[tuple[int, int], str]:
+        """The cluster's Slurm version, and "", or, when `sinfo --version` cannot tell (no Slurm
+        client or configuration there: a dry run off the cluster), DEFAULT_VERSION and a note
+        saying so. A version read is kept for good; a failure is asked again next time."""
+        if host in self._versions:
+            return self._versions[host], ""
+        try:
             res = await host.run(["sinfo", "--version"])
-            m = _VERSION.search(res.stdout)
-            if res.returncode != 0 or not m:
-                raise BackendUnavailable(f"cannot tell the Slurm version: {res.error()}")
-            self._versions[host] = (int(m[1]), int(m[2]))
-        return self._versions[host]
+        except BackendUnavailable as e:
+            why = str(e)
+        else:
+            if res.returncode == 0 and (m := _VERSION.search(res.stdout)):
+                self._versions[host] = (int(m[1]), int(m[2]))
+                return self._versions[host], ""
+            why = f"`sinfo --version` on {host.label} failed: {_last_line(res.error())}"
+        since = ".".join(map(str, GPUS_PER_NODE_SINCE))
+        assumed = ".".join(f"{n:02d}" if i else str(n) for i, n in enumerate(DEFAULT_VERSION))
+        note = (
+            f"Slurm version unknown ({why}); assumed {assumed}, as TorchX does: GPUs are asked "
+            f"per task (--gpus-per-task), where Slurm {since} and later take --gpus-per-node"
+        )
+        return DEFAULT_VERSION, note
+
+    async def _nomem(self, host: Host, partition: str | None) -> tuple[bool, str]:
+        """TorchX's rule: whether to leave --mem out, the job's partition reporting at most
+        NOMEM_AT_MOST_MB per node, and a note saying why (or that the memory is unknown: then
+        --mem stays, as in TorchX). The partitions' sizes are reused for PARTITIONS_TTL s."""
+        known = self._memory.get(host)
+        if known is None or time.monotonic() - known[0] >= slurm_precheck.PARTITIONS_TTL:
+            try:
+                res = await host.run(SINFO_MEMORY_ARGV)
+            except BackendUnavailable as e:
+                return False, f"partition memory unknown ({e}); --mem kept, as TorchX does"
+            memory, default = partition_memory(res.text)
+            if res.returncode != 0 or not memory:
+                said = _last_line(res.error())
+                why = f"`{' '.join(SINFO_MEMORY_ARGV)}` on {host.label} failed: {said}"
+                return False, f"partition memory unknown ({why}); --mem kept, as TorchX does"
+            known = (time.monotonic(), memory, default)
+            self._memory[host] = known
+        small = small_partitions(known[1], known[2], partition)
+        if not small:
+            return False, ""
+        sizes = ", ".join(f"{name} {mb} MB" for name, mb in small)
+        return True, (
+            f"--mem left out: the partition's nodes report at most {NOMEM_AT_MOST_MB} MB "
+            f"({sizes}), where TorchX requests no memory (clusters so configured refuse it)"
+        )
 
     async def schedule(self, dryrun: DryRunInfo[SbatchRequest]) -> Submitted:
         req = dryrun.request
@@ -439,6 +494,12 @@ async def _exit_marks(host: Host, outputs: list[str]) -> dict[str, int | None]:
         for path, line in zip(chunk, lines, strict=False):
             marks[path] = exit_mark(line[1:]) if line.startswith("+") else None
     return marks
+
+
+def _last_line(text: str) -> str:
+    """What a command said last (Slurm's `fatal: ...` follows its lesser errors)."""
+    lines = text.strip().splitlines()
+    return lines[-1].strip() if lines else ""
 
 
 def _in_dir(directory: str, name: str) -> str:

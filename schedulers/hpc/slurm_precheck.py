@@ -18,13 +18,14 @@ All of it is one `bash -s` on the host sbatch runs on, with sbatch's environment
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
 
 from txd.schedulers.api import num_replicas
 from txd.schedulers.hpc.precheck import FAIL, OK, SKIP, Check, ProbeScript, probe_result
-from txd.schedulers.hpc.slurm_script import SlurmOpts
+from txd.schedulers.hpc.slurm_script import SlurmOpts, time_minutes
 from txd.v1.app_pb2 import AppDef
 
 PARTITIONS = "scontrol show partition -o"
@@ -231,40 +232,25 @@ def _resource_checks(t: Target, part: Partition) -> list[Check]:
 
 def _time_check(time: str | None, part: Partition) -> Check:
     limit_text = part.fields.get("MaxTime", "UNLIMITED")
-    limit = minutes(limit_text)
+    limit = time_minutes(limit_text)
     if time is None:
         return Check("cfg.time", OK, f"not set: the partition's default (MaxTime={limit_text})")
-    asked = minutes(time)
+    asked = time_minutes(time)
     if asked is None:
         return Check("cfg.time", SKIP, f"cannot read {time!r}")
     if limit is not None and asked > limit:
         return Check(
             "cfg.time",
             FAIL,
-            f"{time} ({asked:g} min) is over partition {part.name}'s MaxTime={limit_text} "
-            f"({limit:g} min): the job would wait for good (PartitionTimeLimit)",
+            f"{time} ({_in_minutes(asked)}) is over partition {part.name}'s "
+            f"MaxTime={limit_text} ({_in_minutes(limit)}): the job would wait for good "
+            "(PartitionTimeLimit)",
         )
     return Check("cfg.time", OK, f"{time} is within MaxTime={limit_text}")
 
 
-_SLURM_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
-def minutes(text: str) -> float | None:
-    """A Slurm time in minutes: `m`, `m:s`, `h:m:s`, `d-h`, `d-h:m`, `d-h:m:s`; None for
-    UNLIMITED, INFINITE or what is not a time."""
-    m = _SLURM_TIME.match(text.strip())
-    if not m:
-        return None
-    days, a, b, c = m.groups()
-    if days is not None:  # d-h[:m[:s]]
-        h, mi, s = int(a), int(b or 0), int(c or 0)
-        return int(days) * 1440 + h * 60 + mi + s / 60
-    if c is not None:  # h:m:s
-        return int(a) * 60 + int(b) + int(c) / 60
-    if b is not None:  # m:s
-        return int(a) + int(b) / 60
-    return float(a)
+def _in_minutes(value: float) -> str:
+    return "no limit" if math.isinf(value) else f"{value:g} min"
 
 
 def _test_only(t: Target, section: tuple[int, str] | None, part: Partition | None) -> Check:

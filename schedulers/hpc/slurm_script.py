@@ -3,17 +3,25 @@ it).
 
 Every replica of every role is one hetjob component named `<role>-<k>`, and one `srun` starts
 them all, each with its own output files `slurm-<jobid>-<tag>-<role>-<k>.out|.err` in the job's
-working directory. The batch script is complete in itself (every option is an #SBATCH line), so
-what DryRun prints is exactly what `sbatch --parsable` gets on stdin. Its last line of output is
+working directory; the batch script's own output is `slurm-<jobid>-<tag>.out`. The tag is the
+submission's own: Slurm hands a job id out again (slurmctld restarted without its state, ids
+wrapping at MaxJobId), and a new job must not write into an earlier one's logs, which txd reads
+(and settles a forgotten job from). TorchX's names for the same files (`slurm-<jobid>.out`,
+`slurm-<jobid>-<role>-<k>.out|.err`) are hard links the script makes (LINK_LOGS); a job given
+an id again re-points them, leaving the earlier job's files whole under their tagged names.
+
+The batch script is complete in itself (every option is an #SBATCH line), so what DryRun prints
+is exactly what `sbatch --parsable` gets on stdin. Its last line of output is
 `txd: exit code N` (EXIT_MARK), read back when Slurm has forgotten the job.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,12 +35,25 @@ from txd.v1.app_pb2 import AppDef, Role
 RANK0_ENV = "SLURM_JOB_NODELIST_HET_GROUP_0"
 # Slurm 24.11 replaced per-task GPU requests in hetjobs with per-node ones.
 GPUS_PER_NODE_SINCE = (24, 11)
+# The version assumed when `sinfo --version` cannot tell (no Slurm client or configuration on
+# the host, as in a dry run off the cluster): TorchX's (0.7 always asks --gpus-per-task; later
+# releases assume 24.05 when sinfo fails), so GPUs are asked per task.
+DEFAULT_VERSION = (24, 5)
+# TorchX's rule: a partition whose nodes report at most this much memory (MB) gets no --mem
+# (such clusters, AWS ParallelCluster's among them, refuse every memory request: its #2198).
+NOMEM_AT_MOST_MB = 1000
+# The partitions' memory per node, in MB (`debug*|4000`; `*`: the default partition).
+SINFO_MEMORY_ARGV = ("sinfo", "--noconvert", "--noheader", "--format=%P|%m")
 # What the batch script prints last; read back when Slurm has forgotten a job.
 EXIT_MARK = "txd: exit code "
 # The script goes to sbatch's stdin; it answers the job id alone.
 SBATCH_ARGV = ("sbatch", "--parsable")
 
-_TIME = re.compile(r"^(\d+|\d+:\d+|\d+:\d+:\d+|\d+-\d+|\d+-\d+:\d+|\d+-\d+:\d+:\d+)$")
+# sbatch --time's forms (man sbatch): minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s; and, in any
+# case, the words Slurm reads as no limit (as it reads a limit of 0).
+_TIME = re.compile(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", re.ASCII)
+NO_LIMIT = ("unlimited", "infinite", "-1")
+TIME_FORMS = "minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s, or UNLIMITED (also INFINITE, -1, 0)"
 _JOB_ID = re.compile(r"^(\d+)(?:;\S+)?$")  # sbatch --parsable: "<id>" or "<id>;<cluster>"
 # Stands for the job id while the script is built; becomes "$SLURM_JOB_ID" in the script.
 # NUL-delimited, as no value can be (validate.py refuses NUL): a user's string never forges it.
@@ -42,14 +63,16 @@ _JOB_ID_MARK = "\0txd-job-id\0"
 @dataclass
 class SlurmOpts(SshOpts):
     partition: str | None = opt(None, "partition of every replica (default: the cluster's)")
-    time: str | None = opt(
-        None, "time limit: minutes, m:s, h:m:s, d-h, d-h:m or d-h:m:s (default: the partition's)"
-    )
+    time: str | None = opt(None, f"time limit: {TIME_FORMS} (default: the partition's)")
     account: str | None = opt(None, "account to charge")
     qos: str | None = opt(None, "quality of service")
     constraint: str | None = opt(None, "node features required, e.g. 'a100&ib'")
     exclusive: bool = opt(False, "do not share nodes with other jobs")
-    nomem: bool = opt(False, "do not request memory (--mem), for clusters that forbid it")
+    nomem: bool = opt(
+        False,
+        "do not request memory (--mem), for clusters that forbid it (left out anyway on a "
+        f"partition whose nodes report at most {NOMEM_AT_MOST_MB} MB, as TorchX does)",
+    )
     comment: str | None = opt(None, "comment stored with the job")
     mail_user: str | None = opt(None, "who gets mail about the job")
     mail_type: str | None = opt(None, "which events are mailed: BEGIN, END, FAIL, ALL ...")
@@ -118,12 +141,60 @@ class SbatchRequest:
     checks: list[Check] | None = None
 
 
+def time_minutes(text: str) -> float | None:
+    """A Slurm time limit in minutes, math.inf for none (UNLIMITED, INFINITE, -1 or 0); None
+    for what sbatch --time does not take. The form decides what the numbers mean: `m`, `m:s`,
+    `h:m:s`, `d-h`, `d-h:m`, `d-h:m:s`."""
+    if text.lower() in NO_LIMIT:
+        return math.inf
+    m = _TIME.fullmatch(text)
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    if days is not None:  # d-h[:m[:s]]
+        value = int(days) * 1440 + int(a) * 60 + int(b or 0) + int(c or 0) / 60
+    elif c is not None:  # h:m:s
+        value = int(a) * 60 + int(b) + int(c) / 60
+    elif b is not None:  # m:s
+        value = int(a) + int(b) / 60
+    else:
+        value = float(a)
+    return value or math.inf  # "A time limit of zero requests that no time limit be imposed"
+
+
 def check_time(opts: SlurmOpts) -> None:
-    if opts.time is not None and not _TIME.match(opts.time):
-        raise InvalidArgument(
-            "cfg.time",
-            f"{opts.time!r} is not a Slurm time: minutes, m:s, h:m:s, d-h, d-h:m or d-h:m:s",
-        )
+    if opts.time is not None and time_minutes(opts.time) is None:
+        raise InvalidArgument("cfg.time", f"{opts.time!r} is not a Slurm time: {TIME_FORMS}")
+
+
+def partition_memory(sinfo_out: str) -> tuple[dict[str, int], str | None]:
+    """Each partition's memory per node (MB) from SINFO_MEMORY_ARGV's output, and the default
+    partition's name. As TorchX reads it: a partition's first line counts, and a `+` (nodes of
+    several sizes: the smallest, then `+`) is dropped."""
+    out: dict[str, int] = {}
+    default = None
+    for line in sinfo_out.splitlines():
+        name, sep, mem = line.strip().partition("|")
+        mem = mem.strip().rstrip("M+")
+        if not sep or not mem.isdigit():
+            continue
+        if name.endswith("*"):
+            name = name.rstrip("*")
+            default = default or name
+        out.setdefault(name, int(mem))
+    return out, default
+
+
+def small_partitions(
+    memory: Mapping[str, int], default: str | None, partition: str | None
+) -> list[tuple[str, int]]:
+    """The job's partitions (the named ones, or the default) with their memory, when every one
+    reports at most NOMEM_AT_MOST_MB (TorchX's rule: then --mem is left out); else []."""
+    names = partition.split(",") if partition else [default] if default else []
+    found = [(n, memory[n]) for n in names if n in memory]
+    if not names or len(found) != len(names):
+        return []  # unknown: memory is requested, as TorchX does
+    return found if all(mb <= NOMEM_AT_MOST_MB for _, mb in found) else []
 
 
 def submitted_job_id(sbatch_stdout: str) -> str | None:
@@ -193,6 +264,26 @@ def _srun_group(role: Role, k: int, app_id: str, tag: str) -> list[str]:
     return [_quote(t) for t in tokens]
 
 
+def _link_logs(app: AppDef, tag: str) -> list[str]:
+    """Script lines giving the log files TorchX's names as well: hard links, made before srun
+    opens the files (truncating, or appending in a hetjob: the same file either way), so both
+    names show the same bytes from the start.
+    A job id handed out again re-points TorchX's names (ln -f replaces the entry, never the
+    earlier file); on a requeue they already are the same file and ln changes nothing."""
+    suffixes = [".out"]
+    for role in app.roles:
+        for k in range(num_replicas(role)):
+            suffixes += [f"-{role.name}-{k}.out", f"-{role.name}-{k}.err"]
+    ours = f'"slurm-$SLURM_JOB_ID"{shlex.quote("-" + tag)}"$f"'
+    return [
+        "# TorchX's names for the log files: links to txd's, whose tag keeps a reused job id apart",
+        "for f in " + " ".join(shlex.quote(s) for s in suffixes) + "; do",
+        f'  : >> {ours} && ln -f -- {ours} "slurm-$SLURM_JOB_ID$f" 2>/dev/null',
+        "done",
+        "",
+    ]
+
+
 def build_script(
     app: AppDef,
     opts: SlurmOpts,
@@ -200,15 +291,19 @@ def build_script(
     version: tuple[int, int],
     app_id_prefix: str = "",
     tag: str = "",
+    notes: Sequence[str] = (),
 ) -> str:
     """The sbatch script of an app. `app_id_prefix` + the job id is what ${app_id} expands to;
-    `tag` goes into the log files' names (SlurmJob.tag)."""
+    `tag` goes into the log files' names (SlurmJob.tag), which then get TorchX's names too;
+    `notes` become comment lines (`# txd: ...`) saying what was assumed or left out."""
     app_id = app_id_prefix + _JOB_ID_MARK
     lines = [
         "#!/bin/bash",
         f"# txd: app {app.name!r}, {sum(num_replicas(r) for r in app.roles)} replica(s). "
         "Submit with: sbatch --parsable < this-file",
     ]
+    # One line each, whatever a note quotes: a line break would end the comment.
+    lines += [f"# txd: {' '.join(note.split())}" for note in notes]
     job_opts = [f"--chdir={workdir}"] if workdir else []
     job_opts.append(f"--output=slurm-%j{_tagged(tag)}.out")
     for name in ("comment", "mail_user", "mail_type"):
@@ -232,6 +327,7 @@ def build_script(
         "export PYTHONUNBUFFERED=1 SLURM_UNBUFFEREDIO=1",
         f"export TORCHX_MAX_RETRIES={retries}",
         "",
+        *(_link_logs(app, tag) if tag else []),
         "srun " + " \\\n  : ".join(groups),
         "exitcode=$?",
         'restarts="${SLURM_RESTART_COUNT:-0}"',

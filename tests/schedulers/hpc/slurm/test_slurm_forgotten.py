@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,8 @@ from txd_testing import is_stale, watching
 
 from .test_slurm_job_id_reuse import _start_ctld, _stop_ctld, _until
 from .test_slurm_jobs import held, role, until_state
+
+TORCHX_NAME = re.compile(r"slurm-\d+-main-0\.out")
 
 
 def _terminal(s: Any) -> bool:
@@ -68,7 +71,9 @@ async def test_a_job_slurmctld_forgot_is_settled_from_its_batch_output(
         # new slurmctld for its step fails ("Invalid job id"): wait for the replicas to run.
         async with asyncio.timeout(30):
             while True:  # paces the look at files the nodes write; no event tells
-                if len([f for f in jobdir.glob("slurm-*-main-0.out") if f.read_text()]) == 2:
+                # TorchX's names: one per job (the tagged names are the same files).
+                outs = [f for f in jobdir.glob("slurm-*-main-0.out") if TORCHX_NAME.match(f.name)]
+                if len([f for f in outs if f.read_text()]) == 2:
                     break
                 await asyncio.sleep(0.05)
         slurmds = _pause_slurmds(slurm_cluster)

@@ -89,6 +89,9 @@ async def test_refused_before_anything_queues(
     over_time = {**cfg, "partition": short_partition, "time": "10"}
     said = await _refused(c, slurm_cluster, app(), over_time, "cfg.time")
     assert f"over partition {short_partition}'s MaxTime=00:05:00" in said
+    no_limit = {**cfg, "partition": short_partition, "time": "UNLIMITED"}
+    said = await _refused(c, slurm_cluster, app(), no_limit, "cfg.time")
+    assert f"UNLIMITED (no limit) is over partition {short_partition}'s MaxTime=00:05:00" in said
     said = await _refused(c, slurm_cluster, app(replicas=5), cfg, "app: replicas")
     assert "5 replicas need 5 nodes" in said
     said = await _refused(c, slurm_cluster, app(cpu=64), cfg, "role main: resource")

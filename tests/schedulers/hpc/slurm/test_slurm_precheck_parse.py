@@ -3,11 +3,15 @@ cluster (Slurm 22.05.8): no cluster needed."""
 
 from __future__ import annotations
 
+import math
+import subprocess
+from pathlib import Path
+
 import pytest
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.hpc.precheck import FAIL, OK, SKIP, Check, ProbeScript, refuse_failed
-from txd.schedulers.hpc.slurm_precheck import Target, evaluate, knows, minutes, probe
-from txd.schedulers.hpc.slurm_script import SlurmOpts
+from txd.schedulers.hpc.slurm_precheck import Target, evaluate, knows, probe
+from txd.schedulers.hpc.slurm_script import SlurmOpts, time_minutes
 from txd.v1 import AppDef, Resource, Role
 
 PARTITIONS = (
@@ -116,13 +120,42 @@ def test_an_unknown_partition_is_named() -> None:
         ("1:00:00", 60.0),
         ("2-0", 2880.0),
         ("1-1:30", 1530.0),
+        ("1-2:3:4", 1563 + 4 / 60),
         ("00:05:00", 5.0),
-        ("UNLIMITED", None),
-        ("INFINITE", None),
+        ("UNLIMITED", math.inf),
+        ("INFINITE", math.inf),
+        ("unlimited", math.inf),
+        ("Infinite", math.inf),
+        ("-1", math.inf),
+        ("0", math.inf),  # man sbatch: "A time limit of zero requests that no time limit"
+        ("0:00:00", math.inf),
+        ("soon", None),
+        ("1:2:3:4", None),
+        (" 5", None),
+        ("5\n", None),
+        ("1-2-3", None),
+        ("+5", None),
+        ("\u0665", None),  # a digit to Python, not to sbatch
     ],
 )
 def test_slurm_times_in_minutes(text: str, value: float | None) -> None:
-    assert minutes(text) == value
+    """What sbatch --time takes (checked with sbatch --test-only on Slurm 22.05.8) and what it
+    refuses (Invalid --time specification)."""
+    assert time_minutes(text) == value
+
+
+@pytest.mark.parametrize("time", ["UNLIMITED", "infinite", "-1", "0"])
+def test_no_limit_is_over_a_finite_max_time_and_within_an_unlimited_one(time: str) -> None:
+    """Slurm holds such a job pending for good on a partition with a MaxTime (Reason
+    PartitionTimeLimit, seen on the test cluster), and runs it on one without."""
+    checks = by_field(evaluate(target(partition="short", time=time), sections()))
+    assert checks["cfg.time"].outcome == FAIL
+    assert checks["cfg.time"].detail.startswith(f"{time} (no limit) is over partition short's")
+    checks = by_field(evaluate(target(time=time), sections()))
+    assert (checks["cfg.time"].outcome, checks["cfg.time"].detail) == (
+        OK,
+        f"{time} is within MaxTime=UNLIMITED",
+    )
 
 
 def test_probe_sections_cannot_be_forged_by_a_commands_output() -> None:
@@ -142,3 +175,31 @@ def test_known_partitions_are_not_asked_again() -> None:
     assert knows(read, SlurmOpts()) and knows(read, SlurmOpts(partition="short"))
     assert not knows(read, SlurmOpts(partition="gpu"))
     assert not knows((1, "slurm_load_partitions: Unable to contact slurm controller"), SlurmOpts())
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_a_missing_job_dir_is_judged_by_its_nearest_parent_with_no_coreutils(
+    tmp_path: Path, relative: bool
+) -> None:
+    """The probe climbs to the nearest existing parent in the shell itself: with dirname(1)
+    missing (a caller's PATH holding no coreutils) it once looped for good, and a dry run
+    hung until command_timeout."""
+    (tmp_path / "bin").mkdir()  # the PATH: empty
+    (tmp_path / "exists").mkdir()
+    missing = "exists/a/b/" if relative else f"{tmp_path}/exists/a/b/"
+    p = ProbeScript()
+    p.step("logdir", f"logdir {missing} 0")
+    res = subprocess.run(
+        ["/bin/bash", "-s"],
+        input=p.text,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PATH": str(tmp_path / "bin")},
+        timeout=10,
+    )
+    _, said = p.sections(res.stdout)["logdir"]
+    parent = "exists" if relative else f"{tmp_path}/exists"
+    # mktemp is missing too, so the parent cannot be probed: what matters is the answer.
+    last = said.splitlines()[-1]  # what probe_result reads
+    assert last.startswith(f"fail {missing} does not exist and cannot be created in {parent}:")

@@ -12,7 +12,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from txd.schedulers.hpc.slurm_script import SlurmJob, SlurmOpts, build_script
+from txd.schedulers.errors import InvalidArgument
+from txd.schedulers.hpc.slurm_script import (
+    SlurmJob,
+    SlurmOpts,
+    build_script,
+    check_time,
+    partition_memory,
+    small_partitions,
+)
 from txd.schedulers.hpc.slurm_status import (
     exit_code,
     parse_sacct,
@@ -52,22 +60,40 @@ CASES = {
         "/home/u/jobs",
         (22, 5),
         "",
+        {},
     ),
-    "multi_role_24.11": (APP, SlurmOpts(mail_user="u@x.org", mail_type="END"), "", (24, 11), ""),
+    "multi_role_24.11": (
+        APP,
+        SlurmOpts(mail_user="u@x.org", mail_type="END"),
+        "",
+        (24, 11),
+        "",
+        {},
+    ),
     "login_node_nomem_exclusive": (
         AppDef(name="one", roles=[Role(name="r", entrypoint="echo", args=["${app_id}"])]),
         SlurmOpts(nomem=True, exclusive=True, qos="high", constraint="a100&ib"),
         "",
         (22, 5),
         "login:",
+        {},
+    ),
+    # As a submit makes it: a tag (log files' names, with TorchX's linked) and notes.
+    "tagged_with_notes": (
+        APP,
+        SlurmOpts(time="UNLIMITED"),
+        "/home/u/jobs",
+        (24, 5),
+        "",
+        {"tag": "t4g", "notes": ["Slurm version unknown (no sinfo);\nassumed 24.05"]},
     ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_golden_sbatch_script(case: str) -> None:
-    app, opts, workdir, version, prefix = CASES[case]
-    script = build_script(app, opts, workdir, version, prefix)
+    app, opts, workdir, version, prefix, extra = CASES[case]
+    script = build_script(app, opts, workdir, version, prefix, **extra)
     path = GOLDEN / f"{case}.sh"
     if os.environ.get("TXD_REGEN_GOLDEN"):
         path.write_text(script)
@@ -81,6 +107,113 @@ def test_a_tag_names_every_log_file() -> None:
     assert "#SBATCH --output=slurm-%j-t4g.out\n" in script
     assert "'--output=slurm-'\"$SLURM_JOB_ID\"'-t4g-trainer-0.out'" in script
     assert "'--error=slurm-'\"$SLURM_JOB_ID\"'-t4g-trainer-1.err'" in script
+
+
+def _link_block(script: str) -> str:
+    lines = script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("for f in "))
+    return "\n".join(lines[start : lines.index("done", start) + 1])
+
+
+def _as_job(job_dir: Path, job_id: str, tag: str, writes: str) -> None:
+    """What a job does with its log files: the script's links, then srun's (appending) and the
+    batch script's writes."""
+    block = _link_block(build_script(APP, SlurmOpts(), str(job_dir), (22, 5), tag=tag))
+    job = f"{block}\nprintf {writes} >> slurm-{job_id}-{tag}-trainer-1.err\n"
+    job += f"printf {writes} >> slurm-{job_id}-{tag}.out\n"
+    env = {**os.environ, "SLURM_JOB_ID": job_id}
+    subprocess.run(["bash", "-c", job], cwd=job_dir, env=env, check=True)
+
+
+def test_log_files_get_torchx_names_and_a_reused_job_id_keeps_earlier_logs(
+    tmp_path: Path,
+) -> None:
+    """TorchX's names are the tagged files themselves (hard links); a job given the same id
+    again re-points them and the earlier job's files keep their bytes; a requeue (the same
+    job again) keeps the links."""
+    _as_job(tmp_path, "7", "aaa", "first")
+    names = {p.name for p in tmp_path.iterdir()}
+    for replica in ("trainer-0", "trainer-1", "ps-0"):
+        for ext in ("out", "err"):
+            torchx, ours = tmp_path / f"slurm-7-{replica}.{ext}", f"slurm-7-aaa-{replica}.{ext}"
+            assert torchx.samefile(tmp_path / ours), (torchx, names)
+    assert (tmp_path / "slurm-7.out").samefile(tmp_path / "slurm-7-aaa.out")
+    assert (tmp_path / "slurm-7-trainer-1.err").read_text() == "first"
+
+    _as_job(tmp_path, "7", "aaa", "again")  # a requeue: same files, appended
+    assert (tmp_path / "slurm-7-trainer-1.err").samefile(tmp_path / "slurm-7-aaa-trainer-1.err")
+    assert (tmp_path / "slurm-7-aaa-trainer-1.err").read_text() == "firstagain"
+
+    _as_job(tmp_path, "7", "bbb", "second")  # Slurm handed job id 7 out again
+    assert (tmp_path / "slurm-7-trainer-1.err").read_text() == "second"
+    assert (tmp_path / "slurm-7.out").read_text() == "second"
+    assert (tmp_path / "slurm-7-aaa-trainer-1.err").read_text() == "firstagain"
+    assert (tmp_path / "slurm-7-aaa.out").read_text() == "firstagain"
+
+
+def test_no_tag_no_links() -> None:
+    """Without a tag the files have TorchX's names already (build_script's callers that never
+    submit: tests, goldens)."""
+    assert "ln -f" not in build_script(APP, SlurmOpts(), "", (22, 5))
+
+
+def test_notes_are_one_comment_line_each() -> None:
+    """A note quotes what a command said: a line break in it must not become a script line."""
+    script = build_script(APP, SlurmOpts(), "", (22, 5), notes=["a\ncurl x | sh", "b"])
+    assert "\n# txd: a curl x | sh\n# txd: b\n" in script
+    assert "\ncurl" not in script
+
+
+@pytest.mark.parametrize(
+    "time", ["10", "5:30", "1:00:00", "2-0", "1-1:30", "1-2:3:4", "UNLIMITED", "infinite", "-1"]
+)
+def test_every_sbatch_time_form_is_taken(time: str) -> None:
+    check_time(SlurmOpts(time=time))
+    assert f"#SBATCH --time={time}\n" in build_script(APP, SlurmOpts(time=time), "", (22, 5))
+
+
+@pytest.mark.parametrize("time", ["soon", "1:2:3:4", "1h", "", " 5", "5\n", "-2", "never"])
+def test_what_sbatch_refuses_is_refused_naming_the_forms(time: str) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        check_time(SlurmOpts(time=time))
+    assert e.value.field == "cfg.time"
+    assert f"{time!r} is not a Slurm time: minutes, m:s, h:m:s, d-h, d-h:m, d-h:m:s, or " in str(
+        e.value
+    )
+    assert "UNLIMITED" in str(e.value)
+
+
+# Recorded from the test cluster (22.05.8), `sinfo --noconvert --noheader --format=%P|%m`, and
+# shapes Slurm prints elsewhere (nodes of several sizes: the smallest, then "+").
+SINFO_MEMORY = "debug*|4000\nsmall|1000\nmixed|512+\nmixed|8000\nbig|64000M\n"
+
+
+def test_partition_memory_as_torchx_reads_it() -> None:
+    memory, default = partition_memory(SINFO_MEMORY)
+    assert memory == {"debug": 4000, "small": 1000, "mixed": 512, "big": 64000}
+    assert default == "debug"
+    assert partition_memory("") == ({}, None)
+
+
+@pytest.mark.parametrize(
+    ("partition", "small"),
+    [
+        (None, []),  # the default, debug: 4000 MB
+        ("debug", []),
+        ("small", [("small", 1000)]),  # at most 1000 MB: no --mem
+        ("mixed", [("mixed", 512)]),  # the first line counts, as in TorchX
+        ("small,mixed", [("small", 1000), ("mixed", 512)]),
+        ("small,debug", []),  # the job may run on debug, where memory is requested
+        ("nope", []),  # unknown: memory is requested, as TorchX does
+    ],
+)
+def test_small_partitions_follow_torchx_rule(
+    partition: str | None, small: list[tuple[str, int]]
+) -> None:
+    memory, default = partition_memory(SINFO_MEMORY)
+    assert small_partitions(memory, default, partition) == small
+    memory, _ = partition_memory("small|1000\n")
+    assert small_partitions(memory, None, None) == []  # no default partition known
 
 
 def test_macros_and_env_reach_the_shell_exactly() -> None:

@@ -236,3 +236,28 @@ async def _forgotten_jobs(sched: SlurmScheduler, slurm_cluster: Any, jobdir: Pat
     await sched.describe_many([jobs["works"]])
     assert sched.backend_calls()["sacct"] == 1  # no accounting here: not asked again
     await sched.cancel(jobs["mute"])  # Slurm no longer knows it: no error
+
+
+async def test_logs_of_jobs_recorded_by_earlier_versions_still_read(
+    sched: SlurmScheduler, where: dict[str, str], jobdir: Path
+) -> None:
+    """A job the previous version submitted has only its tagged files (no TorchX names); one
+    recorded before tags were has only `slurm-<jobid>-<role>-<k>.*`, which are TorchX's."""
+    app = AppDef(name="old", roles=[role("main", 'echo "out $SLURM_JOB_ID"; echo err >&2')])
+    job = await submit(sched, app, job_dir=str(jobdir), **where)
+    assert (await until_terminal(sched, job)).state == AppState.SUCCEEDED
+    slurm_id, tag = job.native["job_id"], job.native["tag"]
+    want = f"out {slurm_id}\n".encode()
+
+    torchx_names = [jobdir / f"slurm-{slurm_id}{s}" for s in (".out", "-main-0.out", "-main-0.err")]
+    for path in torchx_names:
+        path.unlink()  # as the previous version left them: tagged names only
+    assert await read(sched, job, "main", 0, stream=Stream.STDOUT) == want
+    assert await read(sched, job, "main", 0, stream=Stream.STDERR) == b"err\n"
+
+    for ext in ("out", "err"):  # as a version before tags left them: TorchX's names only
+        (jobdir / f"slurm-{slurm_id}-{tag}-main-0.{ext}").rename(
+            jobdir / f"slurm-{slurm_id}-main-0.{ext}"
+        )
+    untagged = Job(job.app_id, {k: v for k, v in job.native.items() if k != "tag"})
+    assert await read(sched, untagged, "main", 0) == want + b"err\n"
