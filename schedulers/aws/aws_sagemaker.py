@@ -19,7 +19,12 @@ settings (AwsSettings), credentials its environment's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import logging
+import os
+import tempfile
 import typing
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +45,7 @@ from txd.schedulers.api import (
 from txd.schedulers.aws.client import Aws, AwsSettings
 from txd.schedulers.aws.cloudwatch import read_stream
 from txd.schedulers.aws.rotation import Rotation
+from txd.schedulers.aws.sagemaker_framework import ACCOUNT, default_bucket, framework_job
 from txd.schedulers.aws.sagemaker_request import (
     ROLE_TAG,
     SCHEDULER_TAG,
@@ -48,6 +54,7 @@ from txd.schedulers.aws.sagemaker_request import (
     tag_map,
     training_job,
 )
+from txd.schedulers.aws.sagemaker_source import SourceUpload, pack
 from txd.schedulers.aws.sagemaker_status import app_status
 from txd.schedulers.errors import (
     BackendUnavailable,
@@ -68,6 +75,7 @@ NAME = "aws_sagemaker"
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 SEARCH_PAGE = 100  # Search's MaxResults limit
 SEARCH_PAGES = 1000  # a bound on list's pages (100,000 jobs)
+MODES = ("framework", "container")
 
 
 @dataclass
@@ -120,17 +128,52 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
 
     # -- submission -------------------------------------------------------------------------
 
+    async def submit_dryrun(
+        self,
+        app: AppDef,
+        cfg: Mapping[str, Any],
+        ctx: SubmitContext,
+        *,
+        build_workspace: bool = False,
+    ) -> DryRunInfo[TrainingJob]:
+        """As every scheduler's; a dry run in framework mode also says what would be uploaded."""
+        info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
+        upload = info.request.upload
+        if upload is not None and not build_workspace:
+            line = await asyncio.to_thread(upload.describe)
+            info.workspace = "\n".join(filter(None, [info.workspace, line]))
+        return info
+
     async def _submit_dryrun(
         self, app: AppDef, opts: SageMakerOpts, ctx: SubmitContext
     ) -> DryRunInfo[TrainingJob]:
-        job = training_job(app, opts, session=self.session_name)
+        if opts.mode not in MODES:
+            raise InvalidArgument(
+                "cfg.mode", f"expected one of {', '.join(MODES)}, got {opts.mode!r}"
+            )
+        if opts.mode == "container":
+            job = training_job(app, opts, session=self.session_name)
+        else:
+            region = self.aws.region()
+            if not region:
+                raise FailedPrecondition(
+                    f"{self.name}: no AWS region (framework mode names it in the request): set "
+                    f"[schedulers.{self.name}] region, or AWS_REGION in txd's environment"
+                )
+            job = await asyncio.to_thread(
+                framework_job, app, opts, ctx, session=self.session_name, region=region
+            )
         return DryRunInfo(app=app, request=job, opts=opts, render=job.render)
 
     async def prepare_workspace(
         self, app: AppDef, opts: SageMakerOpts, ctx: SubmitContext, *, dryrun: bool
     ) -> tuple[AppDef, str]:
         """The role runs an image built FROM its own with the workspace in it, pushed to
-        `image_repo` (SageMaker pulls from a registry, ECR, never from this host's engine)."""
+        `image_repo` (SageMaker pulls from a registry, ECR, never from this host's engine).
+        In framework mode the workspace is the uploaded source directory (unless source_dir
+        names another), and an image is built only when image_repo is set (as TorchX)."""
+        if opts.mode == "framework" and not opts.image_repo:
+            return app, "" if opts.source_dir else f"the job's source directory: {ctx.workspace}"
         if not opts.image_repo:
             raise InvalidArgument(
                 "cfg.image_repo",
@@ -142,9 +185,68 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
 
     async def schedule(self, dryrun: DryRunInfo[TrainingJob]) -> Submitted:
         job = dryrun.request
-        await self.aws.call(await self._client(), "create_training_job", **job.request)
+        request, upload = job.request, job.upload
+        text = json.dumps(request)
+        if ACCOUNT in text or (upload and ACCOUNT in upload.uri):
+            account = await self._account()
+            request = json.loads(text.replace(ACCOUNT, account))
+            upload = upload.with_text(ACCOUNT, account) if upload else None
+            region = self.aws.region()
+            if not dryrun.opts.output_path or (upload and upload.default_bucket):
+                await self._ensure_bucket(default_bucket(region, account), region, account)
+        if upload is not None:
+            await self._upload(upload, dryrun.opts)
+        await self.aws.call(await self._client(), "create_training_job", **request)
         native = {"name": job.name, "role": job.role, "instances": job.instances}
         return Submitted(job.name, native)
+
+    async def _account(self) -> str:
+        sts = await self.aws.client("sts")
+        answer = await self.aws.call(sts, "get_caller_identity")
+        return str(answer["Account"])
+
+    async def _ensure_bucket(self, bucket: str, region: str, account: str) -> None:
+        """The SDK's default bucket, created when missing (Session.default_bucket)."""
+        s3 = await self.aws.client("s3")
+        try:
+            await self.aws.call(s3, "head_bucket", Bucket=bucket, ExpectedBucketOwner=account)
+            return
+        except NotFound:
+            pass
+        kw: dict[str, Any] = {}
+        if region != "us-east-1":
+            kw["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        await self.aws.call(s3, "create_bucket", Bucket=bucket, **kw)
+
+    async def _upload(self, upload: SourceUpload, opts: SageMakerOpts) -> None:
+        """Packs the source directory and puts it at upload.uri, as the SDK does."""
+        fd, path = tempfile.mkstemp(prefix="txd-sourcedir-", suffix=".tar.gz")
+        os.close(fd)
+        field = "cfg.code_location" if opts.code_location else "cfg.output_path"
+        try:
+            await asyncio.to_thread(pack, upload, path)
+            s3 = await self.aws.client("s3")
+            try:
+                await self.aws.call(
+                    s3,
+                    "upload_file",
+                    field=field,
+                    Filename=path,
+                    Bucket=upload.bucket,
+                    Key=upload.key,
+                    ExtraArgs=dict(upload.extra),
+                )
+            except NotFound as e:
+                raise InvalidArgument(
+                    field, f"cannot upload the code to {upload.uri}: {e}"
+                ) from None
+        except OSError as e:
+            raise InvalidArgument(
+                "cfg.source_dir", f"cannot pack {upload.source_dir}: {e}"
+            ) from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     # -- observation ------------------------------------------------------------------------
 

@@ -188,6 +188,12 @@ class Aws:
                 f"set [schedulers.{self.name}] profile to one in ~/.aws/config"
             ) from None
 
+    def region(self) -> str:
+        """The region requests go to, as the AWS CLI finds it ("" for none); no request."""
+        if self._session is None:
+            self._session = self._new_session()
+        return str(self._session.region_name or "")
+
     async def readiness(self) -> str:
         """Why requests could not be sent now: no region, no credentials (as the AWS CLI finds
         them; nothing is sent, and whether AWS takes them is not known). "" when both are

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from txd.schedulers.api import Macros, make_unique, num_replicas
+from txd.schedulers.aws.sagemaker_source import SourceUpload
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.options import opt
 from txd.v1.app_pb2 import AppDef, Role
@@ -70,19 +71,21 @@ _LINE_BREAKS = "\n\r\x85\u2028\u2029"
 
 @dataclass
 class SageMakerOpts:
-    # TorchX's options of SageMaker's framework mode (its SDK uploads the code to S3 and starts
-    # it with a launcher), which txd does not implement: refused, saying so (options.resolve).
-    TORCHX_REFUSED = dict.fromkeys(  # not annotated: no dataclass field
-        ["source_dir", "git_config", "code_location", "dependencies", "container_log_level"],
-        "it belongs to SageMaker's framework mode (the SDK uploads your code to S3), which txd "
-        "does not implement: txd runs the role's command in its image, so put the code there",
-    )
+    # TorchX's options that txd does not implement: refused, saying why (options.resolve).
+    TORCHX_REFUSED = {  # not annotated: no dataclass field
+        "git_config": "txd does not clone git repositories for a job (the SDK clones one on the "
+        "submitting host, with its credentials): check the code out and give it as the "
+        "workspace or source_dir",
+    }
 
     role: str = opt(
         "", "the IAM role ARN the training job runs as (arn:aws:iam::<account>:role/<name>)", True
     )
     output_path: str = opt(
-        "", "the S3 location of the model artifacts and output (s3://bucket/prefix)", True
+        "",
+        "the S3 location of the model artifacts and output (s3://bucket/prefix; default in "
+        "framework mode: the SDK's bucket, s3://sagemaker-<region>-<account>/; container "
+        "mode needs it)",
     )
     instance_type: str | None = opt(
         None,
@@ -144,8 +147,10 @@ class SageMakerOpts:
         {}, "metrics read from the job's logs, name:regex,... (';' between pairs)"
     )
     enable_sagemaker_metrics: bool | None = opt(None, "record metrics as a time series")
-    debugger_hook_config: bool = opt(
-        False, "emit SageMaker Debugger tensors to output_path (no hook unless set)"
+    debugger_hook_config: bool | None = opt(
+        None,
+        "emit SageMaker Debugger tensors to output_path (default: on in framework mode, as "
+        "the SDK, where the region has Debugger; off in container mode)",
     )
     disable_profiler: bool = opt(False, "turn off SageMaker's system monitoring and profiling")
     training_repository_access_mode: str | None = opt(
@@ -154,7 +159,31 @@ class SageMakerOpts:
     training_repository_credentials_provider_arn: str | None = opt(
         None, "the Lambda function ARN giving credentials for a private registry (with Vpc)"
     )
-    enable_infra_check: bool = opt(False, "run SageMaker's infrastructure health check first")
+    enable_infra_check: bool | None = opt(
+        None, "run SageMaker's infrastructure health check first (default: SageMaker's, off)"
+    )
+    mode: str = opt(
+        "framework",
+        "framework: TorchX's request, SageMaker's framework mode (the source directory "
+        "uploaded to S3 as sourcedir.tar.gz, args[0] the script run by torchrun, the other "
+        "args --name value hyperparameters); container: the role's entrypoint and args run as "
+        "they are in its image",
+    )
+    source_dir: str | None = opt(
+        None,
+        "framework mode: the directory uploaded as the job's code, or an s3:// URI of a "
+        "sourcedir.tar.gz (default: the workspace, else the working directory)",
+    )
+    code_location: str | None = opt(
+        None,
+        "framework mode: the S3 prefix the code is uploaded below (default: output_path's bucket)",
+    )
+    dependencies: list[str] = opt(
+        [], "framework mode: more directories packed beside the source, each under its name"
+    )
+    container_log_level: int = opt(
+        20, "framework mode: the log level of SageMaker's launcher (default: 20, logging.INFO)"
+    )
 
 
 @dataclass(frozen=True)
@@ -165,6 +194,8 @@ class TrainingJob:
     role: str  # the AppDef role's name
     instances: int
     request: Request
+    # Framework mode: the code uploaded before the job is created.
+    upload: SourceUpload | None = None
 
     def render(self) -> str:
         return json.dumps(self.request, indent=2)
@@ -203,6 +234,8 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
     instances = _instance_count(opts, role)
     name = name or job_name_for(opts.base_job_name or app.name)
     _check_opts(opts)
+    if not opts.output_path:
+        raise _bad("output_path", "required in container mode (s3://bucket/prefix)")
 
     # Every instance runs the same command: there is no per-instance value for ${replica_id}.
     marker = "\0replica\0"
@@ -294,8 +327,8 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
         if not 1 <= retries <= 30:
             raise InvalidArgument(field, f"SageMaker retries a job 1 to 30 times, got {retries}")
         req["RetryStrategy"] = {"MaximumRetryAttempts": retries}
-    if opts.enable_infra_check:
-        req["InfraCheckConfig"] = {"EnableInfraCheck": True}
+    if opts.enable_infra_check is not None:
+        req["InfraCheckConfig"] = {"EnableInfraCheck": opts.enable_infra_check}
     req["Tags"] = _tags(app, opts, session=session, role=role.name)
     return TrainingJob(name=name, role=role.name, instances=instances, request=req)
 
@@ -325,7 +358,7 @@ def _check_opts(opts: SageMakerOpts) -> None:
         )
     for option in ("output_path", "checkpoint_s3_uri", "model_uri"):
         value = getattr(opts, option)
-        if value is not None and not _S3.fullmatch(value):
+        if value and not _S3.fullmatch(value):
             raise _bad(option, f"expected an S3 URI (s3://bucket/prefix), got {value!r}")
     for option in ("output_kms_key", "volume_kms_key"):
         value = getattr(opts, option)

@@ -38,15 +38,15 @@ def test_quiet_is_ignored_only_where_torchx_has_it(shared_daemon: Any) -> None:
     assert "-c quiet=True: unknown option (valid options: " in bad.stderr, bad.stderr
 
 
-def test_sagemaker_framework_options_are_refused_saying_why(shared_daemon: Any) -> None:
+def test_sagemaker_git_config_is_refused_saying_why(shared_daemon: Any) -> None:
     res = shared_daemon.txctl(
         "run", "-s", "aws_sagemaker", "--dryrun", "--workspace", "",
-        "-cfg", "role=arn:aws:iam::123456789012:role/r,output_path=s3://b/o,source_dir=.",
+        "-cfg", "role=arn:aws:iam::123456789012:role/r,git_config=repo:https://x/y.git",
         "utils.echo",
         check=False,
     )  # fmt: skip
     assert res.returncode != 0
     assert (
-        "-c source_dir=.: a TorchX option txd refuses: it belongs to SageMaker's framework mode"
-        in res.stderr
+        "-c git_config=repo:https://x/y.git: a TorchX option txd refuses: txd does not clone "
+        "git repositories" in res.stderr
     ), res.stderr

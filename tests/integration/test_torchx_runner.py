@@ -414,6 +414,7 @@ def test_dryrun_aws_sagemaker_request(offline_runner: Any) -> None:
         "role": "arn:aws:iam::123456789012:role/r",
         "output_path": "s3://b/o",
         "instance_type": "ml.m5.xlarge",
+        "mode": "container",  # `echo ps`: framework mode runs only a .py script
     }
     req = offline_runner.dryrun(_one_role(), "aws_sagemaker", cfg=cfg).request
     # TorchX's AWSSageMakerJob where its module imports (it needs the sagemaker SDK), else a

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.timeout(120)
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/SageMakerRole"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/trainer:1"
-CFG = {"role": ROLE_ARN, "output_path": "s3://bucket/out"}
+# These tests are of container mode (the role's command run as it is); framework mode's are in
+# test_aws_sagemaker_framework.py.
+CFG = {"role": ROLE_ARN, "output_path": "s3://bucket/out", "mode": "container"}
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 WAIT = 30.0
 

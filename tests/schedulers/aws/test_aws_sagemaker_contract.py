@@ -82,7 +82,11 @@ class SageMakerHarness(AwsBackendDown, Harness):
 
     def __init__(self, moto: Moto, standin: StandIn) -> None:
         self.moto, self.standin = moto, standin
-        self.cfg = {"role": CfgValue(str=ROLE_ARN), "output_path": CfgValue(str="s3://b/out")}
+        self.cfg = {
+            "role": CfgValue(str=ROLE_ARN),
+            "output_path": CfgValue(str="s3://b/out"),
+            "mode": CfgValue(str="container"),
+        }
         self.scripts: dict[str, Script] = {}
         self.streams: dict[str, list[str]] = {}  # job name -> its instances' log streams
         self._ids = itertools.count()

@@ -113,8 +113,8 @@ def test_every_option_maps_to_its_field() -> None:
 
 
 def test_torchx_option_names() -> None:
-    """TorchX aws_sagemaker's options that have an API field keep their names; its SDK-only
-    ones (code upload for AWS's framework images) are not options."""
+    """TorchX aws_sagemaker's options keep their names, the framework mode's code upload ones
+    too; git_config is refused with its reason; txd adds image_repo, inputs and mode."""
     torchx = {
         "role", "instance_type", "keep_alive_period_in_seconds", "volume_size", "volume_kms_key",
         "max_run", "input_mode", "output_path", "output_kms_key", "base_job_name", "tags",
@@ -124,11 +124,13 @@ def test_torchx_option_names() -> None:
         "enable_network_isolation", "disable_profiler", "environment", "max_retry_attempts",
         "hyperparameters", "training_repository_access_mode",
         "training_repository_credentials_provider_arn", "disable_output_compression",
-        "enable_infra_check", "instance_count",
+        "enable_infra_check", "instance_count", "source_dir", "code_location", "dependencies",
+        "container_log_level",
     }  # fmt: skip
     ours = set(sr.SageMakerOpts.__dataclass_fields__)
     assert torchx <= ours
-    assert ours - torchx == {"image_repo", "inputs"}
+    assert ours - torchx == {"image_repo", "inputs", "mode"}
+    assert set(sr.SageMakerOpts.TORCHX_REFUSED) == {"git_config"}
 
 
 def test_job_names_follow_sagemakers_rule() -> None:
