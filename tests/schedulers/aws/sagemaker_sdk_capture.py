@@ -15,6 +15,7 @@ estimator (its submit_dryrun, then schedule: PyTorch(**job_def).fit(wait=False))
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -65,7 +66,8 @@ def main(endpoint: str, spec_path: str, out_path: str) -> None:
     # default one): they are made before anything is recorded.
     s3 = boto3.client("s3", endpoint_url=endpoint)
     for bucket in spec.get("buckets") or []:
-        s3.create_bucket(Bucket=bucket)
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+            s3.create_bucket(Bucket=bucket)
     from torchx.schedulers.aws_sagemaker_scheduler import create_scheduler
     from torchx.specs import AppDef, Role
 
