@@ -1,7 +1,11 @@
 """aws_sagemaker: an app of one role as a SageMaker training job (aioboto3).
 
-The request is built by txd.schedulers.aws.sagemaker_request (DryRun prints it as JSON), the status
-read by txd.schedulers.aws.sagemaker_status. The app id is the training job's name.
+The request is built by txd.schedulers.aws.sagemaker_framework in framework mode (the default:
+TorchX's request, the SDK's; schedule first packs the source directory and uploads it to S3,
+learning the account from STS and creating the SDK's default bucket when the request needs
+them) or by txd.schedulers.aws.sagemaker_request in container mode (the role's command in its
+image); DryRun prints it as JSON and asks nothing of AWS. The status is read by
+txd.schedulers.aws.sagemaker_status. The app id is the training job's name.
 
 SageMaker has no batch describe: a job's status costs one DescribeTrainingJob. So each poll
 describes at most `describe_budget` jobs, the least recently described first

@@ -1,15 +1,16 @@
-"""AppDef -> a SageMaker CreateTrainingJob request: a pure builder, no I/O (aws_sagemaker sends
-what it returns; DryRun prints it as JSON). Maps are sorted by key (protobuf maps have no
-order), so the same app always gives the same request.
+"""AppDef -> a SageMaker CreateTrainingJob request in container mode (`mode=container`): a pure
+builder, no I/O (aws_sagemaker sends what it returns; DryRun prints it as JSON). Maps are sorted
+by key (protobuf maps have no order), so the same app always gives the same request. The
+options (SageMakerOpts) and the checks here serve framework mode too (sagemaker_framework,
+TorchX's request, the default).
 
 One role is one training job: its image is the training image, its entrypoint and args the
 container's entrypoint and arguments (run as they are, on every instance), its env the job's
 environment, `num_replicas` the instance count. Options are TorchX aws_sagemaker's, each mapped
-onto the API field the SageMaker Python SDK fills from it (SageMakerOpts); the SDK-only ones that
-upload code for AWS's framework images (source_dir, git_config, dependencies, code_location,
-container_log_level) have no API field and are left out: a workspace (with image_repo) is how
-txd runs your code. Every limit the API documents for a field txd fills is checked here, so a
-bad value is refused with the field named before anything is sent.
+onto the API field the SageMaker Python SDK fills from it; framework mode's code options
+(source_dir, dependencies, code_location, container_log_level) mean nothing here. Every limit
+the API documents for a field txd fills is checked here, so a bad value is refused with the
+field named before anything is sent.
 
 TorchX's `instance_count` option, when given, is the instance count instead of `num_replicas`,
 as in TorchX (which never reads num_replicas; unset, it means 1 there).

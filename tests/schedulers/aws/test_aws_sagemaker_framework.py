@@ -206,3 +206,19 @@ def test_the_fixtures_are_what_the_sdk_sends(case: str, sm_moto: Moto) -> None:
     if python is None:
         pytest.skip("no TorchX venv with the SageMaker SDK (scripts/torchx-venv)")
     assert capture(python, sm_moto.url, case) == fixture(case)
+
+
+async def test_a_missing_bucket_is_named_and_no_job_is_made(
+    fw_client: Any, standin: StandIn, sent: dict[str, dict[str, Any]], root: Path
+) -> None:
+    """The SDK creates only its own bucket: code_location's must exist."""
+    from txd.client import InvalidArgumentError
+
+    spec = spec_in("default", root)
+    cfg = {**spec["cfg"], "code_location": "s3://no-such-bucket/code"}
+    before = standin.calls["CreateTrainingJob"]
+    with pytest.raises(InvalidArgumentError) as e:
+        await fw_client.run(app_of(spec), "aws_sagemaker", cfg, cwd=spec["cwd"])
+    assert e.value.field == "cfg.code_location"
+    assert "s3://no-such-bucket/code/" in str(e.value)
+    assert standin.calls["CreateTrainingJob"] == before and not sent
