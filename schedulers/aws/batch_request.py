@@ -11,11 +11,10 @@ mounts (`vpc.amazonaws.com/efa`: /dev/infiniband/uverbsN; `aws.amazon.com/neuron
 /dev/neuronN), the instance type of a multi-node job's nodes from the resource's
 `node.kubernetes.io/instance-type`, the role's index and name in TORCHX_ROLE_IDX and
 TORCHX_ROLE_NAME, `${app_id}` as the job's name, `${replica_id}` as $AWS_BATCH_JOB_NODE_INDEX
-(the job's node index, expanded only by a shell; "0" in a container job). Retries: a role's
-max_retries is Batch's attempts minus one (TorchX makes attempts max(max_retries, 1): one
-attempt short, and none for max_retries=1) and `${rank0_env}` as
+(the job's node index, expanded only by a shell; "0" in a container job) and `${rank0_env}` as
 AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (Batch sets it on child nodes), tags from the
-app's metadata.
+app's metadata. Not carried over: Batch makes max_retries + 1 attempts (TorchX asks for
+max(max_retries, 1), one short: none at all for max_retries=1).
 """
 
 from __future__ import annotations
