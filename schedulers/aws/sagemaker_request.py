@@ -10,6 +10,9 @@ upload code for AWS's framework images (source_dir, git_config, dependencies, co
 container_log_level) have no API field and are left out: a workspace (with image_repo) is how
 txd runs your code. Every limit the API documents for a field txd fills is checked here, so a
 bad value is refused with the field named before anything is sent.
+
+TorchX's `instance_count` option, when given, is the instance count instead of `num_replicas`,
+as in TorchX (which never reads num_replicas; unset, it means 1 there).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 from txd.schedulers.api import Macros, make_unique, num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.options import opt
-from txd.v1.app_pb2 import AppDef
+from txd.v1.app_pb2 import AppDef, Role
 
 Request = dict[str, Any]
 
@@ -88,6 +91,11 @@ class SageMakerOpts:
     )
     image_repo: str | None = opt(
         None, "with a workspace: push its image to this repository (an ECR repository URI)"
+    )
+    instance_count: int | None = opt(
+        None,
+        "the number of instances (TorchX's option; it wins over the role's num_replicas, as "
+        "in TorchX; default: num_replicas)",
     )
     inputs: dict[str, str] = opt(
         {}, "input channels as channel:s3_uri,... (each an S3 prefix, fully replicated)"
@@ -192,7 +200,7 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
         raise InvalidArgument(
             f"{path}.mounts", "SageMaker has no mounts: give data as input channels (-c inputs=)"
         )
-    instances = num_replicas(role)
+    instances = _instance_count(opts, role)
     name = name or job_name_for(opts.base_job_name or app.name)
     _check_opts(opts)
 
@@ -297,6 +305,16 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
 
 def _bad(option: str, reason: str) -> InvalidArgument:
     return InvalidArgument(f"cfg.{option}", reason)
+
+
+def _instance_count(opts: SageMakerOpts, role: Role) -> int:
+    """instance_count when given (TorchX's rule: the option, never num_replicas), else the
+    role's num_replicas."""
+    if opts.instance_count is None:
+        return num_replicas(role)
+    if opts.instance_count < 1:
+        raise _bad("instance_count", f"must be >= 1, got {opts.instance_count}")
+    return opts.instance_count
 
 
 def _check_opts(opts: SageMakerOpts) -> None:

@@ -111,6 +111,24 @@ def standin_moto(standin: StandIn) -> Moto:
     return moto
 
 
+async def test_torchx_instance_count_is_the_jobs_instance_count(
+    sm_client: Any, standin: StandIn
+) -> None:
+    """TorchX's instance_count (a .torchxconfig string, as the CLI sends it) wins over the
+    role's num_replicas: in the dry run, in the job moto keeps, and in the replicas txd shows."""
+    cfg = {**CFG, "instance_count": "3"}
+    dry = json.loads((await sm_client.dryrun(trainer(0), "aws_sagemaker", cfg)).request)
+    assert dry["ResourceConfig"]["InstanceCount"] == 3
+    assert dry["Environment"]["TORCHX_RANK0_HOST"] == "algo-1"
+    h = await sm_client.run(trainer(0, replicas=2), "aws_sagemaker", cfg)
+    done = await sm_client.wait(h, timeout=WAIT)
+    assert done.state == AppState.SUCCEEDED, done
+    assert [r.hostname for r in done.roles[0].replicas] == ["algo-1", "algo-2", "algo-3"]
+    async with client(standin_moto(standin), "sagemaker") as sm:
+        job = await sm.describe_training_job(TrainingJobName=h.rsplit("/", 1)[1])
+    assert job["ResourceConfig"]["InstanceCount"] == 3
+
+
 async def test_a_failing_job_is_failed_with_sagemakers_reason(sm_client: Any) -> None:
     h = await sm_client.run(trainer(3), "aws_sagemaker", CFG)
     done = await sm_client.wait(h, timeout=WAIT)

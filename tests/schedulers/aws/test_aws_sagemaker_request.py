@@ -124,7 +124,7 @@ def test_torchx_option_names() -> None:
         "enable_network_isolation", "disable_profiler", "environment", "max_retry_attempts",
         "hyperparameters", "training_repository_access_mode",
         "training_repository_credentials_provider_arn", "disable_output_compression",
-        "enable_infra_check",
+        "enable_infra_check", "instance_count",
     }  # fmt: skip
     ours = set(sr.SageMakerOpts.__dataclass_fields__)
     assert torchx <= ours
@@ -206,6 +206,31 @@ def test_bad_input_names_the_field(
 def test_one_instance_may_use_replica_id() -> None:
     req = _build(_app(num_replicas=1, args=["--rank", "${replica_id}"]))
     assert req["AlgorithmSpecification"]["ContainerArguments"] == ["--rank", "0"]
+
+
+@pytest.mark.parametrize(("replicas", "count"), [(2, 4), (2, 1), (1, 3)])
+def test_instance_count_wins_over_num_replicas(replicas: int, count: int) -> None:
+    """TorchX's instance_count is the instance count whatever num_replicas says (TorchX never
+    reads num_replicas); rank 0's host is named only for more than one instance."""
+    job = sr.training_job(
+        trainer_app(replicas=replicas), opts(instance_count=count), session=SESSION, name=JOB_NAME
+    )
+    assert job.request["ResourceConfig"]["InstanceCount"] == job.instances == count
+    assert ("TORCHX_RANK0_HOST" in job.request["Environment"]) is (count > 1)
+    validate(job.request)
+
+
+def test_instance_count_decides_whether_replica_id_is_allowed() -> None:
+    app = _app(args=["--rank", "${replica_id}"])  # two replicas
+    req = _build(app, instance_count=1)
+    assert req["AlgorithmSpecification"]["ContainerArguments"] == ["--rank", "0"]
+    one = _app(num_replicas=1, args=["--rank", "${replica_id}"])
+    assert _error(one, instance_count=2).field == "app.roles[0].args[1]"
+
+
+def test_instance_count_below_1_is_refused() -> None:
+    e = _error(instance_count=0)
+    assert (e.field, e.reason) == ("cfg.instance_count", "must be >= 1, got 0")
 
 
 def test_required_options_are_named() -> None:
