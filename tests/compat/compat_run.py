@@ -1,0 +1,211 @@
+"""Running both sides: TorchX's dry runs in its own venv (one process per scheduler, all started
+at once), txd's through a real daemon (one client, every case), and the differences between
+them as compat_table.Diff rows. Offline: no cluster, no AWS, nothing contacted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import compat_apps
+import compat_normalise
+from compat_table import Diff, compare
+
+REPO = Path(__file__).resolve().parents[2]
+SIDE = Path(__file__).resolve().parent / "torchx_side.py"
+DRIVER_TIMEOUT = 300.0
+
+
+def compat_daemon(root: Path) -> Any:
+    """A txd daemon (not started) with a HOME of its own: no user's ~/.kube or ~/.aws."""
+    from txd_testing import Daemon
+
+    (root / "home").mkdir(exist_ok=True)
+    return Daemon(root, env={"HOME": str(root / "home")})
+
+
+def torchx_python() -> Path | None:
+    """The python of TorchX 0.7's own venv (scripts/torchx-venv makes it), if it is there."""
+    venv = Path(os.environ.get("TXD_TORCHX_VENV") or REPO / ".torchx-venv")
+    python = venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+def driver_env(workdir: Path) -> dict[str, str]:
+    """TorchX's environment: what it needs to dry run offline, and no more. Its slurm dry run
+    asks `sinfo` for the partition's memory: a stub `sinfo` that fails, as off-cluster, makes
+    it use memory requests (its own default). Its kubernetes dry runs need no kubeconfig; a
+    HOME of its own keeps a user's ~/.kube, ~/.aws and .torchxconfig out."""
+    stub = workdir / "stub-bin"
+    stub.mkdir(exist_ok=True)
+    sinfo = stub / "sinfo"
+    sinfo.write_text("#!/bin/sh\necho 'sinfo: no cluster here (compat suite stub)' >&2\nexit 1\n")
+    sinfo.chmod(0o755)
+    home = workdir / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KUBE", "TORCHX"))}
+    env.update(
+        PATH=f"{stub}:{env.get('PATH', '/usr/bin:/bin')}",
+        HOME=str(home),
+        SAGEMAKER_SUPPRESS_V2_WARNING="1",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    return env
+
+
+def start_torchx(
+    python: Path, mode: str, doc: dict[str, Any], workdir: Path
+) -> subprocess.Popen[str]:
+    """TorchX's side on `doc` (given as a file: nothing to write while it runs)."""
+    fd, name = tempfile.mkstemp(prefix=f"{mode}-", suffix=".json", dir=workdir)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    with open(name) as stdin:
+        return subprocess.Popen(
+            [str(python), str(SIDE), mode],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=workdir,
+            env=driver_env(workdir),
+        )
+
+
+def finish_torchx(proc: subprocess.Popen[str]) -> Any:
+    try:
+        out, err = proc.communicate(timeout=DRIVER_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise AssertionError(f"TorchX's side did not finish in {DRIVER_TIMEOUT} s") from None
+    assert proc.returncode == 0, f"TorchX's side failed ({proc.returncode}):\n{err}"
+    return json.loads(out)
+
+
+def torchx_dryruns_started(python: Path, workdir: Path) -> dict[str, subprocess.Popen[str]]:
+    """TorchX's dry runs of every scheduler's cases, one process per scheduler, started at once
+    (finish_torchx collects each: results in the order of the cases)."""
+    return {
+        s: start_torchx(
+            python,
+            "dryrun",
+            {"scheduler": s, "cases": [a.torchx_case(cfg) for a in compat_apps.apps_for(s)]},
+            workdir,
+        )
+        for s, cfg in compat_apps.SCHEDULERS.items()
+    }
+
+
+async def _txd_dryruns(socket: Path, workdir: Path) -> dict[str, dict[str, Any]]:
+    from txd.client import AsyncClient, components
+
+    out: dict[str, dict[str, Any]] = {}
+    async with AsyncClient(socket) as client:
+        for s, cfg in compat_apps.SCHEDULERS.items():
+            results = out.setdefault(s, {})
+            full = {**cfg, **compat_apps.TXD_ONLY_CFG.get(s, {})}
+            for a in compat_apps.apps_for(s):
+                try:
+                    if a.spec:
+                        app = compat_apps.txd_appdef(a.spec)
+                    else:
+                        app = components.resolve(a.component, list(a.args))
+                    resp = await client.dryrun(app, s, full, cwd=str(workdir), workspace="")
+                    roles = [r.name for r in app.roles]
+                    results[a.id] = {"id": a.id, "roles": roles, "request": resp.request}
+                except Exception as e:  # a refusal is a result to compare
+                    results[a.id] = {"id": a.id, "error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def txd_dryruns(socket: Path, workdir: Path) -> dict[str, dict[str, Any]]:
+    return asyncio.run(_txd_dryruns(socket, workdir))
+
+
+def fields_of(
+    scheduler: str, side: int, result: dict[str, Any] | None, cwd: Path | None = None
+) -> dict[str, Any]:
+    """A side's result as field -> value: its request's fields, or the one field `(request)`
+    when it refused (a refusal is one row, not one per field the other side has)."""
+    if result is None:
+        return {"(request)": "(not run)"}
+    if "error" in result:
+        return {"(request)": "refused"}
+    names = {f"={r}": f"<role{i}>" for i, r in enumerate(result.get("roles", []))}
+    if cwd is not None:
+        names[str(cwd)] = "<cwd>"
+    try:
+        return compat_normalise.fields(scheduler, side, result["request"], names)
+    except Exception as e:  # a request the normaliser cannot read is a finding
+        return {"(request)": f"unreadable: {type(e).__name__}: {e}"}
+
+
+def paired_fields(
+    scheduler: str, torchx: dict[str, Any] | None, txd: dict[str, Any] | None, cwd: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both sides' fields; both refusing is agreement (nothing to compare), one refusing is the
+    one field `(request)` (not one row per field the other side has)."""
+    left = fields_of(scheduler, 0, torchx, cwd)
+    right = fields_of(scheduler, 1, txd, cwd)
+    if left == right == {"(request)": "refused"}:
+        return {}, {}
+    if "(request)" in left or "(request)" in right:
+        return (
+            {"(request)": left.get("(request)", "a request")},
+            {"(request)": right.get("(request)", "a request")},
+        )
+    return left, right
+
+
+def differences(
+    torchx: dict[str, dict[str, Any]], txd: dict[str, dict[str, Any]], cwd: Path
+) -> list[Diff]:
+    """Field by field, every case of every scheduler. Both sides refusing is agreement; one
+    refusing shows as the field `(request)`."""
+    out = []
+    for s in compat_apps.SCHEDULERS:
+        for a in compat_apps.apps_for(s):
+            left, right = paired_fields(
+                s, torchx.get(s, {}).get(a.id), txd.get(s, {}).get(a.id), cwd
+            )
+            out += [Diff(s, a.id, f, x, y) for f, x, y in compare(left, right)]
+    return out
+
+
+def errors(results: dict[str, dict[str, Any]]) -> Iterable[str]:
+    """Each refusal, one line: shown when a test fails, to tell a gap from a bug."""
+    for s, by_app in results.items():
+        for a, r in by_app.items():
+            if "error" in r:
+                yield f"{s} {a}: {r['error'].splitlines()[0][:300]}"
+
+
+@dataclass
+class DryRuns:
+    diffs: list[Diff]
+    # Each scheduler's apps that both sides dry ran (what a `*` row stands for).
+    compared: dict[str, list[str]]
+    # Each refusal, one line per side and case (printed when a test fails).
+    notes: list[str]
+
+
+def dryrun_differences(python: Path, socket: Path, workdir: Path) -> DryRuns:
+    """Both sides' dry runs of every case, and their differences."""
+    started = torchx_dryruns_started(python, workdir)
+    ours = txd_dryruns(socket, workdir)
+    theirs = {s: {r["id"]: r for r in finish_torchx(p)} for s, p in started.items()}
+    notes = [f"TorchX: {e}" for e in errors(theirs)] + [f"txd: {e}" for e in errors(ours)]
+    compared = {
+        s: [a.id for a in compat_apps.apps_for(s)
+            if "request" in theirs[s].get(a.id, {}) and "request" in ours[s].get(a.id, {})]
+        for s in compat_apps.SCHEDULERS
+    }  # fmt: skip
+    return DryRuns(differences(theirs, ours, workdir), compared, notes)
