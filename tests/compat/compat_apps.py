@@ -140,6 +140,7 @@ SCHEDULERS: dict[str, dict[str, Any]] = {
     "aws_sagemaker": {
         "role": "arn:aws:iam::123456789012:role/sm",
         "instance_type": "ml.m5.xlarge",
+        "output_path": "s3://bucket/out",
     },
 }
 TXD_ONLY_CFG: dict[str, dict[str, Any]] = {

@@ -52,6 +52,8 @@ def _txd_default(raw: Any) -> Any:
         return list(value.get("items", []))
     if kind == "dict":
         return dict(value.get("items", {}))
+    if kind == "int":
+        return int(value)  # proto3 JSON writes int64 as a string
     return value
 
 

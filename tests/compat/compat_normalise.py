@@ -191,7 +191,9 @@ def txd_docker(text: str) -> tuple[Any, dict[str, str]]:
 
 # -- slurm, lsf --------------------------------------------------------------------------------
 
-_TXD_LOG_TAG = re.compile(r"slurm-(%j|\$SLURM_JOB_ID)-[a-z0-9]{6}")
+_TXD_LOG_TAG = re.compile(
+    r"slurm-(%j|\$SLURM_JOB_ID)-[a-z0-9]{6}(?=\.(?:out|err)$|-.+-\d+\.(?:out|err)$)"
+)
 
 
 def _srun(tokens: list[str]) -> dict[str, Any]:
@@ -274,19 +276,54 @@ def txd_slurm(text: str) -> tuple[Any, dict[str, str]]:
     return slurm_script(text), {}
 
 
-def _lines(script: str) -> dict[str, Any]:
-    lines = [ln.strip() for ln in script.splitlines()]
-    kept = [ln for ln in lines if ln and not ln.startswith("#")]
-    return {f"line[{i}]": ln for i, ln in enumerate(kept)}
+_RANK0 = re.compile(r"(?<![A-Z_])RANK0_HOST|<rank0-host>")
+
+
+def lsf_script(script: str) -> dict[str, Any]:
+    """An LSF submit script as its bsub commands (argv, and the heredoc marker as written:
+    quoted, the submit host's shell expands nothing in the job) and each job's command line as
+    the job receives it (read through the heredoc).
+    The rank-0 host, which both fill in at submission (bhosts), is `<rank0-host>`; the other
+    lines (`set -e`) are not compared."""
+    out: dict[str, Any] = {}
+    n = -1
+    for raw in script.splitlines():
+        line = _RANK0.sub("<rank0-host>", raw.strip())
+        if line.startswith("bsub "):
+            n += 1
+            argv, _, marker = line.partition(" << ")
+            out[f"bsub[{n}]"] = {"argv": shlex.split(argv), "heredoc": marker}
+        elif n >= 0 and "job" not in out[f"bsub[{n}]"] and line and not line.startswith("#"):
+            if not out[f"bsub[{n}]"]["heredoc"].startswith(("'", '"')):
+                # Read through an unquoted heredoc, as the shell does: \$ \` \\ lose the \.
+                line = re.sub(r"\\([$`\\])", r"\1", line)
+            out[f"bsub[{n}]"].update(_docker_run(shlex.split(line)))
+    return out
+
+
+def _docker_run(argv: list[str]) -> dict[str, Any]:
+    """A job's `docker run` line as its `-e` variables and the rest of its argv."""
+    env: dict[str, str] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "-e" and i + 1 < len(argv):
+            k, _, v = argv[i + 1].partition("=")
+            env[k] = v
+            i += 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    return {"job": rest, "job_env": env}
 
 
 def torchx_lsf(req: dict[str, Any]) -> tuple[Any, dict[str, str]]:
-    return _lines(req["script"]), {req["app_id"]: "<app_id>"}
+    return lsf_script(req["script"]), {req["app_id"]: "<app_id>"}
 
 
 def txd_lsf(text: str) -> tuple[Any, dict[str, str]]:
     m = re.search(r"^bsub -P (\S+)", text, re.MULTILINE)
-    return _lines(text), {m.group(1): "<app_id>"} if m else {}
+    return lsf_script(text), {m.group(1): "<app_id>"} if m else {}
 
 
 # -- kubernetes, kubernetes_mcad ---------------------------------------------------------------
@@ -348,10 +385,21 @@ def torchx_batch(req: dict[str, Any]) -> tuple[Any, dict[str, str]]:
 def txd_batch(text: str) -> tuple[Any, dict[str, str]]:
     req = json.loads(text)
     submit = req["submit_job"]
+    job_def = dict(req["register_job_definition"])
+    if "containerProperties" in job_def:
+        # A single-node container job, laid out as the one node of a multi-node job (what
+        # TorchX submits) so that its container's fields are compared; `type` still differs.
+        job_def["nodeProperties"] = {
+            "numNodes": 1,
+            "mainNode": 0,
+            "nodeRangeProperties": [
+                {"targetNodes": "0:0", "container": job_def.pop("containerProperties")}
+            ],
+        }
     out = {
         "queue": submit["jobQueue"],
         "share_id": submit.get("shareIdentifier"),
-        "job_def": keyed(req["register_job_definition"]),
+        "job_def": keyed(job_def),
     }
     return out, {submit["jobName"]: "<app_id>"}
 

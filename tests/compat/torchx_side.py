@@ -63,13 +63,14 @@ def _component(name: str, args: list[str]) -> Any:
 
 def _jsonable(obj: Any) -> Any:
     """docker-py's Mount and DeviceRequest are dicts; the kubernetes client's models go
-    through its own serialiser; dataclasses through asdict."""
+    through its own serialiser; dataclasses field by field."""
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_jsonable(v) for v in obj]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable(dataclasses.asdict(obj))
+        # Not asdict(): it rebuilds dict subclasses (docker-py's Mount) by calling them.
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if hasattr(obj, "openapi_types"):
         from kubernetes.client import ApiClient
 
