@@ -37,9 +37,13 @@ def _torchx_opts(opts: list[dict[str, Any]]) -> dict[str, Any]:
         key = _canonical(o["name"])
         out[f"{key}.name"] = o["name"]
         out[f"{key}.type"] = o["type"]
-        out[f"{key}.default"] = o["default"]
+        out[f"{key}.default"] = _user(o["default"])
         out[f"{key}.required"] = o["required"]
     return out
+
+
+def _user(value: Any) -> Any:
+    return "<user>" if value == compat_run.USER else value
 
 
 def _txd_default(raw: Any) -> Any:
@@ -63,7 +67,7 @@ def _txd_opts(opts: list[dict[str, Any]]) -> dict[str, Any]:
         key = _canonical(o["name"])
         out[f"{key}.name"] = o["name"]
         out[f"{key}.type"] = _TXD_TYPES.get(o["type"], o["type"])
-        out[f"{key}.default"] = _txd_default(o.get("default"))
+        out[f"{key}.default"] = _user(_txd_default(o.get("default")))
         out[f"{key}.required"] = bool(o.get("required", False))
     return out
 

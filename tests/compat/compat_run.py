@@ -5,6 +5,7 @@ them as compat_table.Diff rows. Offline: no cluster, no AWS, nothing contacted."
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import subprocess
@@ -24,11 +25,18 @@ DRIVER_TIMEOUT = 300.0
 
 
 def compat_daemon(root: Path) -> Any:
-    """A txd daemon (not started) with a HOME of its own: no user's ~/.kube or ~/.aws."""
+    """A txd daemon (not started) with a HOME of its own and no KUBECONFIG or AWS_* variables:
+    no user's cluster or account reaches its dry runs."""
     from txd_testing import Daemon
 
     (root / "home").mkdir(exist_ok=True)
-    return Daemon(root, env={"HOME": str(root / "home")})
+    d = Daemon(root, env={"HOME": str(root / "home")})
+    d.env = {k: v for k, v in d.env.items() if not k.startswith(("AWS_", "KUBE"))}
+    return d
+
+
+# The user both sides run as (tags, runopts defaults): masked, so the table holds on any host.
+USER = getpass.getuser()
 
 
 def torchx_python() -> Path | None:
@@ -140,6 +148,7 @@ def fields_of(
     if "error" in result:
         return {"(request)": "refused"}
     names = {f"={r}": f"<role{i}>" for i, r in enumerate(result.get("roles", []))}
+    names.setdefault(f"={USER}", "<user>")
     if cwd is not None:
         names[str(cwd)] = "<cwd>"
     try:
