@@ -135,6 +135,18 @@ def write_rows(rows: Sequence[Row], doc: Path = DOC) -> None:
     doc.write_text(f"{head}{START}\n{render(rows)}\n{END}{tail}")
 
 
+def _hint(d: Diff, old: Sequence[Row]) -> str:
+    """TODO, with the reason an old row of the same scheduler and field gave (its values have
+    changed: a fix landed, or moved the difference), for whoever writes the new reason."""
+    was = next(
+        (r.reason for r in old if (r.diff.scheduler, r.diff.field) == (d.scheduler, d.field)),
+        "",
+    )
+    return (
+        f"{TODO} (before, with other values: {was})" if was and not was.startswith(TODO) else TODO
+    )
+
+
 # -- matching ---------------------------------------------------------------------------------
 
 
@@ -202,8 +214,8 @@ def regenerate(
             merged = sorted(diffs, key=lambda d: d.app)
         for d in merged:
             probes = diffs if d.app == "*" else [d]
-            reason = next((r.reason for r in old for p in probes if r.covers(p) and r.reason), TODO)
-            out.append(Row(d, reason))
+            reason = next((r.reason for r in old for p in probes if r.covers(p) and r.reason), "")
+            out.append(Row(d, reason or _hint(d, old)))
     order = {s: i for i, s in enumerate(apps_by_scheduler)}
     out.sort(key=lambda r: (order.get(r.diff.scheduler, 99), r.diff.scheduler, r.diff.app,
                             r.diff.field))  # fmt: skip

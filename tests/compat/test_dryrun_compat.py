@@ -43,5 +43,17 @@ def test_the_table_tells_differences_apart() -> None:
     assert [x.field for x in m.new] == ["c"]
     assert [r.diff.field for r in m.stale] == ["a", "b"]  # `b` misses app sh
     assert "tests/compat/regen.py" in m.message("slurm")
+    # regen: a `*` row for what every app shows, the old reason kept, a hint where values moved
+    old = [compat_table.Row(d("slurm", "echo", "a", '"0"', '"2"'), "txd is right")]
+    new = compat_table.regenerate(
+        [*found, d("slurm", "sh", "b", "1", "(absent)"), d("slurm", "echo", "a", '"1"', '"2"')],
+        [*rows[1:], *old],
+        {"slurm": ["echo", "sh"]},
+    )
+    by_field = {r.diff.field: r for r in new}
+    assert by_field["b"].diff.app == "*" and by_field["b"].reason == "gap 7, being fixed"
+    assert by_field["a"].reason.startswith(compat_table.TODO)
+    assert "txd is right" in by_field["a"].reason
+    assert by_field["c"].reason == compat_table.TODO
     rows_text = compat_table.render(rows)
     assert compat_table.parse_rows(f"{compat_table.START}\n{rows_text}\n{compat_table.END}") == rows
