@@ -58,10 +58,13 @@ def driver_env(workdir: Path) -> dict[str, str]:
     sinfo.chmod(0o755)
     home = workdir / "home"
     home.mkdir(exist_ok=True)
+    tmp = workdir / "tmp"  # TorchX's local scheduler makes a temp dir per process: keep it here
+    tmp.mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "KUBE", "TORCHX"))}
     env.update(
         PATH=f"{stub}:{env.get('PATH', '/usr/bin:/bin')}",
         HOME=str(home),
+        TMPDIR=str(tmp),
         SAGEMAKER_SUPPRESS_V2_WARNING="1",
         AWS_DEFAULT_REGION="us-east-1",
     )
