@@ -24,8 +24,9 @@ _LIST_KEYS = ("name", "type", "targetNodes", "containerPath", "Key", "Target", "
 _INHERITED = set(os.environ) | {"PATH", "HOME", "PWD", "SHLVL", "_", "OLDPWD"}
 
 
-# Lists kept by position: a pod's containers (each side names them its own way).
-_BY_POSITION = {"containers"}
+# Lists kept by position: a pod's containers and an AppDef's roles (each side may name them
+# its own way; the name is compared as a field).
+_BY_POSITION = {"containers", "roles"}
 
 
 def keyed(obj: Any, parent: str = "") -> Any:

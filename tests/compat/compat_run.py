@@ -17,7 +17,7 @@ from typing import Any
 
 import compat_apps
 import compat_normalise
-from compat_table import Diff, compare
+from compat_table import Diff, compare, show
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE = Path(__file__).resolve().parent / "torchx_side.py"
@@ -207,6 +207,59 @@ class DryRuns:
     compared: dict[str, list[str]]
     # Each refusal, one line per side and case (printed when a test fails).
     notes: list[str]
+
+
+APPDEF = "(appdef)"
+
+
+def txd_app_dict(app: Any) -> dict[str, Any]:
+    """txd's AppDef in the shape of TorchX's (torchx_side._app_dict): memMB, mounts by kind."""
+    from google.protobuf.json_format import MessageToDict
+
+    d = MessageToDict(
+        app, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    for r in d["roles"]:
+        res = r["resource"]
+        res["memMB"] = int(res.pop("mem_mb"))
+        if not res.get("named"):
+            res.pop("named", None)
+        r["mounts"] = [
+            {"kind": kind, **fields} for m in r.get("mounts", []) for kind, fields in m.items()
+        ]
+    return d
+
+
+def appdef_differences(python: Path, workdir: Path) -> tuple[list[Diff], list[str]]:
+    """Each builtin of the grid, resolved by TorchX 0.7 and by txd (client side, as txctl
+    does), compared as AppDefs field by field (scheduler `(appdef)`); and the apps both
+    resolved."""
+    from txd.client import components
+
+    apps = [a for a in compat_apps.APPS if a.component]
+    proc = start_torchx(python, "appdef", {"cases": [a.torchx_case({}) for a in apps]}, workdir)
+    ours: dict[str, dict[str, Any]] = {}
+    for a in apps:
+        try:
+            ours[a.id] = txd_app_dict(components.resolve(a.component, list(a.args)))
+        except Exception as e:  # a refusal is a result to compare
+            ours[a.id] = {"error": f"{type(e).__name__}: {e}"}
+    theirs = {r["id"]: r.get("app", {"error": r.get("error")}) for r in finish_torchx(proc)}
+    out: list[Diff] = []
+    both = []
+    for a in apps:
+        left, right = theirs[a.id], ours[a.id]
+        if "error" in left or "error" in right:
+            if not ("error" in left and "error" in right):
+                x = "refused" if "error" in left else "an AppDef"
+                y = "refused" if "error" in right else "an AppDef"
+                out.append(Diff(APPDEF, a.id, "(app)", show(x), show(y)))
+            continue
+        both.append(a.id)
+        lf = compat_normalise.flatten(compat_normalise.keyed(left))
+        rf = compat_normalise.flatten(compat_normalise.keyed(right))
+        out += [Diff(APPDEF, a.id, f, x, y) for f, x, y in compare(lf, rf)]
+    return out, both
 
 
 def dryrun_differences(python: Path, socket: Path, workdir: Path) -> DryRuns:

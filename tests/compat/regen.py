@@ -36,11 +36,13 @@ def main() -> int:
         found = runs.diffs
         found += compat_config.runopts_differences(python, daemon, work)
         found += compat_config.torchxconfig_differences(python, daemon, work, runs.diffs)
+        appdefs, resolved = compat_run.appdef_differences(python, work)
+        found += appdefs
     finally:
         daemon.close()
         txd_testing.remove_tree(root)
     old = compat_table.read_rows()
-    rows = compat_table.regenerate(found, old, runs.compared)
+    rows = compat_table.regenerate(found, old, {**runs.compared, compat_run.APPDEF: resolved})
     compat_table.write_rows(rows)
     before = {r.diff.key for r in old}
     after = {r.diff.key for r in rows}

@@ -5,9 +5,11 @@ rewrites the table)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import compat_apps
+import compat_run
 import compat_table
 import pytest
 
@@ -20,6 +22,15 @@ def test_dry_run_differences_are_the_tables(scheduler: str, dryruns: Any) -> Non
     mismatch = compat_table.match(found, rows, dryruns.compared)
     notes = "\n".join(n for n in dryruns.notes if f" {scheduler} " in f" {n}")
     assert not mismatch, mismatch.message(scheduler) + "\nRefusals:\n" + notes
+
+
+def test_builtin_appdefs_are_the_tables(torchx_python: Path, compat_workdir: Path) -> None:
+    """Each builtin of the grid as TorchX 0.7 and txd resolve it (gap 4: the same AppDef for
+    the same arguments), field by field: the table's `(appdef)` rows."""
+    found, resolved = compat_run.appdef_differences(torchx_python, compat_workdir)
+    rows = [r for r in compat_table.read_rows() if r.diff.scheduler == compat_run.APPDEF]
+    mismatch = compat_table.match(found, rows, {compat_run.APPDEF: resolved})
+    assert not mismatch, mismatch.message("builtins")
 
 
 def test_both_sides_dry_run_several_apps(dryruns: Any) -> None:

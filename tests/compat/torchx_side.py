@@ -5,6 +5,7 @@ never imported by txd or its tests. Reads one JSON document on stdin, prints one
     python torchx_side.py dryrun   {"jobs": [{"scheduler": S, "cases": [...]}, ...]}
                                                                    -> {S: [RESULT, ...], ...}
     python torchx_side.py runopts  {"schedulers": [S, ...]}                 -> {S: [OPT, ...]}
+    python torchx_side.py appdef   {"cases": [CASE, ...]}  -> [{"id", "app"} or {"id", "error"}]
 
 A CASE is {"id", "cfg", "app": APP} or {"id", "cfg", "component": "utils.echo", "args": [...]},
 with "config_dir" to read that folder's .torchxconfig as `torchx run` does;
@@ -125,6 +126,34 @@ def dryrun(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _app_dict(app: Any) -> dict[str, Any]:
+    """A TorchX AppDef as plain JSON (None fields left out; mounts with their kind)."""
+
+    def mount(m: Any) -> dict[str, Any]:
+        kind = type(m).__name__.replace("Mount", "").lower()
+        return {"kind": kind, **_jsonable(m)}
+
+    def role(r: Any) -> dict[str, Any]:
+        d = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
+        d["retry_policy"] = r.retry_policy.name
+        d["resource"] = _jsonable(r.resource)
+        d["mounts"] = [mount(m) for m in r.mounts]
+        return {k: _jsonable(v) for k, v in d.items() if v is not None}
+
+    return {"name": app.name, "metadata": dict(app.metadata), "roles": [role(r) for r in app.roles]}
+
+
+def appdefs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for case in doc["cases"]:
+        try:
+            app = _component(case["component"], case["args"])
+            out.append({"id": case["id"], "app": _app_dict(app)})
+        except Exception as e:  # a refusal is a result to compare
+            out.append({"id": case["id"], "error": f"{type(e).__name__}: {e}"})
+    return out
+
+
 def _type_name(t: Any) -> str:
     if getattr(t, "__origin__", None) is not None:  # List[str], Dict[str, str]
         return str(t).replace("typing.", "")
@@ -158,6 +187,8 @@ def main() -> int:
         result: Any
         if mode == "runopts":
             result = runopts(doc)
+        elif mode == "appdef":
+            result = appdefs(doc)
         elif "jobs" in doc:  # several schedulers' cases in this one process
             result = {job["scheduler"]: dryrun(job) for job in doc["jobs"]}
         else:
