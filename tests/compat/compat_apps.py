@@ -50,6 +50,24 @@ TWO_ROLE: dict[str, Any] = {
     ],
 }
 
+# The same values without a GPU, so that every scheduler dry runs them (a GPU needs more of
+# some: txd's slurm asks sinfo), with retries and two replicas.
+NASTY: dict[str, Any] = {
+    "name": "nasty",
+    "roles": [
+        {
+            "name": "worker",
+            "image": IMAGE,
+            "entrypoint": "python",
+            "args": ["-c", "import os; print(os.environ['COMMA'])", "two words", "$HOME"],
+            "env": NASTY_ENV,
+            "num_replicas": 2,
+            "max_retries": 2,
+            "mem_mb": 1024,
+        }
+    ],
+}
+
 META: dict[str, Any] = {
     "name": "meta",
     "metadata": {"team": "ml", "cost-center": "42"},
@@ -122,6 +140,7 @@ APPS = (
         ("--model_path", "/m.mar", "--management_api", "http://localhost:8081"),
     ),
     App("tworole", spec=TWO_ROLE),
+    App("nasty", spec=NASTY),
     App("meta", spec=META),
     # Mounts only where the scheduler has them (TorchX refuses them or drops them silently).
     App("mounts", spec=MOUNTS, skip=frozenset({"local_cwd", "slurm", "lsf", "aws_sagemaker"})),

@@ -225,6 +225,7 @@ def slurm_script(script: str) -> dict[str, Any]:
     """An sbatch script as its #SBATCH options per het group, its exports, and each het
     group's srun (options, env, command). Its other lines (each side's retry logic) are not
     compared."""
+    script = script.replace("\\\n", " ")  # continued lines (TorchX's het-group srun) as one
     groups: list[dict[str, str]] = [{}]
     exports: dict[str, str] = {}
     sruns: list[dict[str, Any]] = []

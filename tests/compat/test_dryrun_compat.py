@@ -19,6 +19,8 @@ def test_dry_run_differences_are_the_tables(scheduler: str, dryruns: Any) -> Non
     found = [d for d in dryruns.diffs if d.scheduler == scheduler]
     rows = [r for r in compat_table.read_rows()
             if r.diff.scheduler == scheduler and not r.diff.app.startswith("(")]  # fmt: skip
+    unreadable = [d for d in found if "unreadable" in d.torchx + d.txd]
+    assert not unreadable, f"compat_normalise.py cannot read these requests: {unreadable}"
     mismatch = compat_table.match(found, rows, dryruns.compared)
     notes = "\n".join(n for n in dryruns.notes if f" {scheduler} " in f" {n}")
     assert not mismatch, mismatch.message(scheduler) + "\nRefusals:\n" + notes
