@@ -8,6 +8,7 @@ import asyncio
 import getpass
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable
@@ -39,11 +40,29 @@ def compat_daemon(root: Path) -> Any:
 USER = getpass.getuser()
 
 
+def torchx_venv() -> Path:
+    return Path(os.environ.get("TXD_TORCHX_VENV") or REPO / ".torchx-venv")
+
+
 def torchx_python() -> Path | None:
     """The python of TorchX 0.7's own venv (scripts/torchx-venv makes it), if it is there."""
-    venv = Path(os.environ.get("TXD_TORCHX_VENV") or REPO / ".torchx-venv")
-    python = venv / "bin" / "python"
+    python = torchx_venv() / "bin" / "python"
     return python if python.exists() else None
+
+
+def venv_problem() -> str:
+    """Why TorchX's venv cannot be used ('' if it can): missing, or made with other pins than
+    scripts/torchx-venv's (whose versions the table holds)."""
+    if torchx_python() is None:
+        return f"no TorchX 0.7 venv at {torchx_venv()}: run scripts/torchx-venv (scripts/test does)"
+    script = (REPO / "scripts" / "torchx-venv").read_text()
+    m = re.search(r"^pins=\((.*)\)$", script, re.MULTILINE)
+    want = [p.strip('"') for p in m.group(1).split()] if m else []
+    stamp = torchx_venv() / ".txd-pins"
+    have = stamp.read_text().split() if stamp.exists() else []
+    if have != want:
+        return f"{torchx_venv()} has other pins than scripts/torchx-venv's: run scripts/torchx-venv"
+    return ""
 
 
 def driver_env(workdir: Path) -> dict[str, str]:

@@ -16,12 +16,13 @@ import txd_testing
 
 @pytest.fixture(scope="session")
 def torchx_python() -> Path:
-    python = compat_run.torchx_python()
-    if python is None:
-        why = "no TorchX 0.7 venv: run scripts/torchx-venv (scripts/test does)"
+    why = compat_run.venv_problem()
+    if why:
         if os.environ.get("TXD_TORCHX_REQUIRED") == "1":
             pytest.fail(why)
         pytest.skip(why)
+    python = compat_run.torchx_python()
+    assert python is not None
     return python
 
 

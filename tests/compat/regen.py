@@ -23,9 +23,10 @@ import txd_testing  # noqa: E402
 
 
 def main() -> int:
+    why = compat_run.venv_problem()
     python = compat_run.torchx_python()
-    if python is None:
-        print("no TorchX venv: run scripts/torchx-venv first", file=sys.stderr)
+    if why or python is None:
+        print(why, file=sys.stderr)
         return 2
     root = txd_testing.short_tmpdir("txdt-compat-")
     daemon = compat_run.compat_daemon(root).start()
