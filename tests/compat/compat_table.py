@@ -128,11 +128,40 @@ def render(rows: Sequence[Row]) -> str:
     return "\n".join([HEADER, *(format_row(r) for r in rows)])
 
 
+SUMMARY_START = "<!-- compat-summary:start (tests/compat/regen.py writes it) -->"
+SUMMARY_END = "<!-- compat-summary:end -->"
+
+
+def summary(rows: Sequence[Row]) -> str:
+    """Rows per scheduler and per gap named in their reason (`-`: a difference no gap covers:
+    txd's choice, or the same request written otherwise)."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in rows:
+        m = re.search(r"\bgap (\d+)", r.reason)
+        gap = f"gap {m.group(1)}" if m else "-"
+        per = counts.setdefault(r.diff.scheduler, {})
+        per[gap] = per.get(gap, 0) + 1
+    gaps = sorted({g for per in counts.values() for g in per}, key=lambda g: (g == "-", len(g), g))
+    lines = [
+        "| scheduler | rows | " + " | ".join(gaps) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in gaps) + " |",
+    ]
+    for sched, per in counts.items():
+        cells = [str(per.get(g, "")) for g in gaps]
+        lines.append(f"| {sched} | {sum(per.values())} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_rows(rows: Sequence[Row], doc: Path = DOC) -> None:
     text = doc.read_text()
     head, rest = text.split(START, 1)
     tail = rest.split(END, 1)[1]
-    doc.write_text(f"{head}{START}\n{render(rows)}\n{END}{tail}")
+    text = f"{head}{START}\n{render(rows)}\n{END}{tail}"
+    if SUMMARY_START in text:
+        head, rest = text.split(SUMMARY_START, 1)
+        tail = rest.split(SUMMARY_END, 1)[1]
+        text = f"{head}{SUMMARY_START}\n{summary(rows)}\n{SUMMARY_END}{tail}"
+    doc.write_text(text)
 
 
 def _hint(d: Diff, old: Sequence[Row]) -> str:
