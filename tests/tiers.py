@@ -45,6 +45,7 @@ TIERS = (
     ("schedulers/aws/", "aws"),
     ("schedulers/local/", "daemon"),
     ("integration/", "daemon"),
+    ("compat/", "daemon"),
     ("load/", "daemon"),
     ("remote/", "remote"),
     ("", "unit"),

@@ -127,6 +127,7 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
             "queue": req.submit["jobQueue"],
             "name": req.submit["jobName"],
             "roles": [[r, n] for r, _, n in req.role_nodes],
+            "multinode": req.job_definition["type"] == request.MULTINODE,
             "submitted_at": time.time(),
         }
         return Submitted(req.app_id, native)
@@ -248,7 +249,9 @@ class AwsBatchScheduler(Scheduler[request.BatchOpts, request.BatchRequest]):
             raise Unsupported(f"{NAME} keeps stdout and stderr in one CloudWatch stream")
         index = _node_index(job, role, k)
         jid = str(job.native["job_id"])
-        multinode = sum(int(n) for _, n in job.native.get("roles", [])) > 1
+        multinode = job.native.get("multinode")
+        if multinode is None:  # recorded before txd made every job multi-node by default
+            multinode = sum(int(n) for _, n in job.native.get("roles", [])) > 1
 
         async def stream_name() -> str:
             """The node's log stream as describe_jobs names it ("" until it runs)."""

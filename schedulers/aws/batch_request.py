@@ -1,7 +1,10 @@
 """An AppDef as an AWS Batch job definition and submit_job request (pure: no AWS call).
 
-One replica in all is a container job; more (or more than one role) a multi-node parallel job
-with one node range per role, main node 0, as TorchX makes it. Facts carried over from TorchX:
+Every app is a multi-node parallel job, with one node range per role, main node 0, as TorchX
+makes it: a single replica too, so that Batch sets AWS_BATCH_JOB_NODE_INDEX, _NUM_NODES and
+_MAIN_NODE_INDEX for it as for any node (scripts written for TorchX read them). The job_type
+option `container` makes a single-replica app a container job instead (Fargate runs no
+multi-node jobs; Batch then sets none of those). Facts carried over from TorchX:
 vCPU (at least 1), memory (required) and GPUs as resourceRequirements, /dev/shm as big as the
 memory, bind mounts as host volumes, volume mounts as EFS file systems, named devices as device
 mounts (`vpc.amazonaws.com/efa`: /dev/infiniband/uverbsN; `aws.amazon.com/neurondevice`:
@@ -9,7 +12,9 @@ mounts (`vpc.amazonaws.com/efa`: /dev/infiniband/uverbsN; `aws.amazon.com/neuron
 `node.kubernetes.io/instance-type`, the role's index and name in TORCHX_ROLE_IDX and
 TORCHX_ROLE_NAME, `${app_id}` as the job's name, `${replica_id}` as $AWS_BATCH_JOB_NODE_INDEX
 (the job's node index, expanded only by a shell; "0" in a container job) and `${rank0_env}` as
-AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (Batch sets it on child nodes).
+AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS (Batch sets it on child nodes). Not carried over:
+Batch makes max_retries + 1 attempts (TorchX asks for max(max_retries, 1), one short: none at
+all for max_retries=1).
 
 Tags, on the job definition and the job, as TorchX: `torchx.pytorch.org/version`, `app-name`
 and `user`, then the app's metadata (over them, as in TorchX); then txd's own `txd.dev/*`, which
@@ -56,6 +61,8 @@ DEVICES = {
     "vpc.amazonaws.com/efa": "/dev/infiniband/uverbs",
     "aws.amazon.com/neurondevice": "/dev/neuron",
 }
+MULTINODE = "multinode"
+CONTAINER = "container"
 _PERMS = {"r": "READ", "w": "WRITE", "m": "MKNOD"}
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -84,6 +91,12 @@ class BatchOpts:
     )
     timeout: int | None = opt(
         None, f"seconds an attempt may run before Batch ends it (>= {MIN_TIMEOUT})"
+    )
+    job_type: str = opt(
+        MULTINODE,
+        "multinode (TorchX's: every app a multi-node parallel job, so Batch sets "
+        "AWS_BATCH_JOB_NODE_INDEX and friends) or container (a single-replica app as a "
+        "container job, which Fargate can run; Batch sets no node variables then)",
     )
 
 
@@ -243,6 +256,20 @@ def _tags(app: AppDef, *, session: str, user: str) -> dict[str, str]:
     return tags
 
 
+def _multinode(job_type: str, replicas: int) -> bool:
+    """Whether the job is a multi-node parallel job (job_type's rule)."""
+    if job_type not in (MULTINODE, CONTAINER):
+        raise InvalidArgument(
+            "cfg.job_type", f"expected {MULTINODE} or {CONTAINER}, got {job_type!r}"
+        )
+    if job_type == CONTAINER and replicas > 1:
+        raise InvalidArgument(
+            "cfg.job_type",
+            f"a container job runs one replica, the app has {replicas}: use {MULTINODE}",
+        )
+    return job_type == MULTINODE
+
+
 def build(app: AppDef, opts: BatchOpts, *, session: str, user: str) -> BatchRequest:
     """The job definition and submit request of `app`. Raises InvalidArgument for what Batch
     cannot run (over its limits, no image, no memory, an unknown device, bad options)."""
@@ -275,9 +302,9 @@ def build(app: AppDef, opts: BatchOpts, *, session: str, user: str) -> BatchRequ
     if not opts.queue:
         raise InvalidArgument("cfg.queue", "the job queue is required")
 
+    multinode = _multinode(opts.job_type, total)
     name = job_name(app.name)
     app_id = f"{opts.queue}:{name}"
-    multinode = total > 1
     containers = []
     role_nodes = []
     first = 0

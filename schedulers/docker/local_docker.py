@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import typing
@@ -52,11 +53,12 @@ from txd.schedulers.api import (
     Subscribed,
     is_terminal,
 )
-from txd.schedulers.docker import request
+from txd.schedulers.docker import pulls, request
 from txd.schedulers.docker.event_states import EventStates
 from txd.schedulers.docker.request import (
     CANCELLED_LABEL,
     NAME,
+    STOPPED_LABEL,
     DockerJob,
     DockerOpts,
     network_name,
@@ -66,7 +68,6 @@ from txd.schedulers.docker.status import (
     Batch,
     as_listed,
     by_app,
-    exit_code,
     from_containers,
     network_of,
 )
@@ -148,6 +149,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
     async def _submit_dryrun(
         self, app: AppDef, opts: DockerOpts, ctx: SubmitContext
     ) -> DryRunInfo[DockerJob]:
+        pulls.check(opts.pull)
         req = request.build(app, opts, ctx, self.session_name)
         return DryRunInfo(app=app, request=req, opts=opts, render=req.render)
 
@@ -163,7 +165,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
 
     async def schedule(self, dryrun: DryRunInfo[DockerJob]) -> Submitted:
         req = dryrun.request
-        await self._ensure_images(req)
+        await self._ensure_images(req, dryrun.opts.pull)
         network_made = False
         made: list[str] = []
         try:
@@ -194,16 +196,30 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         }
         return Submitted(req.app_id, native)
 
-    async def _ensure_images(self, req: DockerJob) -> None:
-        """Pulls the images the engine lacks, before anything is created."""
+    async def _ensure_images(self, req: DockerJob, policy: str) -> None:
+        """Pulls the images the `pull` policy asks for (docker.pulls), before anything is
+        created; an image that still cannot run fails the run, naming it and why."""
         for image, path in req.images.items():
-            if await self.engine.has_image(image):
+            info = await self.engine.image(image)
+            if not pulls.wants_pull(image, info, policy):
+                if info is None:
+                    raise InvalidArgument(
+                        path, f"image {image!r} is not on the Docker engine, and pull=never"
+                    )
                 continue
             try:
                 await self.engine.pull(image)
             except EngineError as e:
+                if info is None:
+                    raise InvalidArgument(
+                        path,
+                        f"image {image!r} is not on the Docker engine and pulling it failed: {e}",
+                    ) from e
                 raise InvalidArgument(
-                    path, f"image {image!r} is not on the Docker engine and pulling it failed: {e}"
+                    path,
+                    f"pulling image {image!r} failed: {e}. The engine's copy may be stale, and "
+                    "pull=always asks for the registry's: set pull=missing to run the "
+                    "engine's copy",
                 ) from e
 
     # -- observation ------------------------------------------------------------------------
@@ -263,16 +279,16 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
     async def _fold(
         self, groups: Mapping[str, Sequence[Mapping[str, Any]]]
     ) -> dict[str, AppStatus]:
-        stopped = [
-            a
-            for a, cs in groups.items()
-            if any(exit_code(c) not in (0, None) or c.get("State") == "dead" for c in cs)
-        ]
-        cancelled: set[str] = set()
-        if stopped:  # only then can a cancel marker matter
+        ended = [a for a, cs in groups.items() if any(c.get("State") not in LIVE for c in cs)]
+        cancelled: dict[str, list[str]] = {}
+        if ended:  # only then can a cancel marker matter
             for vol in await self.engine.volumes([CANCELLED_LABEL]):
-                cancelled.add((vol.get("Labels") or {}).get("txd.app_id", ""))
-        return {a: from_containers(a, cs, a in cancelled) for a, cs in groups.items()}
+                labels = vol.get("Labels") or {}
+                cancelled[labels.get("txd.app_id", "")] = _stopped(labels)
+        return {
+            a: from_containers(a, cs, a in cancelled, cancelled.get(a, ()))
+            for a, cs in groups.items()
+        }
 
     def _vanished(self, job: Job) -> Described:
         """A job with no container left: unknown if txd never made or deleted it; else removed
@@ -344,7 +360,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         if not live:
             return
         # Before the stops: a container seen stopped is then known to be cancelled.
-        await self.engine.create_volume(request.cancel_marker(job.app_id))
+        await self.engine.create_volume(request.cancel_marker(job.app_id, live))
         for name in live:  # returns at once; the stops are pushed as they happen
             self.spawn(self._stop(name), f"stop {name}")
 
@@ -387,6 +403,16 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         except BackendUnavailable as e:
             return f"no Docker engine answers: {e}"
         return ""
+
+
+def _stopped(labels: Mapping[str, str]) -> list[str]:
+    """The containers a cancel marker says the cancel stopped (none on a marker made before
+    txd recorded them)."""
+    try:
+        names = json.loads(labels.get(STOPPED_LABEL) or "[]")
+    except ValueError:
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
 
 
 def create_scheduler(session_name: str, **kwargs: Any) -> DockerScheduler:

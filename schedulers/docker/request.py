@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,9 @@ RANK0_ENV = "TORCHX_RANK0_HOST"
 DEFAULT_NETWORK = "default"
 # On the marker volume of a cancelled job (labels cannot change after create).
 CANCELLED_LABEL = "txd.cancelled"
+# On the marker too: the containers the cancel stopped (a JSON list of names), which are
+# CANCELLED even when they exit 0 on SIGTERM (they had the stop grace to checkpoint).
+STOPPED_LABEL = "txd.stopped"
 _SIZE = re.compile(r"(\d+)([bkmg]?)", re.IGNORECASE)
 _NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]")
 
@@ -50,7 +54,17 @@ class DockerOpts:
     shm_size: str | None = opt(
         None, "size of /dev/shm (bytes, or with k, m, g; default: the role's memory if set)"
     )
-    stop_timeout: int = opt(2, "seconds a cancelled container gets after SIGTERM before SIGKILL")
+    stop_timeout: int = opt(
+        10,
+        "seconds a cancelled container gets after SIGTERM before SIGKILL (10: TorchX's and "
+        "docker stop's)",
+    )
+    pull: str = opt(
+        "always",
+        "which images a run pulls first: always (TorchX's: a tag moved in its registry runs "
+        "anew; an image built here and never pushed runs as built; a failed pull fails the "
+        "run), missing (only images the engine lacks), never",
+    )
     image_repo: str | None = opt(
         None,
         "with a workspace: tag its image <image_repo>:<key> and push it there "
@@ -109,12 +123,18 @@ def marker_name(app_id: str) -> str:
     return f"{network_name(app_id)}-cancelled"
 
 
-def cancel_marker(app_id: str) -> dict[str, Any]:
-    """The volume that says the job was cancelled: made before its containers are stopped, so
-    that a container seen stopped is then known to be cancelled, after a restart too."""
+def cancel_marker(app_id: str, stopped: Sequence[str] = ()) -> dict[str, Any]:
+    """The volume that says the job was cancelled: made before its containers (`stopped`) are
+    stopped, so that a container seen stopped is then known to be cancelled, after a restart
+    too."""
     return {
         "Name": marker_name(app_id),
-        "Labels": {"txd.scheduler": NAME, "txd.app_id": app_id, CANCELLED_LABEL: "1"},
+        "Labels": {
+            "txd.scheduler": NAME,
+            "txd.app_id": app_id,
+            CANCELLED_LABEL: "1",
+            STOPPED_LABEL: json.dumps(sorted(stopped)),
+        },
     }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ def exit_code(c: Mapping[str, Any]) -> int | None:
 
 
 def _replica(
-    role: str, k: int, name: str, c: Mapping[str, Any] | None, cancelled: bool
+    role: str, k: int, name: str, c: Mapping[str, Any] | None, cancelled: bool, stopped: bool
 ) -> ReplicaStatus:
     rep = ReplicaStatus(id=k, role=role, hostname=name)
     if c is None:
@@ -45,7 +45,7 @@ def _replica(
         code = exit_code(c)
         if code is not None:
             rep.exit_code = code
-        if code == 0:
+        if code == 0 and not stopped:
             rep.state = AppState.SUCCEEDED
         else:
             rep.state = AppState.CANCELLED if cancelled else AppState.FAILED
@@ -53,10 +53,15 @@ def _replica(
 
 
 def from_containers(
-    app_id: str, containers: Sequence[Mapping[str, Any]], cancelled: bool
+    app_id: str,
+    containers: Sequence[Mapping[str, Any]],
+    cancelled: bool,
+    stopped: Collection[str] = (),
 ) -> AppStatus:
     """The app's status from its containers (at least one): every replica its labels name,
-    those whose container is gone as FAILED."""
+    those whose container is gone as FAILED. `cancelled`: txd cancelled the app, so a replica
+    that exited non-zero is CANCELLED, and so is one the cancel stopped (a name in `stopped`)
+    that exited 0."""
     by_key = {}
     for c in containers:
         labels = c.get("Labels") or {}
@@ -74,7 +79,7 @@ def from_containers(
         for k in range(n):
             found = by_key.get((role, k))
             name = found["Names"][0].lstrip("/") if found else container_name(app_id, role, k)
-            replicas.append(_replica(role, k, name, found, cancelled))
+            replicas.append(_replica(role, k, name, found, cancelled, name in stopped))
     out = app_status(app_id, replicas)
     if out.state == AppState.CANCELLED:
         out.msg = "cancelled by request"

@@ -155,14 +155,14 @@ class Engine:
 
     # -- images, networks, volumes --------------------------------------------------------
 
-    async def has_image(self, name: str) -> bool:
+    async def image(self, name: str) -> dict[str, Any] | None:
+        """The engine's inspect data of an image, None when it lacks it."""
         try:
             async with self._call("images.inspect"):
-                await self._client().images.inspect(name)
-            return True
+                return dict(await self._client().images.inspect(name))
         except EngineError as e:
             if e.status == 404:
-                return False
+                return None
             raise
 
     async def pull(self, name: str) -> None:

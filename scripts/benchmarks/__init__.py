@@ -7,8 +7,9 @@ Starts its own daemon (`python -m txd.daemon` on a temporary socket and state di
 prints a table (figure, target, met?) and stops the daemon with SIGTERM. Areas (--only), one
 module each under areas/:
 
-  cli     `txctl run --wait utils.echo` vs `torchx run -s local_cwd utils.echo` (torchx from PyPI
-          in its own venv, .bench/torchx-venv, created when missing), and `txctl status` wall time
+  cli     `txctl run --wait utils.echo` vs `torchx run -s local_cwd utils.echo` (TorchX 0.7
+          in its own venv, .torchx-venv, made by scripts/torchx-venv when missing), and
+          `txctl status` wall time
   submit  local_cwd submissions/s through AsyncClient with 50 concurrent callers (state dir in
           the temp dir, and again on tmpfs /dev/shm to separate daemon cost from filesystem cost)
   logs    a finished job's 2,000,000 x 100-byte-line log read by AsyncClient.logs vs `cat`;

@@ -36,12 +36,13 @@ from benchmarks.areas import (
     tcp,
     watchmem,
 )
-from benchmarks.common import BENCH_DIR, HEADER, log
+from benchmarks.common import HEADER, log
 from benchmarks.context import Context
 from benchmarks.daemons import stop
 from benchmarks.machine import machine_info
 from benchmarks.output import text_table, write_out
 from benchmarks.sidebyside import open_tree
+from benchmarks.torchx import TORCHX_VENV
 
 ALL = (
     "cli",
@@ -191,8 +192,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--torchx-venv",
-        default=str(BENCH_DIR / "torchx-venv"),
-        help="venv for torchx from PyPI (default %(default)s)",
+        default=str(TORCHX_VENV),
+        help="TorchX 0.7's venv, made by scripts/torchx-venv when missing (default %(default)s, "
+        "shared with the compatibility suite)",
     )
     p.add_argument(
         "--base-tree",

@@ -198,12 +198,9 @@ def test_aws_batch_request_carries_every_value_exactly(replicas: int) -> None:
     req = batch_build(
         nasty_app(image="x.ecr/y:1", replicas=replicas), BatchOpts(queue="q"), session="s", user="u"
     )
-    if replicas == 1:
-        containers = [req.job_definition["containerProperties"]]
-    else:
-        containers = [
-            n["container"] for n in req.job_definition["nodeProperties"]["nodeRangeProperties"]
-        ]
+    containers = [  # a multi-node job, one replica too
+        n["container"] for n in req.job_definition["nodeProperties"]["nodeRangeProperties"]
+    ]
     for container in containers:
         assert container["command"] == [sys.executable, "-c", REPORT, *nasty_args()]
         env = {e["name"]: e["value"] for e in container["environment"]}

@@ -11,7 +11,8 @@
 - `make_batch_daemon(endpoint)`: a txd whose aws_batch talks to moto (or a proxy before it).
 
 moto 5.2.5's gaps (tests/schedulers/aws document where each one is worked around): all nodes of a
-multi-node job log into one stream, AWS_BATCH_JOB_NODE_INDEX is not set, logs reach CloudWatch
+multi-node job log into one stream, AWS_BATCH_JOB_NODE_INDEX and friends are not set (the server
+is started through moto_batch_nodes, which sets them as Batch does), logs reach CloudWatch
 only after a container exits (with each line stripped of surrounding blanks), retryStrategy
 is ignored, describe_jobs has no exitCode.
 """
@@ -21,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -65,9 +65,9 @@ def _free_port() -> int:
     return int(out.stdout.split()[0])
 
 
-def _moto_server() -> str:
-    found = Path(sys.executable).with_name("moto_server")
-    return str(found) if found.exists() else shutil.which("moto_server") or "moto_server"
+def _moto_server() -> list[str]:
+    """moto_server, with Batch's node variables on multi-node jobs (moto_batch_nodes)."""
+    return [sys.executable, str(Path(__file__).with_name("moto_batch_nodes.py"))]
 
 
 @dataclass
@@ -107,7 +107,7 @@ class Moto:
         }
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [_moto_server(), "-H", "127.0.0.1", "-p", str(self.port)],
+                [*_moto_server(), "-H", "127.0.0.1", "-p", str(self.port)],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -219,6 +219,37 @@ async def test_a_multi_node_job_runs_every_node(batch_client: Any, batch_queue: 
     assert sorted(logs.splitlines()) == [b"ps", b"trainer 0", b"trainer 0"]
 
 
+NODE_VARS = (
+    "echo node=$AWS_BATCH_JOB_NODE_INDEX num=$AWS_BATCH_JOB_NUM_NODES "
+    "main=$AWS_BATCH_JOB_MAIN_NODE_INDEX rank=${replica_id}"
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "printed"),
+    [
+        # By default a one-node multi-node job, as TorchX submits it: Batch sets the variables.
+        ({}, b"node=0 num=1 main=0 rank=0\n"),
+        # A container job (for Fargate): Batch sets none; ${replica_id} is 0 all the same.
+        ({"job_type": "container"}, b"node= num= main= rank=0\n"),
+    ],
+)
+async def test_a_single_replica_sees_batchs_node_variables(
+    batch_client: Any, batch_queue: Queue, extra: dict[str, Any], printed: bytes
+) -> None:
+    """What a script written for TorchX reads on one node (moto sets the variables as Batch
+    does through moto_batch_nodes)."""
+    handle = await batch_client.run(
+        sh_app(NODE_VARS, "nodevars"), SCHED, {**cfg(batch_queue), **extra}
+    )
+    final = await batch_client.wait(handle, timeout=60)
+    assert final.state == AppState.SUCCEEDED, final
+    assert [(r.role, r.id, r.state) for r in final.roles[0].replicas] == [
+        ("main", 0, AppState.SUCCEEDED)
+    ]
+    assert await read_logs(batch_client, handle) == printed
+
+
 async def test_a_restarted_daemon_follows_its_running_job_to_the_end(
     moto: Moto, batch_queue: Queue
 ) -> None:

@@ -8,6 +8,7 @@ them after a deliberate change with
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,9 +70,12 @@ CASES = {
             job_role_arn="arn:aws:iam::123456789012:role/job",
             execution_role_arn="arn:aws:iam::123456789012:role/exec",
             timeout=3600,
+            job_type="container",
         ),
     ),
     "multinode": (multinode_app, BatchOpts(queue="cpu-q", user="bob")),
+    # One replica, by default a one-node multi-node job (TorchX's), Batch's node variables set.
+    "single": (container_app, BatchOpts(queue="gpu-q", user="alice")),
 }
 
 
@@ -131,6 +135,33 @@ def test_bad_options_are_refused(opts: BatchOpts, field: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         build(container_app(), opts, session="s", user="u")
     assert e.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("app", "job_type", "message"),
+    [
+        (container_app, "fargate", "cfg.job_type: expected multinode or container, got 'fargate'"),
+        (
+            multinode_app,
+            "container",
+            "cfg.job_type: a container job runs one replica, the app has 4",
+        ),
+    ],
+)
+def test_a_job_type_batch_cannot_run_is_refused(
+    app: Callable[[], AppDef], job_type: str, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        build(app(), BatchOpts(queue="q", job_type=job_type), session="s", user="u")
+    assert str(e.value).startswith(message), e.value
+
+
+def test_retries_are_attempts_minus_one() -> None:
+    """max_retries=1 is two attempts (TorchX asks for max(max_retries, 1): one)."""
+    app = multinode_app()
+    app.roles[1].max_retries = 1
+    req = build(app, BatchOpts(queue="q"), session="s", user="u")
+    assert req.job_definition["retryStrategy"] == {"attempts": 2}
 
 
 def _update_golden() -> None:
