@@ -224,6 +224,8 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
 
     async def _upload(self, upload: SourceUpload, opts: SageMakerOpts) -> None:
         """Packs the source directory and puts it at upload.uri, as the SDK does."""
+        if why := upload.missing_script():
+            raise InvalidArgument("app.roles[0].args[0]", why)
         fd, path = tempfile.mkstemp(prefix="txd-sourcedir-", suffix=".tar.gz")
         os.close(fd)
         field = "cfg.code_location" if opts.code_location else "cfg.output_path"

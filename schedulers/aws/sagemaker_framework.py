@@ -319,10 +319,6 @@ def _upload(
     field = "cfg.source_dir" if opts.source_dir else "workspace"
     if not os.path.isdir(source):
         raise InvalidArgument(field, f"{source!r} is not a directory on txd's host")
-    if not os.path.isfile(os.path.join(source, script)):
-        raise InvalidArgument(
-            "app.roles[0].args[0]", f"no file named {script!r} in the source directory {source}"
-        )
     deps = tuple(_local(d, cwd) for d in opts.dependencies)
     for dep in deps:
         if not os.path.exists(dep):
@@ -342,6 +338,7 @@ def _upload(
         extra["ExpectedBucketOwner"] = account
     return SourceUpload(
         source_dir=source,
+        script=script,
         bucket=bucket,
         key=_join(prefix, name, "source", ARCHIVE),
         dependencies=deps,

@@ -26,6 +26,7 @@ class SourceUpload:
     source_dir: str
     bucket: str
     key: str
+    script: str = ""  # the entry point, relative to source_dir
     dependencies: tuple[str, ...] = ()
     extra: dict[str, str] = field(default_factory=dict)
     default_bucket: bool = False
@@ -43,11 +44,21 @@ class SourceUpload:
             extra={k: v.replace(old, new) for k, v in self.extra.items()},
         )
 
+    def missing_script(self) -> str:
+        """Why the script cannot run from the source directory ("" when it can): the SDK
+        refuses to submit then. A dry run only says so (TorchX's dry run does not look)."""
+        if not self.script or os.path.isfile(os.path.join(self.source_dir, self.script)):
+            return ""
+        return f"no file named {self.script!r} in the source directory {self.source_dir}"
+
     def describe(self) -> str:
         """One line for a dry run: what would be packed and where it would go."""
         files, size = count(self.members())
         deps = "".join(f" + {d}" for d in self.dependencies)
-        return f"would upload {self.source_dir}{deps} ({files} file(s), {size} B) to {self.uri}"
+        line = f"would upload {self.source_dir}{deps} ({files} file(s), {size} B) to {self.uri}"
+        if why := self.missing_script():
+            line += f" ({why}: a run is refused)"
+        return line
 
     def members(self) -> list[tuple[str, str]]:
         """(path, name in the archive) of each top-level entry, in the order they are packed."""

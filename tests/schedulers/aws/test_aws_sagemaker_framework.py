@@ -222,3 +222,18 @@ async def test_a_missing_bucket_is_named_and_no_job_is_made(
     assert e.value.field == "cfg.code_location"
     assert "s3://no-such-bucket/code/" in str(e.value)
     assert standin.calls["CreateTrainingJob"] == before and not sent
+
+
+async def test_a_missing_script_is_refused_before_anything_is_uploaded(
+    fw_client: Any, standin: StandIn, sent: dict[str, dict[str, Any]], root: Path
+) -> None:
+    from txd.client import InvalidArgumentError
+
+    spec = {**spec_in("default", root), "args": ["missing.py"]}
+    before = dict(standin.calls)
+    with pytest.raises(InvalidArgumentError) as e:
+        await fw_client.run(app_of(spec), "aws_sagemaker", spec["cfg"], cwd=spec["cwd"])
+    assert e.value.field == "app.roles[0].args[0]"
+    assert "no file named 'missing.py'" in str(e.value)
+    assert not sent
+    assert not [p for p, n in standin.calls.items() if n != before.get(p) and "source" in p]

@@ -103,7 +103,6 @@ def test_a_source_dir_in_s3_is_not_uploaded(root: Path) -> None:
         ([], "app.roles[0].args", "needs the script"),
         (["train.py", "data"], "app.roles[0].args[1]", "'data' has no value"),
         (["train.py", "-v", "1"], "app.roles[0].args[1]", "'-v': framework mode passes args"),
-        (["missing.py"], "app.roles[0].args[0]", "no file named 'missing.py'"),
     ],
 )
 def test_what_framework_mode_cannot_run_is_refused_by_name(
@@ -114,6 +113,18 @@ def test_what_framework_mode_cannot_run_is_refused_by_name(
         build(spec)
     assert err.value.field == field
     assert says in str(err.value)
+
+
+def test_a_missing_script_is_said_not_refused_offline(root: Path) -> None:
+    """As TorchX's dry run, which does not look; the run is refused (the SDK's check)."""
+    spec = {**spec_in("default", root), "args": ["missing.py"]}
+    upload = build(spec).upload
+    assert upload is not None
+    assert upload.missing_script() == (
+        f"no file named 'missing.py' in the source directory {spec['cwd']}"
+    )
+    assert upload.describe().endswith(": a run is refused)")
+    assert build(spec_in("default", root)).upload.missing_script() == ""  # type: ignore[union-attr]
 
 
 def test_bad_paths_are_refused_by_name(root: Path) -> None:
