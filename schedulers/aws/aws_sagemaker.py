@@ -49,7 +49,12 @@ from txd.schedulers.api import (
 from txd.schedulers.aws.client import Aws, AwsSettings
 from txd.schedulers.aws.cloudwatch import read_stream
 from txd.schedulers.aws.rotation import Rotation
-from txd.schedulers.aws.sagemaker_framework import ACCOUNT, default_bucket, framework_job
+from txd.schedulers.aws.sagemaker_framework import (
+    ACCOUNT,
+    REGION,
+    default_bucket,
+    framework_job,
+)
 from txd.schedulers.aws.sagemaker_request import (
     ROLE_TAG,
     SCHEDULER_TAG,
@@ -158,12 +163,7 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         if opts.mode == "container":
             job = training_job(app, opts, session=self.session_name)
         else:
-            region = self.aws.region()
-            if not region:
-                raise FailedPrecondition(
-                    f"{self.name}: no AWS region (framework mode names it in the request): set "
-                    f"[schedulers.{self.name}] region, or AWS_REGION in txd's environment"
-                )
+            region = self.aws.region() or REGION  # a run without one is refused (schedule)
             job = await asyncio.to_thread(
                 framework_job, app, opts, ctx, session=self.session_name, region=region
             )
@@ -191,6 +191,11 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         job = dryrun.request
         request, upload = job.request, job.upload
         text = json.dumps(request)
+        if REGION in text:
+            raise FailedPrecondition(
+                f"{self.name}: no AWS region (framework mode names it in the request): set "
+                f"[schedulers.{self.name}] region, or AWS_REGION in txd's environment"
+            )
         if ACCOUNT in text or (upload and ACCOUNT in upload.uri):
             account = await self._account()
             request = json.loads(text.replace(ACCOUNT, account))

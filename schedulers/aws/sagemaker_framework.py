@@ -14,7 +14,8 @@ Debugger hook and the profiler writing to output_path (unless turned off, or the
 neither); and uploads the source directory as `<prefix>/<job>/source/sourcedir.tar.gz`
 (sagemaker_source) to code_location's bucket, else output_path's, else its default bucket
 `sagemaker-<region>-<account>` (whose output path is `s3://<that bucket>/`). The account is
-only known from AWS (STS): a request that needs it holds ACCOUNT until the job is submitted.
+only known from AWS (STS): a request that needs it holds ACCOUNT until the job is submitted;
+a dry run on a daemon with no region holds REGION (TorchX's dry run needs none either).
 
 Where txd differs on purpose: ${app_id} and the other macros are substituted (TorchX sends
 them as they are), base_job_name is the name's prefix (TorchX ignores it), the role's
@@ -39,6 +40,7 @@ from txd.schedulers.errors import InvalidArgument
 from txd.v1.app_pb2 import AppDef
 
 ACCOUNT = "<account>"  # stands for the caller's AWS account until STS says which
+REGION = "<region>"  # stands for the region in a dry run on a daemon that has none set
 JOB_ID_ENV = "TORCHX_JOB_ID"
 # The SDK's fw_utils: regions without SageMaker Debugger and its profiler.
 NO_DEBUGGER = frozenset(

@@ -237,3 +237,27 @@ async def test_a_missing_script_is_refused_before_anything_is_uploaded(
     assert "no file named 'missing.py'" in str(e.value)
     assert not sent
     assert not [p for p, n in standin.calls.items() if n != before.get(p) and "source" in p]
+
+
+async def test_without_a_region_a_dry_run_works_and_a_run_is_refused(root: Path) -> None:
+    """As TorchX's dry run, which needs no region; SageMaker needs one to run."""
+    from txd.client import FailedPreconditionError
+
+    spec = spec_in("default", root)
+    env = {k: v for k, v in aws_env().items() if "REGION" not in k}
+    d = Daemon(
+        short_tmpdir("txd-smreg-"),
+        env=env,
+        args=["--set", "aws_sagemaker.endpoint_url=http://127.0.0.1:9"],  # nothing listens
+    ).start()
+    try:
+        async with d.client() as c:
+            info = await c.dryrun(app_of(spec), "aws_sagemaker", spec["cfg"], cwd=spec["cwd"])
+            with pytest.raises(FailedPreconditionError) as e:
+                await c.run(app_of(spec), "aws_sagemaker", spec["cfg"], cwd=spec["cwd"])
+    finally:
+        d.close()
+        remove_tree(d.root)
+    assert '"sagemaker_region": "\\"<region>\\""' in info.request
+    assert "s3://sagemaker-<region>-<account>/" in info.request
+    assert "no AWS region" in str(e.value)
