@@ -177,7 +177,9 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         In framework mode the workspace is the uploaded source directory (unless source_dir
         names another), and an image is built only when image_repo is set (as TorchX)."""
         if opts.mode == "framework" and not opts.image_repo:
-            return app, "" if opts.source_dir else f"the job's source directory: {ctx.workspace}"
+            if opts.source_dir:
+                return app, f"workspace not used: source_dir ({opts.source_dir}) is the job's code"
+            return app, f"the job's source directory: {ctx.workspace}"
         if not opts.image_repo:
             raise InvalidArgument(
                 "cfg.image_repo",
