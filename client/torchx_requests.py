@@ -191,7 +191,7 @@ class SageMakerJob:
 
 def _aws_sagemaker(text: str, app: AppDef, cfg: Mapping[str, Any]) -> Any:
     """AWSSageMakerJob: `.job_def` is txd's CreateTrainingJob request (TorchX's is the SDK
-    estimator's arguments: txd runs the container, not SageMaker's framework mode)."""
+    estimator's arguments; txd writes the request the SDK would make of them itself)."""
     cls: Callable[..., Any]
     try:
         from torchx.schedulers.aws_sagemaker_scheduler import AWSSageMakerJob
