@@ -63,7 +63,7 @@ from txd.schedulers.aws.sagemaker_request import (
     tag_map,
     training_job,
 )
-from txd.schedulers.aws.sagemaker_source import SourceUpload, pack
+from txd.schedulers.aws.sagemaker_source import LinkCycle, SourceUpload, pack
 from txd.schedulers.aws.sagemaker_status import app_status
 from txd.schedulers.errors import (
     BackendUnavailable,
@@ -149,7 +149,11 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
         info = await super().submit_dryrun(app, cfg, ctx, build_workspace=build_workspace)
         upload = info.request.upload
         if upload is not None and not build_workspace:
-            line = await asyncio.to_thread(upload.describe)
+            try:
+                line = await asyncio.to_thread(upload.describe)
+            except LinkCycle as e:
+                field = "cfg.source_dir" if info.opts.source_dir else "workspace"
+                raise InvalidArgument(field, f"cannot pack it: {e}") from None
             info.workspace = "\n".join(filter(None, [info.workspace, line]))
         return info
 
@@ -253,9 +257,10 @@ class SageMakerScheduler(Scheduler[SageMakerOpts, TrainingJob]):
                 raise InvalidArgument(
                     field, f"cannot upload the code to {upload.uri}: {e}"
                 ) from None
-        except OSError as e:
+        except (OSError, LinkCycle) as e:
             raise InvalidArgument(
-                "cfg.source_dir", f"cannot pack {upload.source_dir}: {e}"
+                "cfg.source_dir" if opts.source_dir else "workspace",
+                f"cannot pack {upload.source_dir}: {e}",
             ) from None
         finally:
             with contextlib.suppress(OSError):

@@ -68,23 +68,51 @@ class SourceUpload:
         return out
 
 
+class LinkCycle(ValueError):
+    """A directory link that leads back into its own ancestors: packing would never end."""
+
+
 def count(members: list[tuple[str, str]]) -> tuple[int, int]:
-    """Files and bytes below the members, links followed (what the archive will hold)."""
+    """Files and bytes below the members, links followed (what the archive will hold).
+    Raises LinkCycle for a directory reached again through a link below itself; an entry
+    that cannot be read counts as 0 bytes (packing it fails and says so)."""
     files = size = 0
     for path, _ in members:
-        if os.path.isdir(path):
-            for root, _dirs, names in os.walk(path, followlinks=True):
-                for name in names:
-                    files += 1
-                    size += os.path.getsize(os.path.join(root, name))
-        elif os.path.exists(path):
+        if not os.path.isdir(path):
             files += 1
-            size += os.path.getsize(path)
+            size += _size(path)
+            continue
+        # (directory, the real paths of it and its ancestors): a bounded walk, links followed
+        stack = [(path, frozenset({os.path.realpath(path)}))]
+        while stack:
+            directory, above = stack.pop()
+            try:
+                entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir():  # follows links
+                    real = os.path.realpath(entry.path)
+                    if real in above:
+                        raise LinkCycle(f"{entry.path} links back to {real}")
+                    stack.append((entry.path, above | {real}))
+                else:
+                    files += 1
+                    size += _size(entry.path)
     return files, size
 
 
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 def pack(upload: SourceUpload, target: str) -> None:
-    """Writes the gzipped tar of `upload`'s members to `target` (blocking)."""
+    """Writes the gzipped tar of `upload`'s members to `target` (blocking). Raises LinkCycle
+    (before writing) for a link cycle, OSError for what cannot be read."""
+    count(upload.members())
     with tarfile.open(target, mode="w:gz", dereference=True) as tar:
         for path, name in upload.members():
             tar.add(path, arcname=name)

@@ -150,3 +150,32 @@ def test_macros_are_substituted(root: Path) -> None:
     """A txd difference: TorchX passes ${app_id} through as it is."""
     spec = {**spec_in("default", root), "args": ["train.py", "--run", "${app_id}"]}
     assert build(spec).request["HyperParameters"]["run"] == f'"{NAME}"'
+
+
+def test_the_archive_holds_what_the_dry_run_counts(root: Path, tmp_path: Path) -> None:
+    import tarfile
+
+    from txd.schedulers.aws.sagemaker_source import count, pack
+
+    job = build(spec_in("source-dir", root))
+    assert job.upload is not None
+    target = str(tmp_path / "out.tar.gz")
+    pack(job.upload, target)
+    with tarfile.open(target) as tar:
+        files = [m for m in tar.getmembers() if m.isfile()]
+        names = sorted(m.name for m in tar.getmembers())
+    assert count(job.upload.members()) == (len(files), sum(m.size for m in files))
+    assert names == ["entry.py", "lib1", "lib1/util.py"]
+
+
+def test_a_link_cycle_is_refused_not_followed_forever(root: Path, tmp_path: Path) -> None:
+    from txd.schedulers.aws.sagemaker_source import LinkCycle, pack
+
+    (root / "wd" / "pkg" / "loop").symlink_to("..")
+    job = build(spec_in("default", root))
+    assert job.upload is not None
+    with pytest.raises(LinkCycle, match="links back to"):
+        job.upload.describe()
+    with pytest.raises(LinkCycle):
+        pack(job.upload, str(tmp_path / "out.tar.gz"))
+    assert not (tmp_path / "out.tar.gz").exists()
