@@ -73,6 +73,8 @@ async def build(
             env.setdefault("PYTHONUNBUFFERED", "x")
             env[REPLICA_ENV] = str(log)
             env.setdefault("TORCHELASTIC_ERROR_FILE", f"{log}.error.json")
+            if "PET_LOG_DIR" not in r.env:  # torchrun's --log_dir, in the app's folder as TorchX
+                env["PET_LOG_DIR"] = str(app_dir / "torchelastic" / role.name)
             env["PATH"] = _join_path(
                 r.env.get("PATH", ""),
                 ctx.env.get("PATH", ""),

@@ -239,10 +239,11 @@ def txd_app_dict(app: Any) -> dict[str, Any]:
         app, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
     )
     for r in d["roles"]:
-        res = r["resource"]
-        res["memMB"] = int(res.pop("mem_mb"))
-        if not res.get("named"):
-            res.pop("named", None)
+        res = r.get("resource")  # None for a role without one (metrics.tensorboard)
+        if res is not None:
+            res["memMB"] = int(res.pop("mem_mb"))
+            if not res.get("named"):
+                res.pop("named", None)
         r["mounts"] = [
             {"kind": kind, **fields} for m in r.get("mounts", []) for kind, fields in m.items()
         ]

@@ -128,6 +128,7 @@ def dryrun(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _app_dict(app: Any) -> dict[str, Any]:
     """A TorchX AppDef as plain JSON (None fields left out; mounts with their kind)."""
+    from torchx import specs
 
     def mount(m: Any) -> dict[str, Any]:
         kind = type(m).__name__.replace("Mount", "").lower()
@@ -136,7 +137,9 @@ def _app_dict(app: Any) -> dict[str, Any]:
     def role(r: Any) -> dict[str, Any]:
         d = {f.name: getattr(r, f.name) for f in dataclasses.fields(r)}
         d["retry_policy"] = r.retry_policy.name
-        d["resource"] = _jsonable(r.resource)
+        # TorchX's NULL_RESOURCE (cpu, gpu, memMB -1) is "no resource", txd's unset field.
+        null = _jsonable(specs.NULL_RESOURCE)
+        d["resource"] = None if _jsonable(r.resource) == null else _jsonable(r.resource)
         d["mounts"] = [mount(m) for m in r.mounts]
         return {k: _jsonable(v) for k, v in d.items() if v is not None}
 

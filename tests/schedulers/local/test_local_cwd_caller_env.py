@@ -56,6 +56,19 @@ async def test_empty_env_means_the_daemons(client: Any, workdir: Path) -> None:
     assert out == b"daemon-value\n"
 
 
+async def test_torchrun_logs_go_in_the_apps_folder_as_torchx(client: Any, workdir: Path) -> None:
+    # TorchX's PET_LOG_DIR (torchrun's --log_dir): <app's log folder>/torchelastic/<role>, over
+    # the caller's value; a role's own value wins.
+    env = {**os.environ, "PET_LOG_DIR": "/caller/value"}
+    app = sh_app('echo "$PET_LOG_DIR"; echo "$TXD_LOCAL_REPLICA"')
+    out = (await _output(client, app, cwd=str(workdir), env=env)).decode().splitlines()
+    replica = Path(out[1])  # <app's log folder>/<role>.<k>
+    assert Path(out[0]) == replica.parent / "torchelastic" / app.roles[0].name
+    own = sh_app('echo "$PET_LOG_DIR"')
+    own.roles[0].env["PET_LOG_DIR"] = "/the/roles/own"
+    assert await _output(client, own, cwd=str(workdir), env=env) == b"/the/roles/own\n"
+
+
 async def test_role_env_overrides_caller_env(client: Any, workdir: Path) -> None:
     app = sh_app('echo "$SHARED"', env={"SHARED": "from-role"})
     out = await _output(client, app, cwd=str(workdir), env={**os.environ, "SHARED": "caller"})
