@@ -21,7 +21,6 @@ import json
 import os
 import socket
 import sys
-import tempfile
 from typing import Any
 
 # The SDK's defaults file: telemetry off (it would call AWS's own S3 bucket, not moto).
@@ -51,7 +50,8 @@ def main(endpoint: str, spec_path: str, out_path: str) -> None:
     with open(spec_path) as f:
         spec = json.load(f)
     loopback_only()
-    config = os.path.join(tempfile.mkdtemp(prefix="sdk-capture-"), "config.yaml")
+    # Beside the spec (the caller's folder, which it removes), never in the uploaded cwd.
+    config = os.path.join(os.path.dirname(os.path.abspath(spec_path)), "sdk-config.yaml")
     with open(config, "w") as f:
         f.write(SDK_CONFIG)
     os.environ["SAGEMAKER_USER_CONFIG_OVERRIDE"] = config
