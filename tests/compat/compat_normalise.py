@@ -446,10 +446,32 @@ def txd_sagemaker(text: str) -> tuple[Any, dict[str, str]]:
             parent.pop(path[-1])
     if isinstance(out.get("tags"), list):
         out["tags"] = {t["Key"]: t["Value"] for t in out["tags"]}
+    hyper = out.get("hyperparameters")
+    if hyper and "sagemaker_program" in hyper:  # framework mode: the SDK's request at fit()
+        _as_estimator(out, hyper)
     for k, v in req.items():  # what has no estimator keyword keeps its API name
         if k != "TrainingJobName" and v not in ({}, None):
             out[k] = v
     return out, {name: "<app_id>"}
+
+
+def _as_estimator(out: dict[str, Any], hyper: dict[str, str]) -> None:
+    """Framework mode's hyperparameters as the estimator's keywords (TorchX's side): the SDK
+    JSON-encodes every value at fit() and carries entry_point and distribution as
+    `sagemaker_*` keys. The other `sagemaker_*` keys it adds at fit() stay, as rows."""
+    decoded = {}
+    for k, v in hyper.items():
+        try:
+            decoded[k] = json.loads(v)
+        except ValueError:
+            decoded[k] = v
+    out["entry_point"] = decoded.pop("sagemaker_program")
+    if decoded.pop("sagemaker_torch_distributed_enabled", False):
+        out["distribution"] = {"torch_distributed": {"enabled": True}}
+    out["hyperparameters"] = {
+        k: v if k.startswith("sagemaker_") or isinstance(v, str) else json.dumps(v)
+        for k, v in decoded.items()
+    }
 
 
 Normaliser = Callable[[Any], tuple[Any, dict[str, str]]]
