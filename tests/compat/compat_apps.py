@@ -122,6 +122,10 @@ APPS = (
     App("echo", "utils.echo", ("--msg", "hello world")),
     App("sh", "utils.sh", ("echo", "$HOME", "a,b c")),
     App("python", "utils.python", ("--script", "train.py", "--", "--lr", "0.1")),
+    # A second script with hyperparameters: SageMaker's framework mode runs only scripts.
+    App(
+        "python-hp", "utils.python", ("--script", "main.py", "--", "--epochs=3", "--name", "a b,c$")
+    ),
     App("touch", "utils.touch", ("--file", "/tmp/done")),
     App("copy", "utils.copy", ("--src", "/tmp/a", "--dst", "/tmp/b")),
     App("booth", "utils.booth", ("--x1", "1.5", "--x2", "2")),
