@@ -70,6 +70,7 @@ APPWRAPPER_PHASES = {
     "Succeeded": AppState.SUCCEEDED,
     "Failed": AppState.FAILED,
     "Pending": AppState.PENDING,
+    "RunningHoldCompletion": AppState.RUNNING,  # MCAD: some items done, others still run
     "Completed": AppState.SUCCEEDED,
     "Deleted": AppState.CANCELLED,
 }

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from docker_testing import BUSYBOX
-from k8s_apps import APP_ID, build, two_role_app
+from k8s_apps import APP_ID, APPWRAPPER_SHAPES, build, two_role_app
 from k8s_testing import Cluster
 from txd.schedulers.kubernetes.objects import owned, render_yaml
 
@@ -126,7 +126,7 @@ def test_volcano_job_and_its_task_pods(k8s_cluster: Cluster, ns: str) -> None:
     ]
 
 
-@pytest.mark.parametrize("shape", ["appwrapper-v1beta2", "appwrapper-v1beta1"])
+@pytest.mark.parametrize("shape", sorted(APPWRAPPER_SHAPES))
 def test_appwrapper_and_what_it_wraps(k8s_cluster: Cluster, ns: str, shape: str) -> None:
     (aw,) = build(shape, _app(), **_opts(ns, shape))
     (created,) = _create(k8s_cluster, ns, [aw])
