@@ -12,6 +12,9 @@ txd.schedulers.kubernetes.objects, whose pod specs, labels and headless Service 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from txd.schedulers.api import num_replicas
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.kubernetes.names import app_labels, role_dns, root_meta
@@ -115,6 +118,22 @@ def appwrapper_api(version: str) -> str:
     if text == "v1beta1":
         why = f"ambiguous: {CODEFLARE_V1BETA1} (MCAD >= 1.34, TorchX's) or {MCAD_V1BETA1}"
     raise InvalidArgument("cfg.appwrapper_version", f"{why}, got {version!r}")
+
+
+def served_appwrapper_api(groups: Sequence[Mapping[str, Any]]) -> str:
+    """The AppWrapper API a cluster serves, from its API groups (GET /apis' `groups`): of
+    workload.codeflare.dev the group's preferred version among those txd knows, else
+    mcad.ibm.com/v1beta1; "" when it serves none of them."""
+    served: dict[str, list[str]] = {}
+    for group in groups:
+        preferred = str((group.get("preferredVersion") or {}).get("groupVersion", ""))
+        versions = [str(v.get("groupVersion", "")) for v in group.get("versions") or []]
+        served[str(group.get("name", ""))] = [preferred, *versions]
+    for group_name in ("workload.codeflare.dev", "mcad.ibm.com"):
+        for api in served.get(group_name, []):
+            if api in APPWRAPPER_APIS:
+                return api
+    return ""
 
 
 def appwrapper_objects(

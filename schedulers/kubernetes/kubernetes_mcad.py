@@ -60,19 +60,11 @@ class McadScheduler(KubernetesScheduler):
     async def _discovered_api(self) -> str:
         """The AppWrapper API the cluster serves (GET /apis): of workload.codeflare.dev the
         group's preferred version among those txd knows, else mcad.ibm.com/v1beta1."""
+        if not self._served_api:
+            groups = (await self._call("GET", "/apis")).get("groups") or []
+            self._served_api = crds.served_appwrapper_api(groups)
         if self._served_api:
             return self._served_api
-        groups = (await self._call("GET", "/apis")).get("groups") or []
-        served: dict[str, list[str]] = {}
-        for group in groups:
-            preferred = str((group.get("preferredVersion") or {}).get("groupVersion", ""))
-            versions = [str(v.get("groupVersion", "")) for v in group.get("versions") or []]
-            served[str(group.get("name", ""))] = [preferred, *versions]
-        for group in ("workload.codeflare.dev", "mcad.ibm.com"):
-            known = [api for api in served.get(group, []) if api in crds.APPWRAPPER_APIS]
-            if known:
-                self._served_api = known[0]
-                return known[0]
         raise InvalidArgument(
             "cfg.appwrapper_version",
             "the cluster serves no AppWrapper API (none of "

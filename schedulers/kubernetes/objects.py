@@ -211,9 +211,32 @@ def mcad_hosts_env(role_name: str) -> str:
     return f"TORCHX_MCAD_{cleaned.upper().replace('-', '')}_0_HOSTS"
 
 
-def _env(env: Mapping[str, str]) -> list[Obj]:
-    out: list[Obj] = []
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def _env_order(env: Mapping[str, str]) -> list[str]:
+    """The names by name, but each after the ones its value references as `$(NAME)`:
+    Kubernetes expands a reference only to a variable listed before it (cycles as found)."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for ref in sorted(set(_VAR_REF.findall(env[name]))):
+            if ref in env:
+                visit(ref)
+        out.append(name)
+
     for name in sorted(env):
+        visit(name)
+    return out
+
+
+def _env(env: Mapping[str, str], expand: bool = False) -> list[Obj]:
+    out: list[Obj] = []
+    for name in _env_order(env) if expand else sorted(env):
         value = env[name]
         if value.startswith(FIELD_PATH):  # TorchX strips with str.strip (characters): a prefix
             path = value.removeprefix(FIELD_PATH)
@@ -315,7 +338,7 @@ def pod_spec(
         "name": name,
         "image": r.image,
         "command": [_literal(word, pods.expand_vars) for word in (r.entrypoint, *r.args)],
-        "env": _env(env),
+        "env": _env(env, pods.expand_vars),
         "resources": {"limits": limits, "requests": requests},
         "volumeMounts": mounts,
     }

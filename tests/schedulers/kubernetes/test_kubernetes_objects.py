@@ -440,3 +440,48 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--update-golden"]:
         sys.exit(f"usage: {sys.argv[0]} --update-golden")
     _update_golden()
+
+
+def _group(name: str, *versions: str) -> dict[str, Any]:
+    """One entry of GET /apis' groups, as the apiserver lists it (preferred first)."""
+    gvs = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+@pytest.mark.parametrize(
+    ("groups", "api"),
+    [
+        ([_group("workload.codeflare.dev", "v1beta1")], "workload.codeflare.dev/v1beta1"),
+        ([_group("workload.codeflare.dev", "v1beta2")], "workload.codeflare.dev/v1beta2"),
+        ([_group("mcad.ibm.com", "v1beta1")], "mcad.ibm.com/v1beta1"),
+        # Old MCAD's group left beside the new one: the new one's.
+        (
+            [_group("mcad.ibm.com", "v1beta1"), _group("workload.codeflare.dev", "v1beta1")],
+            "workload.codeflare.dev/v1beta1",
+        ),
+        # One CRD serving both versions: the preferred.
+        (
+            [_group("workload.codeflare.dev", "v1beta2", "v1beta1")],
+            "workload.codeflare.dev/v1beta2",
+        ),
+        ([_group("workload.codeflare.dev", "v1alpha9"), _group("batch", "v1")], ""),
+        ([], ""),
+    ],
+)
+def test_served_appwrapper_api(groups: list[dict[str, Any]], api: str) -> None:
+    assert crds.served_appwrapper_api(groups) == api
+
+
+def test_expand_vars_lists_a_referenced_variable_first() -> None:
+    """Kubernetes expands `$(NAME)` in an env value only to a variable listed before it: with
+    expand_vars, each variable follows those it references (else by name)."""
+    app = two_role_app()
+    app.roles[1].env.clear()
+    app.roles[1].env.update({"A": "$(C)-$(B)", "B": "$(C)", "C": "c", "D": "$(D)"})
+    (*_, reader) = build("plain", app, expand_vars=True)
+    names_ = [e["name"] for e in reader["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names_[:4] == ["C", "B", "A", "D"]
+    (*_, reader) = build("plain", app)
+    env = reader["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env][:4] == ["A", "B", "C", "D"]
+    assert env[0]["value"] == "$$(C)-$$(B)"

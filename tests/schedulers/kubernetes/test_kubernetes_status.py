@@ -303,6 +303,12 @@ APPWRAPPER = [
     ("mcad.ibm.com/v1beta1", "state", "Completed", "SUCCEEDED"),
     ("mcad.ibm.com/v1beta1", "state", "Failed", "FAILED"),
     ("mcad.ibm.com/v1beta1", "state", "Deleted", "CANCELLED"),
+    ("workload.codeflare.dev/v1beta1", "state", "Pending", "PENDING"),
+    ("workload.codeflare.dev/v1beta1", "state", "Running", "RUNNING"),
+    ("workload.codeflare.dev/v1beta1", "state", "RunningHoldCompletion", "RUNNING"),
+    ("workload.codeflare.dev/v1beta1", "state", "Completed", "SUCCEEDED"),
+    ("workload.codeflare.dev/v1beta1", "state", "Failed", "FAILED"),
+    ("workload.codeflare.dev/v1beta1", "state", "Deleted", "CANCELLED"),
 ]
 
 
