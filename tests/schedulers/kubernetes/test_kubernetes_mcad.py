@@ -14,6 +14,7 @@ import pytest
 import yaml
 from k8s_controller import APPWRAPPERS, Controller, StatusStream, gated
 from k8s_testing import K8S_CFG, Cluster, sh_role
+from txd.schedulers.kubernetes import kubernetes_mcad
 from txd.schedulers.kubernetes.client import Kube
 from txd.v1 import AppDef, AppState
 from txd_testing import read_logs_by_replica
@@ -150,6 +151,31 @@ async def test_dryrun_uses_the_api_the_cluster_serves(k8s_client: Any) -> None:
         (await k8s_client.dryrun(app, scheduler=SCHED, cfg=cfg)).request
     )
     assert wrapper["apiVersion"] == "workload.codeflare.dev/v1beta1"
+
+
+async def test_list_names_each_app_once_across_the_versions_of_one_crd(
+    k8s_client: Any, k8s_cluster: Cluster, k8s_namespace: str, crds: list[str]
+) -> None:
+    """Both workload.codeflare.dev versions list every AppWrapper of the group (one CRD): list
+    reports each app once, whichever version made it."""
+    handles = [
+        await k8s_client.run(
+            AppDef(name="awlist", roles=[sh_role("main", "true")]),
+            scheduler=SCHED,
+            cfg={**K8S_CFG, "appwrapper_version": version},
+        )
+        for version in (V1BETA2, "workload.codeflare.dev/v1beta1")
+    ]
+    app_ids = [h.rsplit("/", 1)[1] for h in handles]
+    settings = {"kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace}
+    sched = kubernetes_mcad.create_scheduler("list", settings=settings)
+    try:
+        listed = [s.app_id for s in await sched.list()]
+    finally:
+        await sched.aclose()
+        for handle in handles:
+            await k8s_client.delete(handle)
+    assert [listed.count(a) for a in app_ids] == [1, 1], listed
 
 
 async def test_delete_removes_the_wrapper_and_what_it_wrapped(
