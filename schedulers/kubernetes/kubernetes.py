@@ -605,7 +605,8 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
 
 
 class Offline(Exception):
-    """The objects' shape depends on the API server's version, which cannot be asked."""
+    """The objects depend on what only the cluster can say (the API server's version, the
+    AppWrapper API it serves), and it cannot be asked."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -12,13 +12,20 @@ mapped (kubernetes.status).
 
 from __future__ import annotations
 
+import asyncio
+import typing
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from txd.schedulers.api import Job
 from txd.schedulers.errors import BackendUnavailable, InvalidArgument
 from txd.schedulers.kubernetes import crds, names
-from txd.schedulers.kubernetes.kubernetes import KubernetesScheduler, Offline, unavailable_reason
+from txd.schedulers.kubernetes.kubernetes import (
+    KubernetesScheduler,
+    KubeSettings,
+    Offline,
+    unavailable_reason,
+)
 from txd.schedulers.kubernetes.opts import McadOpts
 from txd.schedulers.kubernetes.status import CANCELLED_ANNOTATION
 from txd.schedulers.kubernetes.watching import PODS, SERVICES, Collection
@@ -61,7 +68,15 @@ class McadScheduler(KubernetesScheduler):
         """The AppWrapper API the cluster serves (GET /apis): of workload.codeflare.dev the
         group's preferred version among those txd knows, else mcad.ibm.com/v1beta1."""
         if not self._served_api:
-            groups = (await self._call("GET", "/apis")).get("groups") or []
+            timeout = typing.cast(KubeSettings, self.settings).api_timeout
+            try:
+                async with asyncio.timeout(timeout):
+                    groups = (await self._call("GET", "/apis")).get("groups") or []
+            except TimeoutError:
+                raise BackendUnavailable(
+                    f"{self.name}: the Kubernetes API server did not answer GET /apis within "
+                    f"{timeout:g} s"
+                ) from None
             self._served_api = crds.served_appwrapper_api(groups)
         if self._served_api:
             return self._served_api
