@@ -85,12 +85,16 @@ def call_kind(method: str, path: str, query: Mapping[str, Any] | None = None) ->
 
 class Kube:
     """One cluster connection (see `connect`). `namespace` is the context's namespace, or
-    "default"; `server` the apiserver's URL; `calls` counts every request by kind."""
+    "default", and `namespace_from` says which; `server` the apiserver's URL; `calls` counts
+    every request by kind."""
 
-    def __init__(self, api: ApiClient, namespace: str, source: str) -> None:
+    def __init__(
+        self, api: ApiClient, namespace: str, source: str, namespace_from: str = ""
+    ) -> None:
         self._api = api
         self.namespace = namespace
         self.source = source  # where the configuration came from, for messages
+        self.namespace_from = namespace_from or source
         self.server: str = api.configuration.host or ""
         self.calls: Counter[str] = Counter()
         self._closed = False
@@ -132,12 +136,14 @@ class Kube:
         except Exception as e:  # yaml, ConfigException, missing keys: all mean a bad file
             raise KubeError(0, "ConfigError", f"kubeconfig {path}: {_one_line(e)}") from e
         active = loader.current_context or {}
-        namespace = (active.get("context") or {}).get("namespace") or "default"
+        named = (active.get("context") or {}).get("namespace")
+        namespace = named or "default"
         user = (loader._user.value if loader._user is not None else {}) or {}
         if "exec" in user:
             cfg.refresh_api_key_hook = _exec_refresher(loader)
         where = f"kubeconfig {path}, context {active.get('name', context)}"
-        return cls(ApiClient(configuration=cfg), str(namespace), where)
+        origin = f"the context's ({where})" if named else f"{where} names none"
+        return cls(ApiClient(configuration=cfg), str(namespace), where, origin)
 
     @classmethod
     def _in_cluster(cls, cfg: Configuration) -> Kube:
@@ -150,10 +156,12 @@ class Kube:
             )
             raise KubeError(0, "ConfigError", msg) from e
         try:
-            namespace = _INCLUSTER_NAMESPACE.read_text().strip() or "default"
+            namespace = _INCLUSTER_NAMESPACE.read_text().strip()
         except OSError:
-            namespace = "default"
-        return cls(ApiClient(configuration=cfg), namespace, "in-cluster service account")
+            namespace = ""
+        origin = "the in-cluster service account's" if namespace else "the pod names none"
+        where = "in-cluster service account"
+        return cls(ApiClient(configuration=cfg), namespace or "default", where, origin)
 
     async def aclose(self) -> None:
         """Closes the connection pool; later calls raise KubeError. Idempotent."""

@@ -3,11 +3,17 @@ a `queue`) and an MCAD AppWrapper (kubernetes_mcad). Pure builders, no I/O, as
 txd.schedulers.kubernetes.objects, whose pod specs, labels and headless Service they wrap.
 
 - `volcano_objects`: one batch.volcano.sh/v1alpha1 Job with a task per replica, as TorchX.
-- `appwrapper_objects`: one MCAD AppWrapper (v1beta2 components or v1beta1 GenericItems)
-  wrapping a Pod per replica, the headless Service and optional coscheduler PodGroups.
+- `appwrapper_objects`: one AppWrapper wrapping a Pod per replica, the headless Service and
+  optional coscheduler PodGroups: workload.codeflare.dev/v1beta2 (components, for the
+  AppWrapper controller), or the v1beta1 shape (GenericItems, schedulingSpec) that MCAD serves
+  as workload.codeflare.dev/v1beta1 (MCAD >= 1.34, what TorchX 0.7 emits) and, before,
+  mcad.ibm.com/v1beta1.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from txd.schedulers.api import num_replicas
 from txd.schedulers.errors import InvalidArgument
@@ -22,7 +28,15 @@ from txd.schedulers.kubernetes.opts import KubernetesOpts, McadOpts
 from txd.v1.app_pb2 import AppDef
 
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
-APPWRAPPER_APIS = {"v1beta2": "workload.codeflare.dev/v1beta2", "v1beta1": "mcad.ibm.com/v1beta1"}
+CODEFLARE_V1BETA2 = "workload.codeflare.dev/v1beta2"
+CODEFLARE_V1BETA1 = "workload.codeflare.dev/v1beta1"
+MCAD_V1BETA1 = "mcad.ibm.com/v1beta1"
+# Every AppWrapper API txd builds for, in the order discovery prefers them (a cluster serves
+# one version of workload.codeflare.dev; mcad.ibm.com is older MCAD's, maybe left beside it).
+APPWRAPPER_APIS = (CODEFLARE_V1BETA2, CODEFLARE_V1BETA1, MCAD_V1BETA1)
+# What a dry run that cannot ask the cluster builds for: TorchX 0.7's.
+DEFAULT_APPWRAPPER_API = CODEFLARE_V1BETA1
+_SHORT_APIS = {"v1beta2": CODEFLARE_V1BETA2}
 PODGROUP_API = "scheduling.sigs.k8s.io/v1alpha1"
 # AppWrapper v1beta2 takes its retry count from an annotation (v1beta1: schedulingSpec).
 RETRY_LIMIT_ANNOTATION = "workload.codeflare.dev.appwrapper/retryLimit"
@@ -93,20 +107,50 @@ def volcano_objects(
 # -- MCAD AppWrapper ---------------------------------------------------------------------------
 
 
+def appwrapper_api(version: str) -> str:
+    """The AppWrapper API the appwrapper_version option names ("" for none: discovery's)."""
+    text = version.strip()
+    if not text or text in APPWRAPPER_APIS:
+        return text
+    if text in _SHORT_APIS:
+        return _SHORT_APIS[text]
+    why = f"expected one of {', '.join(APPWRAPPER_APIS)}"
+    if text == "v1beta1":
+        why = f"ambiguous: {CODEFLARE_V1BETA1} (MCAD >= 1.34, TorchX's) or {MCAD_V1BETA1}"
+    raise InvalidArgument("cfg.appwrapper_version", f"{why}, got {version!r}")
+
+
+def served_appwrapper_api(groups: Sequence[Mapping[str, Any]]) -> str:
+    """The AppWrapper API a cluster serves, from its API groups (GET /apis' `groups`): of
+    workload.codeflare.dev the group's preferred version among those txd knows, else
+    mcad.ibm.com/v1beta1; "" when it serves none of them."""
+    served: dict[str, list[str]] = {}
+    for group in groups:
+        preferred = str((group.get("preferredVersion") or {}).get("groupVersion", ""))
+        versions = [str(v.get("groupVersion", "")) for v in group.get("versions") or []]
+        served[str(group.get("name", ""))] = [preferred, *versions]
+    for group_name in ("workload.codeflare.dev", "mcad.ibm.com"):
+        for api in served.get(group_name, []):
+            if api in APPWRAPPER_APIS:
+                return api
+    return ""
+
+
 def appwrapper_objects(
-    app: AppDef, app_id: str, opts: McadOpts, *, scheduler: str, session: str
+    app: AppDef,
+    app_id: str,
+    opts: McadOpts,
+    *,
+    scheduler: str,
+    session: str,
+    api: str = "",
 ) -> list[Obj]:
-    """One AppWrapper wrapping, in order: a PodGroup per role (with a coscheduler), a Pod
-    `<app_id>-<role>-<k>` per replica (TorchX's `<app_id>-<k>` collides across roles) and the
-    headless Service."""
+    """One AppWrapper of `api` (default: the appwrapper_version option's, else TorchX's)
+    wrapping, in order: a PodGroup per role (with a coscheduler), a Pod `<app_id>-<role>-<k>`
+    per replica (TorchX's `<app_id>-<k>` collides across roles) and the headless Service."""
     check_app(app, app_id)
-    api = APPWRAPPER_APIS.get(opts.appwrapper_version)
-    if api is None:
-        raise InvalidArgument(
-            "cfg.appwrapper_version",
-            f"expected {' or '.join(APPWRAPPER_APIS)}, got {opts.appwrapper_version!r}",
-        )
-    v1beta2 = opts.appwrapper_version == "v1beta2"
+    api = appwrapper_api(api or opts.appwrapper_version) or DEFAULT_APPWRAPPER_API
+    v1beta2 = api == CODEFLARE_V1BETA2
     if v1beta2 and opts.priority is not None:
         raise InvalidArgument(
             "cfg.priority", "AppWrapper v1beta2 has no priority: use priority_class_name"

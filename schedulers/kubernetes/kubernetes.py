@@ -124,10 +124,12 @@ class KubeRequest:
     # one line each; and why it could not be asked, which schedule() raises.
     assumed: list[str] = field(default_factory=list)
     unreachable: str = ""
+    # What was chosen and why, where TorchX's users may expect otherwise (the namespace).
+    notes: list[str] = field(default_factory=list)
 
     def render(self) -> str:
         head = f"namespace {self.namespace}; every object after the first is owned by it"
-        notes = "".join(f"# {line}\n" for line in self.assumed)
+        notes = "".join(f"# {line}\n" for line in [*self.assumed, *self.notes])
         return notes + objects.render_yaml(self.objects, header=head)
 
 
@@ -216,8 +218,23 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         return self._version
 
     async def _namespace(self, requested: str) -> str:
+        return (await self._namespace_from(requested))[0]
+
+    async def _namespace_from(self, requested: str) -> tuple[str, str]:
+        """(the namespace, a note saying where it came from); TorchX's is always `default`,
+        txd's the daemon's setting, else the kubeconfig context's, as kubectl's."""
+        if requested:
+            return requested, f"namespace {requested!r}: -c namespace"
         s = typing.cast(KubeSettings, self.settings)
-        return requested or s.namespace or (await self.kube()).namespace
+        if s.namespace:
+            ns, origin = s.namespace, f"the daemon's setting [schedulers.{self.name}] namespace"
+        else:
+            kube = await self.kube()
+            ns, origin = kube.namespace, kube.namespace_from
+        note = f"namespace {ns!r}: {origin}"
+        if ns != ASSUMED_NAMESPACE:
+            note += f"; TorchX's would be {ASSUMED_NAMESPACE!r} (-c namespace=default)"
+        return ns, note
 
     # -- submission -------------------------------------------------------------------------
 
@@ -231,23 +248,21 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         kw = {"scheduler": self.name, "session": self.session_name}
         assumed: list[str] = []
         unreachable = ""
+        notes: list[str] = []
         try:
             shape, objs = await self._objects(app, name, opts, kw)
-        except _Offline as e:
-            shape, objs = await self._objects(app, name, opts, kw, version=ASSUMED_VERSION)
+        except Offline as e:
+            shape, objs = await self._objects(app, name, opts, kw, offline=True)
             unreachable = e.reason
-            assumed.append(
-                f"the API server's version could not be asked ({e.reason}): built for "
-                f"Kubernetes {_dotted(ASSUMED_VERSION)} or later ({shape} shape); for an older "
-                "server give -c server_version=MAJOR.MINOR"
-            )
+            assumed.append(self._offline_note(shape, e.reason))
         try:
-            ns = await self._namespace(opts.namespace)
+            ns, said = await self._namespace_from(opts.namespace)
+            notes.append(said)
         except BackendUnavailable as e:
-            ns, unreachable = ASSUMED_NAMESPACE, unreachable or _reason(e, self.name)
+            ns, unreachable = ASSUMED_NAMESPACE, unreachable or unavailable_reason(e, self.name)
             assumed.append(
                 f"namespace {ns!r} assumed: no cluster configuration to take it from "
-                f"({_reason(e, self.name)}); give one with -c namespace=NS"
+                f"({unavailable_reason(e, self.name)}); give one with -c namespace=NS"
             )
         req = KubeRequest(
             app_id=f"{ns}:{name}",
@@ -258,6 +273,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
             owners=collection_of(objs[1] if shape in ("plain", "indexed") else objs[0]),
             assumed=assumed,
             unreachable=unreachable,
+            notes=notes,
         )
         return DryRunInfo(app=app, request=req, opts=opts, render=req.render)
 
@@ -268,22 +284,30 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         opts: Any,
         kw: dict[str, str],
         *,
-        version: tuple[int, int] | None = None,
+        offline: bool = False,
     ) -> tuple[str, list[dict[str, Any]]]:
-        """(shape, objects); raises _Offline when the shape needs the server's version,
-        neither `version` nor the server_version option gives it, and the server cannot be
-        asked."""
+        """(shape, objects); raises Offline when the shape needs the server's version, the
+        server_version option does not give it, and the server cannot be asked; `offline`:
+        built for ASSUMED_VERSION instead of asking."""
         if opts.queue:
             return "volcano", crds.volcano_objects(app, name, opts, **kw)
-        version = version or _parse_version(opts.server_version)
+        version = ASSUMED_VERSION if offline else _parse_version(opts.server_version)
         if version is None:
             try:
                 version = await self._server_version()
             except BackendUnavailable as e:
-                raise _Offline(_reason(e, self.name)) from None
+                raise Offline(unavailable_reason(e, self.name)) from None
         if version >= (1, 21):
             return "indexed", objects.indexed_objects(app, name, opts, **kw)
         return "plain", objects.plain_objects(app, name, opts, **kw)
+
+    def _offline_note(self, shape: str, reason: str) -> str:
+        """The dry run's note on what _objects(offline=True) assumed."""
+        return (
+            f"the API server's version could not be asked ({reason}): built for Kubernetes "
+            f"{_dotted(ASSUMED_VERSION)} or later ({shape} shape); for an older server give "
+            "-c server_version=MAJOR.MINOR"
+        )
 
     async def prepare_workspace(
         self, app: AppDef, opts: Any, ctx: SubmitContext, *, dryrun: bool
@@ -426,7 +450,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         ns = await self._namespace("")
         selector = {"labelSelector": f"{names.SCHEDULER_LABEL}={self.name}"}
         pods = (await self._call("GET", PODS.path(ns), query=selector)).get("items") or []
-        out = []
+        out: list[AppStatus] = []
         for coll in self._listed_owners():
             # A kind the account may not see (no RBAC for Volcano Jobs) holds no app of its.
             found = await self._call(
@@ -437,7 +461,11 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
                 obj.setdefault("kind", str(found.get("kind", "")).removesuffix("List"))
                 obj.setdefault("apiVersion", coll.api)
             out.extend(listed_statuses(ns, items, pods))
-        return out
+        # Two versions of one group list the same objects (one AppWrapper CRD serving both).
+        first: dict[str, AppStatus] = {}
+        for status in out:
+            first.setdefault(status.app_id, status)
+        return list(first.values())
 
     def _listed_owners(self) -> Sequence[Collection]:
         return [JOBS, VOLCANO_JOBS]
@@ -563,7 +591,7 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         try:
             kube = await self.kube()
         except BackendUnavailable as e:
-            return f"no cluster configured: {_reason(e, self.name)}"
+            return f"no cluster configured: {unavailable_reason(e, self.name)}"
         try:
             await kube.answers(min(typing.cast(KubeSettings, self.settings).api_timeout, 2.0))
         except KubeError as e:
@@ -576,15 +604,16 @@ class KubernetesScheduler(Scheduler[Any, KubeRequest]):
         return dict(calls)
 
 
-class _Offline(Exception):
-    """The objects' shape depends on the API server's version, which cannot be asked."""
+class Offline(Exception):
+    """The objects depend on what only the cluster can say (the API server's version, the
+    AppWrapper API it serves), and it cannot be asked."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
-def _reason(e: BackendUnavailable, scheduler: str) -> str:
+def unavailable_reason(e: BackendUnavailable, scheduler: str) -> str:
     """Why the cluster could not be asked, without the scheduler's name before it."""
     return str(e).removeprefix(f"{scheduler}: ")
 

@@ -9,7 +9,8 @@ Shapes:
 - `indexed_objects`: the Service and one Indexed Job per role (completionMode, Kubernetes >=
   1.21): the replica id comes from the downward API, so `${replica_id}` becomes
   `$(JOB_COMPLETION_INDEX)`, which Kubernetes expands in args and env (every `$` of the
-  app's own is doubled, so Kubernetes passes its values on as given: `_literal`).
+  app's own is doubled, so Kubernetes passes its values on as given: `_literal`; the
+  expand_vars option leaves them to Kubernetes' `$(VAR)` expansion, as TorchX does).
 The Volcano Job and MCAD AppWrapper shapes wrap these pods (txd.schedulers.kubernetes.crds).
 
 Every object carries txd's labels and TorchX's (TorchX's managed-by, app name and instance;
@@ -35,6 +36,7 @@ from txd.schedulers.kubernetes.names import (
     ROLES_ANNOTATION,
     app_labels,
     check_label,
+    dns_name,
     replica_labels,
     role_dns,
     roles_json,
@@ -82,6 +84,7 @@ class _Pods:
     host_network: bool = False
     scheduler_name: str | None = None
     network: str | None = None
+    expand_vars: bool = False
 
 
 def _pods(opts: KubernetesOpts | McadOpts) -> _Pods:
@@ -101,6 +104,7 @@ def _pods(opts: KubernetesOpts | McadOpts) -> _Pods:
             node_selector=opts.node_selector,
             tolerations=opts.tolerations,
             host_network=opts.host_network,
+            expand_vars=opts.expand_vars,
         )
     return _Pods(
         service_account=opts.service_account,
@@ -110,6 +114,7 @@ def _pods(opts: KubernetesOpts | McadOpts) -> _Pods:
         host_network=opts.host_network,
         scheduler_name=opts.coscheduler_name,
         network=opts.network,
+        expand_vars=opts.expand_vars,
     )
 
 
@@ -189,15 +194,49 @@ def _absolute(p: str, field: str) -> str:
 _REPLICA_MARK = "\0replica\0"
 
 
-def _literal(text: str) -> str:
+def _literal(text: str, expand: bool = False) -> str:
     """text as Kubernetes must pass it on: it expands `$(VAR)` and turns `$$` into `$` in a
-    container's command, args and env values, so each `$` of ours is doubled."""
-    return text.replace("$", "$$").replace(_REPLICA_MARK, f"$({COMPLETION_INDEX})")
+    container's command, args and env values, so each `$` of ours is doubled; unless
+    `expand`: then Kubernetes expands the text's `$(VAR)` references (TorchX's behaviour)."""
+    if not expand:
+        text = text.replace("$", "$$")
+    return text.replace(_REPLICA_MARK, f"$({COMPLETION_INDEX})")
 
 
-def _env(env: Mapping[str, str]) -> list[Obj]:
-    out: list[Obj] = []
+def mcad_hosts_env(role_name: str) -> str:
+    """TorchX's name of the env var holding a role's replica 0 address on kubernetes_mcad:
+    TORCHX_MCAD_<ROLE>_0_HOSTS, ROLE the role's DNS name without leading digits nor '-',
+    upper-cased (TorchX's cleanup_str, then upper() and '-' dropped)."""
+    cleaned = dns_name(role_name).lstrip("0123456789")
+    return f"TORCHX_MCAD_{cleaned.upper().replace('-', '')}_0_HOSTS"
+
+
+_VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def _env_order(env: Mapping[str, str]) -> list[str]:
+    """The names by name, but each after the ones its value references as `$(NAME)`:
+    Kubernetes expands a reference only to a variable listed before it (cycles as found)."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for ref in sorted(set(_VAR_REF.findall(env[name]))):
+            if ref in env:
+                visit(ref)
+        out.append(name)
+
     for name in sorted(env):
+        visit(name)
+    return out
+
+
+def _env(env: Mapping[str, str], expand: bool = False) -> list[Obj]:
+    out: list[Obj] = []
+    for name in _env_order(env) if expand else sorted(env):
         value = env[name]
         if value.startswith(FIELD_PATH):  # TorchX strips with str.strip (characters): a prefix
             path = value.removeprefix(FIELD_PATH)
@@ -258,7 +297,9 @@ def pod_spec(
     """The pod template (metadata and spec) of replica k of role i; k None: every replica of an
     Indexed Job. shape (plain, indexed, volcano, mcad) decides how replicas find rank 0:
     TORCHX_RANK0_HOST, `localhost` on rank 0 itself (as TorchX), else rank 0's name under the
-    headless Service; on Volcano the other replicas read what Volcano's svc plugin sets."""
+    headless Service; on Volcano the other replicas read what Volcano's svc plugin sets; on
+    MCAD, as TorchX, TORCHX_MCAD_<ROLE>_0_HOSTS (set on every pod for its own role and role
+    0: TorchX sets only its own role's, which leaves other roles' rank0_env unset)."""
     role, path, pods = app.roles[i], f"app.roles[{i}]", _pods(opts)
     if not role.image:
         raise InvalidArgument(f"{path}.image", "Kubernetes runs images: set the role's image")
@@ -276,6 +317,11 @@ def pod_spec(
         rank0_env = RANK0_ENV
         env[RANK0_ENV] = f"{app_id}-{rank0_dns}-0.{app_id}"  # Indexed pods: <job>-<index>
         name = dns
+    elif shape == "mcad":
+        rank0_env = mcad_hosts_env(app.roles[0].name)
+        env[mcad_hosts_env(role.name)] = f"{dns}-0.{app_id}"
+        env[rank0_env] = f"{rank0_dns}-0.{app_id}"  # role 0's wins a name both map to
+        name = f"{dns}-{k}"
     else:
         rank0_env = RANK0_ENV
         env[RANK0_ENV] = f"{rank0_dns}-0.{app_id}"
@@ -285,14 +331,14 @@ def pod_spec(
         env[RANK0_ENV] = "localhost"
     replica_id = _REPLICA_MARK if k is None else str(k)
     r = Macros(img_root="", app_id=app_id, replica_id=replica_id, rank0_env=rank0_env).apply(role)
-    env = {**{key: _literal(value) for key, value in r.env.items()}, **env}
+    env = {**{key: _literal(value, pods.expand_vars) for key, value in r.env.items()}, **env}
     volumes, mounts, privileged = _volumes(r, path)
     limits, requests = _quantities(r, path)
     container: Obj = {
         "name": name,
         "image": r.image,
-        "command": [_literal(word) for word in (r.entrypoint, *r.args)],
-        "env": _env(env),
+        "command": [_literal(word, pods.expand_vars) for word in (r.entrypoint, *r.args)],
+        "env": _env(env, pods.expand_vars),
         "resources": {"limits": limits, "requests": requests},
         "volumeMounts": mounts,
     }

@@ -7,10 +7,19 @@ from dataclasses import dataclass
 
 from txd.schedulers.options import opt
 
+NAMESPACE_HELP = (
+    "the namespace of the job's objects (default: the daemon's namespace setting, else the "
+    "kubeconfig context's; TorchX's is `default`; a dry run names the one it uses and why)"
+)
+EXPAND_VARS_HELP = (
+    "let Kubernetes expand $(VAR) in the containers' command, args and env, as under TorchX "
+    "(default: off: every $ is passed on as given)"
+)
+
 
 @dataclass
 class KubernetesOpts:
-    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
+    namespace: str = opt("", NAMESPACE_HELP)
     queue: str | None = opt(
         None, "a Volcano queue: run as one Volcano Job, as TorchX (default: plain batch/v1 Jobs)"
     )
@@ -34,11 +43,12 @@ class KubernetesOpts:
         "an Indexed Job per role (default: the API server's; a dry run that cannot ask it "
         "assumes 1.21 and says so)",
     )
+    expand_vars: bool = opt(False, EXPAND_VARS_HELP)
 
 
 @dataclass
 class McadOpts:
-    namespace: str = opt("", "the namespace of the job's objects (default: the daemon's)")
+    namespace: str = opt("", NAMESPACE_HELP)
     image_repo: str | None = opt(
         None, "with a workspace: push its image to this repository (e.g. registry:5000/me/app)"
     )
@@ -59,7 +69,10 @@ class McadOpts:
         None, "the containers' imagePullPolicy: Always, IfNotPresent or Never"
     )
     appwrapper_version: str = opt(
-        "v1beta2",
-        "v1beta2 (workload.codeflare.dev, the AppWrapper controller) or v1beta1 (mcad.ibm.com, "
-        "older MCAD installations)",
+        "",
+        "the AppWrapper API: workload.codeflare.dev/v1beta2 (the AppWrapper controller; v1beta2 "
+        "for short), workload.codeflare.dev/v1beta1 (MCAD >= 1.34, TorchX 0.7's) or "
+        "mcad.ibm.com/v1beta1 (older MCAD) (default: the one the cluster serves; a dry run that "
+        "cannot ask it assumes TorchX's and says so)",
     )
+    expand_vars: bool = opt(False, EXPAND_VARS_HELP)

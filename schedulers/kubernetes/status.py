@@ -70,6 +70,7 @@ APPWRAPPER_PHASES = {
     "Succeeded": AppState.SUCCEEDED,
     "Failed": AppState.FAILED,
     "Pending": AppState.PENDING,
+    "RunningHoldCompletion": AppState.RUNNING,  # MCAD: some items done, others still run
     "Completed": AppState.SUCCEEDED,
     "Deleted": AppState.CANCELLED,
 }
@@ -113,8 +114,14 @@ def pod_key(pod: Obj, roles: Mapping[str, str]) -> tuple[str, int] | None:
 
 
 def newest(pods: Sequence[ObjT]) -> ObjT:
-    """The latest attempt: a retried replica's Job makes a new pod per attempt."""
-    return max(pods, key=lambda p: (_meta(p).get("creationTimestamp", ""), _meta(p).get("name")))
+    """The latest attempt: a retried replica's Job makes a new pod per attempt, after the last
+    one failed; creationTimestamp has whole seconds, so within one a failed pod is the older."""
+
+    def key(p: ObjT) -> tuple[str, bool, str]:
+        failed = (p.get("status") or {}).get("phase") == "Failed"
+        return (_meta(p).get("creationTimestamp", ""), not failed, _meta(p).get("name", ""))
+
+    return max(pods, key=key)
 
 
 def _container(pod: Obj) -> Mapping[str, Any]:

@@ -15,7 +15,20 @@ APP_ID = "demo-bcdfghjklmnp"
 SCHEDULER = "kubernetes"
 SESSION = "txd"
 # Every shape, by the name of its golden file (tests/schedulers/kubernetes/golden/<shape>.yaml).
-SHAPES = ("plain", "indexed", "volcano", "appwrapper-v1beta2", "appwrapper-v1beta1")
+SHAPES = (
+    "plain",
+    "indexed",
+    "volcano",
+    "appwrapper-v1beta2",
+    "appwrapper-codeflare-v1beta1",
+    "appwrapper-mcad-v1beta1",
+)
+# The AppWrapper shapes' APIs.
+APPWRAPPER_SHAPES = {
+    "appwrapper-v1beta2": "workload.codeflare.dev/v1beta2",
+    "appwrapper-codeflare-v1beta1": "workload.codeflare.dev/v1beta1",
+    "appwrapper-mcad-v1beta1": "mcad.ibm.com/v1beta1",
+}
 EFA = "vpc.amazonaws.com/efa"
 
 
@@ -102,8 +115,8 @@ def build(shape: str, app: AppDef, **kw: object) -> list[dict[str, Any]]:
         return indexed_objects(app, APP_ID, k8s_opts(**kw), **common)
     if shape == "volcano":
         return volcano_objects(app, APP_ID, k8s_opts(**{"queue": "default", **kw}), **common)
-    version = shape.removeprefix("appwrapper-")
-    if version == "v1beta1":
+    api = APPWRAPPER_SHAPES[shape]
+    if api.endswith("/v1beta1"):
         kw = {"priority": 5, **kw}
-    opts = mcad_opts(**{"appwrapper_version": version, **kw})
+    opts = mcad_opts(**{"appwrapper_version": api, **kw})
     return appwrapper_objects(app, APP_ID, opts, **{**common, "scheduler": "kubernetes_mcad"})

@@ -25,9 +25,14 @@ from txd.schedulers.kubernetes.informer import Event, Informer
 from txd.v1 import AppState, AppStatus, BindMount, Mount, Role
 
 VOLCANO_JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs"
+# By API (txd's appwrapper_version values).
 APPWRAPPERS = {
-    "v1beta2": "/apis/workload.codeflare.dev/v1beta2/namespaces/{ns}/appwrappers",
-    "v1beta1": "/apis/mcad.ibm.com/v1beta1/namespaces/{ns}/appwrappers",
+    api: f"/apis/{api}/namespaces/{{ns}}/appwrappers"
+    for api in (
+        "workload.codeflare.dev/v1beta2",
+        "workload.codeflare.dev/v1beta1",
+        "mcad.ibm.com/v1beta1",
+    )
 }
 STATUS_TIMEOUT = 120.0
 
@@ -204,7 +209,9 @@ class Kind:
 
 VOLCANO = Kind(VOLCANO_JOBS, ("state", "phase"), "Running", "Completed", "Failed", "Aborted")
 SUSPENDED = "Suspended"  # a v1beta2 AppWrapper's phase once suspended: no pods
-APPWRAPPER = Kind(APPWRAPPERS["v1beta2"], ("phase",), "Running", "Succeeded", "Failed", "")
+APPWRAPPER = Kind(
+    APPWRAPPERS["workload.codeflare.dev/v1beta2"], ("phase",), "Running", "Succeeded", "Failed", ""
+)
 
 
 class PlayedController:

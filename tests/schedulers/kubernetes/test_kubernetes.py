@@ -267,7 +267,12 @@ async def test_dryrun_prints_every_object_as_yaml_in_creation_order(
 ) -> None:
     app = AppDef(name="dry", roles=[sh_role("main", "true", replicas=2), sh_role("ps", "true")])
     info = await k8s_client.dryrun(app, scheduler=SCHED, cfg=K8S_CFG)
-    assert info.request.startswith(f"# namespace {k8s_namespace}"), info.request
+    # The namespace, where it came from, and TorchX's (issue 20, gap 12).
+    assert info.request.splitlines()[:2] == [
+        f"# namespace {k8s_namespace!r}: the daemon's setting [schedulers.kubernetes] namespace; "
+        "TorchX's would be 'default' (-c namespace=default)",
+        f"# namespace {k8s_namespace}; every object after the first is owned by it",
+    ], info.request
     docs = list(yaml.safe_load_all(info.request))
     name = docs[0]["metadata"]["name"]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
@@ -288,6 +293,32 @@ async def test_dryrun_prints_every_object_as_yaml_in_creation_order(
     )
     # Nothing was created.
     assert name not in {s.app_id.partition(":")[2] for s in await k8s_client.list(SCHED)}
+
+
+async def test_expand_vars_lets_kubernetes_expand_var_references(k8s_client: Any) -> None:
+    """Off (txd's default) a pod sees `$(VAR)` exactly as given; with expand_vars Kubernetes
+    expands it in args and env, as it does for TorchX's pods. (`$$` is no test: the app's
+    macros already make it `$`, as TorchX's do.)"""
+    script = "echo '$(FOO)' '$(NOT_SET)'; echo \"$BAR\""
+    role = sh_role("main", script)
+    role.env.update({"FOO": "bar", "BAR": "x-$(FOO)"})
+    handles = {
+        expand: await k8s_client.run(
+            AppDef(name="vars", roles=[role]),
+            scheduler=SCHED,
+            cfg={**K8S_CFG, "expand_vars": expand},
+        )
+        for expand in (False, True)
+    }
+    for handle in handles.values():
+        final = await k8s_client.wait(handle, timeout=120)
+        assert final.state == AppState.SUCCEEDED, final
+    assert await read_logs_by_replica(k8s_client, handles[False]) == {
+        "main/0": b"$(FOO) $(NOT_SET)\nx-$(FOO)\n"
+    }
+    assert await read_logs_by_replica(k8s_client, handles[True]) == {
+        "main/0": b"bar $(NOT_SET)\nx-bar\n"  # Kubernetes leaves unknown names as they are
+    }
 
 
 async def test_retries_rerun_a_failed_replica(k8s_client: Any, tmp_path: Path) -> None:

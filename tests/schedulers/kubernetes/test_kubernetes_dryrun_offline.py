@@ -1,7 +1,8 @@
 """A dry run needs no cluster (issue 18, item 1): through a real txd and txctl whose cluster
 configuration names nothing (or a server that does not answer), `run --dryrun` on kubernetes
 and kubernetes_mcad prints the objects, and says what it had to assume (the server's version,
-for the shape of plain apps; the namespace) and how to choose otherwise. A real Run on the
+for the shape of plain apps; the AppWrapper API; the namespace) and how to choose otherwise;
+the namespace it uses is named with where it came from (issue 20, gap 12). A real Run on the
 same daemon still fails, naming why the cluster cannot be used. No cluster is started."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ ECHO = ["utils.echo", "--msg", "hi"]
 NO_CONFIG = "/nonexistent/txd-tests/kubeconfig"
 VERSION_NOTE = "# the API server's version could not be asked"
 NAMESPACE_NOTE = "# namespace 'default' assumed: no cluster configuration to take it from"
+APPWRAPPER_NOTE = "# the cluster could not be asked which AppWrapper API it serves"
 
 
 @pytest.fixture
@@ -87,7 +89,10 @@ def test_another_version_and_namespace_are_chosen_with_options(offline: Daemon) 
     )
     assert [o["kind"] for o in objs] == ["Service", "Job", "Job"]  # a Job per replica
     assert all("completionMode" not in o["spec"] for o in objs[1:])
-    assert notes.splitlines() == ["# namespace ml; every object after the first is owned by it"]
+    assert notes.splitlines() == [
+        "# namespace 'ml': -c namespace",
+        "# namespace ml; every object after the first is owned by it",
+    ]
 
 
 def test_volcano_needs_nothing_of_the_server(offline: Daemon) -> None:
@@ -99,12 +104,75 @@ def test_volcano_needs_nothing_of_the_server(offline: Daemon) -> None:
 
 
 def test_mcad_dryrun_works_offline(offline: Daemon) -> None:
+    """Without a cluster to ask which AppWrapper API it serves: TorchX 0.7's, said so."""
     notes, objs = _dryrun(offline, "-s", "kubernetes_mcad", *ECHO)
     assert [(o["apiVersion"], o["kind"]) for o in objs] == [
-        ("workload.codeflare.dev/v1beta2", "AppWrapper")
+        ("workload.codeflare.dev/v1beta1", "AppWrapper")
     ]
+    assert "GenericItems" in objs[0]["spec"]["resources"]
     assert VERSION_NOTE not in notes
     assert NAMESPACE_NOTE in notes
+    assert (
+        f"{APPWRAPPER_NOTE} (kubeconfig {NO_CONFIG} does not exist): built for "
+        "workload.codeflare.dev/v1beta1 (TorchX 0.7's); choose with -c appwrapper_version=API"
+    ) in notes
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["v1beta2", "workload.codeflare.dev/v1beta2", "workload.codeflare.dev/v1beta1",
+     "mcad.ibm.com/v1beta1"],
+)  # fmt: skip
+def test_mcad_api_chosen_by_option(offline: Daemon, version: str) -> None:
+    notes, objs = _dryrun(
+        offline, "-s", "kubernetes_mcad", "-c", f"appwrapper_version={version}", *ECHO
+    )
+    want = "workload.codeflare.dev/v1beta2" if version == "v1beta2" else version
+    assert [(o["apiVersion"], o["kind"]) for o in objs] == [(want, "AppWrapper")]
+    assert APPWRAPPER_NOTE not in notes
+
+
+def test_an_ambiguous_appwrapper_version_is_named(offline: Daemon) -> None:
+    out = offline.txctl(
+        "run", "--dryrun", "--workspace", "", "-s", "kubernetes_mcad",
+        "-c", "appwrapper_version=v1beta1", *ECHO,
+    )  # fmt: skip
+    assert out.returncode == 2, out
+    assert (
+        "-c appwrapper_version=v1beta1: ambiguous: workload.codeflare.dev/v1beta1 (MCAD >= 1.34, "
+        "TorchX's) or mcad.ibm.com/v1beta1, got 'v1beta1'"
+    ) in out.stderr
+
+
+@pytest.mark.parametrize("scheduler", ["kubernetes", "kubernetes_mcad"])
+def test_expand_vars_leaves_dollars_to_kubernetes(offline: Daemon, scheduler: str) -> None:
+    """By default each `$` is doubled (Kubernetes passes the text on as given); with
+    expand_vars, as TorchX, `$(VAR)` is left for Kubernetes to expand."""
+    app = ["utils.sh", "--env", "X=$(HOME)", "echo", "$(HOSTNAME)", "$HOME"]
+
+    def command_env(*cfg: str) -> tuple[list[str], dict[str, str]]:
+        _, objs = _dryrun(offline, "-s", scheduler, *cfg, *app)
+        found = _containers(objs)
+        assert len(found) == 1, objs
+        c = found[0]
+        return c["command"], {e["name"]: e.get("value", "") for e in c["env"]}
+
+    script = "echo '$(HOSTNAME)' '$HOME'"  # utils.sh's sh -c script
+    command, env = command_env()
+    assert command[-1] == script.replace("$", "$$") and env["X"] == "$$(HOME)"
+    command, env = command_env("-c", "expand_vars=true")
+    assert command[-1] == script and env["X"] == "$(HOME)"
+
+
+def _containers(obj: Any) -> list[dict[str, Any]]:
+    """Every container spec in obj, however deep (a Job's template, an AppWrapper's items)."""
+    if isinstance(obj, dict):
+        if "containers" in obj and isinstance(obj["containers"], list):
+            return list(obj["containers"])
+        return [c for v in obj.values() for c in _containers(v)]
+    if isinstance(obj, list):
+        return [c for v in obj for c in _containers(v)]
+    return []
 
 
 @pytest.mark.parametrize("scheduler", ["kubernetes", "kubernetes_mcad"])
@@ -172,6 +240,14 @@ def test_a_configured_cluster_that_does_not_answer(tmp_path: Path) -> None:
         assert _namespace(notes) == "ns1"
         assert f"{VERSION_NOTE} (" in notes and server in notes, notes
         assert NAMESPACE_NOTE not in notes
+        # Where the namespace came from, and TorchX's choice beside it (gap 12).
+        assert (
+            f"# namespace 'ns1': the context's (kubeconfig {config}, context x); TorchX's would "
+            "be 'default' (-c namespace=default)"
+        ) in notes.splitlines(), notes
+        notes, objs = _dryrun(d, "-s", "kubernetes_mcad", *ECHO)
+        assert objs[0]["apiVersion"] == "workload.codeflare.dev/v1beta1"
+        assert f"{APPWRAPPER_NOTE} (" in notes and server in notes, notes
         out = d.txctl("run", "--workspace", "", "-s", "kubernetes", *ECHO)
         assert out.returncode == 4 and "kubernetes backend unavailable" in out.stderr, out
     finally:

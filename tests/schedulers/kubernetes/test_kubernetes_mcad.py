@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from k8s_controller import APPWRAPPERS, Controller, StatusStream, gated
-from k8s_testing import K8S_CFG, Cluster
+from k8s_testing import K8S_CFG, Cluster, sh_role
+from txd.schedulers.kubernetes import kubernetes_mcad
 from txd.schedulers.kubernetes.client import Kube
 from txd.v1 import AppDef, AppState
 from txd_testing import read_logs_by_replica
@@ -27,10 +29,12 @@ def controller(kube: Kube, handle: str, version: str) -> Controller:
     return Controller(kube, ns, APPWRAPPERS[version], name)
 
 
-# (the status field, phases before running, the running phase, the success phase)
+V1BETA2 = "workload.codeflare.dev/v1beta2"
+# (the status field, phases before running, the running phase, the success phase), by API.
 FLOWS = {
-    "v1beta2": ("phase", ["Suspended", "Resuming"], "Running", "Succeeded"),
-    "v1beta1": ("state", ["Pending"], "Running", "Completed"),
+    V1BETA2: ("phase", ["Suspended", "Resuming"], "Running", "Succeeded"),
+    "workload.codeflare.dev/v1beta1": ("state", ["Pending"], "Running", "Completed"),
+    "mcad.ibm.com/v1beta1": ("state", ["Pending"], "Running", "Completed"),
 }
 
 
@@ -101,23 +105,28 @@ async def test_failed(k8s_client: Any, kube: Kube, tmp_path: Path, version: str)
     assert "main/1 exited with 17" in final.msg, final
 
 
+@pytest.mark.parametrize("version", sorted(FLOWS))
 async def test_cancel_deletes_the_pods_and_is_cancelled(
-    k8s_client: Any, k8s_cluster: Cluster, kube: Kube, tmp_path: Path
+    k8s_client: Any, k8s_cluster: Cluster, kube: Kube, tmp_path: Path, version: str
 ) -> None:
     gate = tmp_path / "gate"
     gate.mkdir()
     app = AppDef(name="awcancel", roles=[gated("m", "main", gate, 2)])
-    handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
-    aw = controller(kube, handle, "v1beta2")
+    cfg = {**K8S_CFG, "appwrapper_version": version}
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=cfg)
+    aw = controller(kube, handle, version)
     async with StatusStream(k8s_client, handle) as statuses:
         await aw.appwrapper_items()
-        await aw.set_status({"phase": "Running"})
+        await aw.set_status({FLOWS[version][0]: "Running"})
         await statuses.replicas(AppState.RUNNING)
         await k8s_client.cancel(handle)
         final = await statuses.until(AppState.CANCELLED)
     assert final.msg == "cancelled by request", final
     wrapper = await aw.get()
+    assert wrapper["apiVersion"] == version
     assert wrapper["metadata"]["annotations"]["txd.dev/cancelled"] == "true"
+    # Only the AppWrapper controller (v1beta2) has a switch that stops it making pods.
+    assert wrapper["spec"].get("suspend", False) == (version == V1BETA2)
     # txd deleted the pods itself (MCAD has no cancel); the wrapper stays as the record.
     pods = k8s_cluster.kubectl(
         "get", "pods", "-n", aw.ns, "-l", f"txd.dev/app-id={aw.name}", "-o", "name"
@@ -129,6 +138,46 @@ async def test_cancel_deletes_the_pods_and_is_cancelled(
     assert (await k8s_client.status(handle)).state == AppState.CANCELLED
 
 
+async def test_dryrun_uses_the_api_the_cluster_serves(k8s_client: Any) -> None:
+    """No appwrapper_version: the API the cluster serves (GET /apis), with no assumption
+    noted; here one CRD serves both workload.codeflare.dev versions: the preferred, v1beta2."""
+    app = AppDef(name="awdry", roles=[sh_role("main", "true")])
+    info = await k8s_client.dryrun(app, scheduler=SCHED, cfg=K8S_CFG)
+    assert "could not be asked" not in info.request, info.request
+    (wrapper,) = yaml.safe_load_all(info.request)
+    assert wrapper["apiVersion"] == V1BETA2
+    cfg = {**K8S_CFG, "appwrapper_version": "workload.codeflare.dev/v1beta1"}
+    (wrapper,) = yaml.safe_load_all(
+        (await k8s_client.dryrun(app, scheduler=SCHED, cfg=cfg)).request
+    )
+    assert wrapper["apiVersion"] == "workload.codeflare.dev/v1beta1"
+
+
+async def test_list_names_each_app_once_across_the_versions_of_one_crd(
+    k8s_client: Any, k8s_cluster: Cluster, k8s_namespace: str, crds: list[str]
+) -> None:
+    """Both workload.codeflare.dev versions list every AppWrapper of the group (one CRD): list
+    reports each app once, whichever version made it."""
+    handles = [
+        await k8s_client.run(
+            AppDef(name="awlist", roles=[sh_role("main", "true")]),
+            scheduler=SCHED,
+            cfg={**K8S_CFG, "appwrapper_version": version},
+        )
+        for version in (V1BETA2, "workload.codeflare.dev/v1beta1")
+    ]
+    app_ids = [h.rsplit("/", 1)[1] for h in handles]
+    settings = {"kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace}
+    sched = kubernetes_mcad.create_scheduler("list", settings=settings)
+    try:
+        listed = [s.app_id for s in await sched.list()]
+    finally:
+        await sched.aclose()
+        for handle in handles:
+            await k8s_client.delete(handle)
+    assert [listed.count(a) for a in app_ids] == [1, 1], listed
+
+
 async def test_delete_removes_the_wrapper_and_what_it_wrapped(
     k8s_client: Any, k8s_cluster: Cluster, kube: Kube, tmp_path: Path
 ) -> None:
@@ -136,7 +185,7 @@ async def test_delete_removes_the_wrapper_and_what_it_wrapped(
     gate.mkdir()
     app = AppDef(name="awdelete", roles=[gated("m", "main", gate, 1)])
     handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
-    aw = controller(kube, handle, "v1beta2")
+    aw = controller(kube, handle, V1BETA2)  # discovery: the preferred version of the CRD
     async with StatusStream(k8s_client, handle) as statuses:
         await aw.appwrapper_items()
         await statuses.replicas(AppState.RUNNING)

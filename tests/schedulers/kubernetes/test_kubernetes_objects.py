@@ -25,6 +25,7 @@ from torchx.util.strings import normalize_str
 from txd.schedulers.errors import InvalidArgument
 from txd.schedulers.kubernetes import crds, names
 from txd.schedulers.kubernetes import objects as ko
+from txd.schedulers.kubernetes.opts import McadOpts
 from txd.v1.app_pb2 import AppDef, BindMount, Mount, Resource, Role, VolumeMount
 
 GOLDEN = Path(__file__).with_name("golden")
@@ -262,11 +263,57 @@ def test_appwrapper_pods_named_by_role_and_replica() -> None:
         ("Pod", f"{APP_ID}-datareader-0", pod_set),
         ("Service", APP_ID, []),
     ]
-    (old,) = build("appwrapper-v1beta1", two_role_app())
-    assert old["apiVersion"] == "mcad.ibm.com/v1beta1"
-    assert old["spec"]["priority"] == 5
-    assert old["spec"]["schedulingSpec"]["minAvailable"] == 3
-    assert old["spec"]["schedulingSpec"]["requeuing"]["maxNumRequeuings"] == 1
+    for shape, api in [
+        ("appwrapper-codeflare-v1beta1", "workload.codeflare.dev/v1beta1"),
+        ("appwrapper-mcad-v1beta1", "mcad.ibm.com/v1beta1"),
+    ]:
+        (old,) = build(shape, two_role_app())
+        assert old["apiVersion"] == api
+        assert old["spec"]["priority"] == 5
+        assert old["spec"]["schedulingSpec"]["minAvailable"] == 3
+        assert old["spec"]["schedulingSpec"]["requeuing"]["maxNumRequeuings"] == 1
+        generic = old["spec"]["resources"]["GenericItems"]
+        assert [g["generictemplate"] for g in generic] == [
+            c["template"] for c in aw["spec"]["components"]
+        ]  # the same objects whatever the API
+
+
+def test_appwrapper_api_by_option() -> None:
+    """The short name v1beta2 is workload.codeflare.dev's; no option: TorchX's API."""
+    assert build("appwrapper-v1beta2", two_role_app(), appwrapper_version="v1beta2") == build(
+        "appwrapper-v1beta2", two_role_app()
+    )
+    (aw,) = crds.appwrapper_objects(
+        two_role_app(), APP_ID, McadOpts(), scheduler="kubernetes_mcad", session="txd"
+    )
+    assert aw["apiVersion"] == crds.DEFAULT_APPWRAPPER_API == "workload.codeflare.dev/v1beta1"
+    with pytest.raises(InvalidArgument, match=r"ambiguous: workload\.codeflare\.dev/v1beta1 .*or "):
+        build("appwrapper-v1beta2", two_role_app(), appwrapper_version="v1beta1")
+
+
+def test_mcad_pods_find_rank0_as_torchx_does() -> None:
+    """TORCHX_MCAD_<ROLE>_0_HOSTS on every pod for its role (TorchX's name), and role 0's,
+    which ${rank0_env} names; rank 0 itself has TORCHX_RANK0_HOST=localhost."""
+    (aw,) = build("appwrapper-codeflare-v1beta1", two_role_app())
+    pods = [
+        g["generictemplate"]
+        for g in aw["spec"]["resources"]["GenericItems"]
+        if g["generictemplate"]["kind"] == "Pod"
+    ]
+    envs = [{e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]} for p in pods]
+    rank0 = f"trainer-main-0.{APP_ID}"
+    assert envs[0]["TORCHX_RANK0_HOST"] == "localhost"
+    assert envs[0]["TORCHX_MCAD_TRAINERMAIN_0_HOSTS"] == rank0
+    assert "TORCHX_RANK0_HOST" not in envs[1]
+    assert envs[1]["TORCHX_MCAD_TRAINERMAIN_0_HOSTS"] == rank0
+    assert envs[2]["TORCHX_MCAD_DATAREADER_0_HOSTS"] == f"datareader-0.{APP_ID}"
+    assert envs[2]["TORCHX_MCAD_TRAINERMAIN_0_HOSTS"] == rank0
+    args = [p["spec"]["containers"][0]["command"] for p in pods[:2]]
+    assert [a[a.index("--master") + 1] for a in args] == [
+        "TORCHX_RANK0_HOST",
+        "TORCHX_MCAD_TRAINERMAIN_0_HOSTS",
+    ]
+    assert ko.mcad_hosts_env("2nd-Stage_x") == "TORCHX_MCAD_NDSTAGEX_0_HOSTS"
 
 
 def test_app_id_fits_every_name() -> None:
@@ -350,6 +397,7 @@ BAD_INPUTS: list[tuple[str, str, Callable[[AppDef], None], dict[str, Any]]] = [
     ("plain", "cfg.node_selector", _same, {"node_selector": {"disk": "fast ssd"}}),
     ("volcano", "cfg.queue", _same, {"queue": ""}),
     ("appwrapper-v1beta2", "cfg.appwrapper_version", _same, {"appwrapper_version": "v2"}),
+    ("appwrapper-v1beta2", "cfg.appwrapper_version", _same, {"appwrapper_version": "v1beta1"}),
     ("appwrapper-v1beta2", "cfg.priority", _same, {"priority": 3}),
     ("indexed", "app.roles", _no_roles, {}),
 ]
@@ -392,3 +440,48 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--update-golden"]:
         sys.exit(f"usage: {sys.argv[0]} --update-golden")
     _update_golden()
+
+
+def _group(name: str, *versions: str) -> dict[str, Any]:
+    """One entry of GET /apis' groups, as the apiserver lists it (preferred first)."""
+    gvs = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+@pytest.mark.parametrize(
+    ("groups", "api"),
+    [
+        ([_group("workload.codeflare.dev", "v1beta1")], "workload.codeflare.dev/v1beta1"),
+        ([_group("workload.codeflare.dev", "v1beta2")], "workload.codeflare.dev/v1beta2"),
+        ([_group("mcad.ibm.com", "v1beta1")], "mcad.ibm.com/v1beta1"),
+        # Old MCAD's group left beside the new one: the new one's.
+        (
+            [_group("mcad.ibm.com", "v1beta1"), _group("workload.codeflare.dev", "v1beta1")],
+            "workload.codeflare.dev/v1beta1",
+        ),
+        # One CRD serving both versions: the preferred.
+        (
+            [_group("workload.codeflare.dev", "v1beta2", "v1beta1")],
+            "workload.codeflare.dev/v1beta2",
+        ),
+        ([_group("workload.codeflare.dev", "v1alpha9"), _group("batch", "v1")], ""),
+        ([], ""),
+    ],
+)
+def test_served_appwrapper_api(groups: list[dict[str, Any]], api: str) -> None:
+    assert crds.served_appwrapper_api(groups) == api
+
+
+def test_expand_vars_lists_a_referenced_variable_first() -> None:
+    """Kubernetes expands `$(NAME)` in an env value only to a variable listed before it: with
+    expand_vars, each variable follows those it references (else by name)."""
+    app = two_role_app()
+    app.roles[1].env.clear()
+    app.roles[1].env.update({"A": "$(C)-$(B)", "B": "$(C)", "C": "c", "D": "$(D)"})
+    (*_, reader) = build("plain", app, expand_vars=True)
+    names_ = [e["name"] for e in reader["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names_[:4] == ["C", "B", "A", "D"]
+    (*_, reader) = build("plain", app)
+    env = reader["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env][:4] == ["A", "B", "C", "D"]
+    assert env[0]["value"] == "$$(C)-$$(B)"

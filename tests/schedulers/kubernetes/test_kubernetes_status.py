@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from txd.schedulers.kubernetes.status import app_id_of, app_status
+from txd.schedulers.kubernetes.status import app_id_of, app_status, newest
 from txd.v1 import AppState
 
 SHAPE = json.dumps([["trainer", 2], ["ps", 1]])
@@ -303,6 +303,12 @@ APPWRAPPER = [
     ("mcad.ibm.com/v1beta1", "state", "Completed", "SUCCEEDED"),
     ("mcad.ibm.com/v1beta1", "state", "Failed", "FAILED"),
     ("mcad.ibm.com/v1beta1", "state", "Deleted", "CANCELLED"),
+    ("workload.codeflare.dev/v1beta1", "state", "Pending", "PENDING"),
+    ("workload.codeflare.dev/v1beta1", "state", "Running", "RUNNING"),
+    ("workload.codeflare.dev/v1beta1", "state", "RunningHoldCompletion", "RUNNING"),
+    ("workload.codeflare.dev/v1beta1", "state", "Completed", "SUCCEEDED"),
+    ("workload.codeflare.dev/v1beta1", "state", "Failed", "FAILED"),
+    ("workload.codeflare.dev/v1beta1", "state", "Deleted", "CANCELLED"),
 ]
 
 
@@ -321,3 +327,17 @@ def test_a_cancelled_appwrapper_is_cancelled_once_its_pods_are_gone() -> None:
     )
     assert app_status(APP, [aw], [pod("ps", 0, "Running")]).state == AppState.RUNNING  # type: ignore[union-attr]
     assert app_status(APP, [aw], []).state == AppState.CANCELLED  # type: ignore[union-attr]
+
+
+def _attempt(name: str, created: str, phase: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "creationTimestamp": created}, "status": {"phase": phase}}
+
+
+def test_newest_attempt_within_one_second_is_the_one_not_failed() -> None:
+    """A Job's retry pod comes after the failed one, maybe in the same (whole) second: whatever
+    the random names, the failed one is the older."""
+    first = _attempt("retry-main-0-zzzzz", "2026-01-01T00:00:05Z", "Failed")
+    second = _attempt("retry-main-0-aaaaa", "2026-01-01T00:00:05Z", "Succeeded")
+    assert newest([first, second]) is second and newest([second, first]) is second
+    later = _attempt("retry-main-0-bbbbb", "2026-01-01T00:00:06Z", "Failed")
+    assert newest([first, second, later]) is later

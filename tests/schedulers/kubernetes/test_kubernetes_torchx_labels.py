@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import torchx
-from k8s_apps import APP_ID, SHAPES, build, two_role_app
+from k8s_apps import APP_ID, APPWRAPPER_SHAPES, SHAPES, build, two_role_app
 from torchx import specs
 from torchx.schedulers import kubernetes_mcad_scheduler as torchx_mcad
 from torchx.schedulers import kubernetes_scheduler as torchx_k8s
@@ -74,11 +74,11 @@ def test_every_pod_has_torchx_kubernetes_pod_labels(shape: str) -> None:
         assert all(labels[key] for key in OWN)
 
 
-@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
-def test_every_appwrapper_item_has_torchx_mcad_labels(version: str) -> None:
+@pytest.mark.parametrize("shape", sorted(APPWRAPPER_SHAPES))
+def test_every_appwrapper_item_has_torchx_mcad_labels(shape: str) -> None:
     app = two_role_app()
     tapp = as_torchx(app)
-    (wrapper,) = build(f"appwrapper-{version}", app)
+    (wrapper,) = build(shape, app)
     items = list(nested(wrapper))[1:]
     kinds = [o["kind"] for o in items]
     assert kinds == ["PodGroup", "PodGroup", "Pod", "Pod", "Pod", "Service"]
