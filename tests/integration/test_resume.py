@@ -27,7 +27,7 @@ from txd.client import AsyncClient, InvalidArgumentError
 from txd.client._errors import from_rpc_error
 from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
-from txd_testing import TXCTL, Daemon, Gates, py_app, sh_app
+from txd_testing import TXCTL, Daemon, Gates, PidWatch, py_app, sh_app
 
 TIMEOUT = 60.0
 LINES = 4000
@@ -277,6 +277,72 @@ async def test_python_client_resumes_each_replica_at_its_byte(
                     statuses.extend([s.state async for s in watch])
     assert got == {"r/0": known_bytes(), "r/1": known_bytes()}, {k: len(v) for k, v in got.items()}
     assert statuses[-1] == AppState.SUCCEEDED, statuses
+
+
+async def test_run_log_rides_out_a_dropped_connection(
+    daemon: Daemon, relay: Relay, tmp_path: Path
+) -> None:
+    """`run --log` (the follow, then the wait) through a connection cut while the job prints."""
+    script = "i=0; while [ $i -lt 300 ]; do echo line-$i; i=$((i+1)); sleep 0.01; done"
+    run = Txctl(
+        daemon,
+        tmp_path / "out",
+        "run",
+        "--log",
+        "utils.sh",
+        "sh",
+        "-c",
+        script,
+        socket=relay.listen,
+    )
+    try:
+        run.until_output(200)
+        relay.kill()
+        run.until_stderr("connection to the daemon lost")
+        relay.start()
+        code, out, err = run.finish()
+    finally:
+        run.kill()
+    assert code == 0, err
+    assert "reconnected" in err, err
+    lines = out.decode().splitlines()
+    assert [x for x in lines if x.startswith("line-")] == [f"line-{i}" for i in range(300)]
+    assert "  state:    SUCCEEDED" in lines, lines[-8:]  # the wait's final status
+
+
+def test_autostart_brings_the_daemon_back_for_a_wait(daemon: Daemon, tmp_path: Path) -> None:
+    """Without --no-autostart, txctl starts the daemon again itself after a kill -9."""
+    from txd.client import Client
+    from txd.client._daemon import serving_record
+
+    with Client(daemon.socket) as c:
+        handle = c.run(sh_app("sleep 300"), "local_cwd")
+    out = tmp_path / "out"
+    args = ["--socket", str(daemon.socket), "--state-dir", str(daemon.state_dir), "wait", handle]
+    with open(out, "wb") as f:
+        proc = subprocess.Popen(
+            [*TXCTL, *args], stdout=f, stderr=subprocess.PIPE, env=daemon.txctl_env()
+        )
+    started = None
+    try:
+        assert proc.stderr is not None
+        while b"RUNNING" not in (line := proc.stderr.readline()):  # its Watch is open
+            assert line, "txctl ended before the job ran"
+        daemon.kill()
+        _, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        started = serving_record(daemon.state_dir)
+        if started is not None:  # the daemon txctl started: not the fixture's to stop
+            with PidWatch([started[0]]) as watch:
+                os.kill(started[0], signal.SIGTERM)
+                assert watch.wait(30) == []
+    stderr = err.decode()
+    assert started is not None and f"txctl: started txd (pid {started[0]})" in stderr, stderr
+    assert "reconnected; the watch of" in stderr, stderr
+    assert "  state:    " in out.read_text() and proc.returncode != 0, (out.read_text(), stderr)
 
 
 async def test_a_client_that_cannot_reconnect_gives_up_in_bounded_time(
