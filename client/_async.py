@@ -237,22 +237,24 @@ class AsyncClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:  # bounded: each lost connection ends it or costs the Resumer's bounded time
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            gen = self.resumer.generation
             try:
                 return (await self._call("Wait", req, timeout=left)).status
             except TxdError as e:
-                await self.resumer.recover(e, f"the wait for {handle}")
+                await self.resumer.recover(e, f"the wait for {handle}", gen)
 
     async def watch(self, handle: str) -> AsyncIterator[AppStatus]:
         """The current status, then each change, ending with the terminal one. After a
         reconnect the job is watched again: its current status comes first (a status it
         passed through meanwhile is not sent; the last one is)."""
         while True:  # bounded as wait()'s
+            gen = self.resumer.generation
             try:
                 async for msg in self._stream("Watch", pb.WatchRequest(app_handle=handle)):
                     yield msg.status
                 return
             except TxdError as e:
-                await self.resumer.recover(e, f"the watch of {handle}")
+                await self.resumer.recover(e, f"the watch of {handle}", gen)
 
     async def describe(self, handle: str) -> pb.DescribeResponse:
         return await self._call("Describe", pb.DescribeRequest(app_handle=handle))
@@ -398,6 +400,7 @@ class AsyncClient:
         sent: dict[tuple[str, int], int] = {}  # bytes delivered per replica
         notes: set[tuple[str, int, int]] = set()  # unreadable (-1) and long-line notes sent
         while True:  # bounded as wait()'s
+            gen = self.resumer.generation
             try:
                 async for chunk in self._stream("Logs", req):
                     key = (chunk.role, chunk.replica)
@@ -410,7 +413,7 @@ class AsyncClient:
                     yield chunk
                 return
             except TxdError as e:
-                await self.resumer.recover(e, f"the log read of {handle}")
+                await self.resumer.recover(e, f"the log read of {handle}", gen)
             if tail is None:
                 del req.offsets[:]
                 req.offsets.extend(

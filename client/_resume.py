@@ -91,13 +91,24 @@ class Resumer:
         self.policy = policy
         self.say = say
         self.rejoin = rejoin
+        # Bumped at each reconnect: calls started before it lost their connection with the
+        # old channel, and just ask again. The lock keeps two calls (a watch and a log follow
+        # of one client) from reconnecting at once, closing each other's new channel.
+        self.generation = 0
+        self._lock = asyncio.Lock()
 
-    async def recover(self, error: TxdError, what: str) -> None:
+    async def recover(self, error: TxdError, what: str, generation: int) -> None:
         """Returns once the daemon answers again; re-raises `error` when it is no lost
         connection or reconnecting is off; raises UnavailableError after `policy.total`
-        seconds of failed tries. `what`: the call that was interrupted, for the messages."""
+        seconds of failed tries. `what`: the call that was interrupted, for the messages;
+        `generation`: self.generation when that call began."""
         if not is_lost(error) or self.policy.total <= 0:
             raise error
+        async with self._lock:
+            if generation == self.generation:  # else another call reconnected meanwhile
+                await self._reconnect(error, what)
+
+    async def _reconnect(self, error: TxdError, what: str) -> None:
         self.say(f"connection to the daemon lost ({error.message}) during {what}; reconnecting")
         deadline = time.monotonic() + self.policy.total
         delay = self.policy.first
@@ -112,6 +123,7 @@ class Resumer:
             except (TxdError, OSError) as e:
                 last = getattr(e, "message", None) or str(e)
             else:
+                self.generation += 1
                 self.say(f"reconnected; {what} goes on")
                 return
             left = deadline - time.monotonic()

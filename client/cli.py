@@ -526,7 +526,14 @@ def _reconnect_policy(args: argparse.Namespace, client: Any) -> None:
         client.resumer.policy = ResumePolicy.from_env(args.reconnect_timeout)
     except ValueError as e:
         raise CliError(str(e)) from None
-    client.resumer.say = say_on_stderr("txctl")
+    say = say_on_stderr("txctl")
+
+    def on_own_line(text: str) -> None:  # off wait's live progress line, which redraws
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K")
+        say(text)
+
+    client.resumer.say = on_own_line
 
 
 async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:

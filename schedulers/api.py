@@ -378,6 +378,10 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         7. An empty chunk means "caught up with everything written so far" (optional; the
            daemon sends no empty chunk on). A follow with a tail shows its lines at the first
            one, or else only when the log ends.
+        8. `query.offset` (a resumed read) is only set for a scheduler whose `log_seek` is set:
+           it skips exactly that many bytes of what it would send. For any other the daemon
+           reads from the start and skips, so a second read of an ended job's log must give
+           the same bytes.
         Raises NotFound for an unknown role or replica, Unsupported if there are no logs.
         """
         raise Unsupported(f"{self.name} does not provide logs")

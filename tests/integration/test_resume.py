@@ -267,14 +267,25 @@ async def test_python_client_resumes_each_replica_at_its_byte(
                     if all(len(v) >= len(known_bytes(1000)) for v in got.values()):
                         break
                 relay.kill()
-                gate.open()
-                gate.open()
-                assert (await direct.wait(handle, timeout=TIMEOUT)).state == AppState.SUCCEEDED
-                relay.start()
-                async with asyncio.timeout(TIMEOUT):
+
+                async def read_logs() -> None:
                     async for chunk in logs:
                         got[f"r/{chunk.replica}"] += chunk.data
+
+                async def read_watch() -> None:
                     statuses.extend([s.state async for s in watch])
+
+                async def finish_then_reconnect() -> None:
+                    gate.open()
+                    gate.open()
+                    state = (await direct.wait(handle, timeout=TIMEOUT)).state
+                    assert state == AppState.SUCCEEDED
+                    relay.start()
+
+                # Both streams reconnect at once, through one client: neither may cut the
+                # other's new connection.
+                async with asyncio.timeout(TIMEOUT):
+                    await asyncio.gather(read_logs(), read_watch(), finish_then_reconnect())
     assert got == {"r/0": known_bytes(), "r/1": known_bytes()}, {k: len(v) for k, v in got.items()}
     assert statuses[-1] == AppState.SUCCEEDED, statuses
 
