@@ -26,7 +26,7 @@ from txd.client._errors import BackendUnavailableError, TxdError, UnavailableErr
 RECONNECT_ENV = "TXD_RECONNECT_TIMEOUT"
 DEFAULT_TOTAL = 60.0
 FIRST_DELAY = 0.05
-MAX_DELAY = 2.0
+MAX_DELAY = 1.0
 PROBE_TIMEOUT = 5.0  # the Where call that tells the daemon answers again
 
 
