@@ -40,7 +40,7 @@ async def run(ctx: Context) -> None:
                 assert status.app_handle == handle, status
                 back.append((t1 - ready) * 1000)
                 outage.append((t1 - t0) * 1000)
-                await watch.aclose()
+                await watch.aclose()  # type: ignore[attr-defined]  # an async generator
     finally:
         stop(d)
     ctx.res.add(
