@@ -478,10 +478,11 @@ def _endpoint(args: argparse.Namespace) -> Any:
     return endpoint
 
 
-async def _locate(args: argparse.Namespace) -> tuple[str, str, Any]:
+async def _locate(args: argparse.Namespace, said: set[str] | None = None) -> tuple[str, str, Any]:
     """(socket, how to name it in errors, the ssh endpoint or None) of the daemon to reach:
     the local one (started when autostart allows), the named host's through its ssh tunnel,
-    or the host of this cluster that serves the shared state dir."""
+    or the host of this cluster that serves the shared state dir. A note already in `said`
+    is not printed again (a reconnect tries many times)."""
     endpoint = _endpoint(args)
     if endpoint is not None:
         return (*await _ensure_tunnel(args, endpoint), endpoint)
@@ -491,11 +492,14 @@ async def _locate(args: argparse.Namespace) -> tuple[str, str, Any]:
     except _ServedElsewhere as e:
         # Another host of this cluster serves the shared state dir: reach it there.
         endpoint = _cluster_endpoint(args, e.served)
-        print(
+        note = (
             f"txctl: txd serves this state dir on host {e.served.host}; reaching it "
-            f"over ssh ({endpoint.url})",
-            file=sys.stderr,
+            f"over ssh ({endpoint.url})"
         )
+        if said is None or note not in said:
+            print(note, file=sys.stderr)
+        if said is not None:
+            said.add(note)
         return (*await _ensure_tunnel(args, endpoint), endpoint)
 
 
@@ -504,9 +508,11 @@ def _rejoin(args: argparse.Namespace, client: Any) -> Any:
     start, so a restarted daemon, a new tunnel or the host that took over is reached."""
     from txd.client._errors import UnavailableError
 
+    said: set[str] = set()
+
     async def rejoin() -> None:
         try:
-            socket_path, _, endpoint = await _locate(args)
+            socket_path, _, endpoint = await _locate(args, said)
         except CliError as e:
             raise UnavailableError(str(e)) from None
         from pathlib import Path
