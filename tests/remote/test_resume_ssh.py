@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from ssh_testing import REMOTE_TXCTL, SshCluster
 from txd_testing import PidWatch
 
@@ -25,6 +26,11 @@ def _tunnel_pid(cluster: SshCluster) -> int:
     return pid
 
 
+def _tunnel_dir(cluster: SshCluster) -> Path:
+    (folder,) = (cluster.laptop / "run" / "txd" / "tunnels").iterdir()
+    return folder
+
+
 def _until_output(path: Path, proc: subprocess.Popen[bytes], size: int) -> None:
     deadline = time.monotonic() + TIMEOUT
     while path.stat().st_size < size:
@@ -33,7 +39,11 @@ def _until_output(path: Path, proc: subprocess.Popen[bytes], size: int) -> None:
         time.sleep(0.01)
 
 
-def test_logs_follow_rides_out_a_killed_tunnel(ssh_cluster: SshCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["ssh.pid", "tunnel.pid"])
+def test_logs_follow_rides_out_a_killed_tunnel(
+    ssh_cluster: SshCluster, tmp_path: Path, victim: str
+) -> None:
+    """The tunnel process or its ssh master connection killed mid-follow."""
     env = ssh_cluster.laptop_env()
     run = subprocess.run(
         [REMOTE_TXCTL, *HOST, "run", "utils.sh", "sh", "-c", SCRIPT],
@@ -56,8 +66,9 @@ def test_logs_follow_rides_out_a_killed_tunnel(ssh_cluster: SshCluster, tmp_path
     try:
         _until_output(out, follow, 20 * len("line-00-abcdefghij\n"))
         tunnel = _tunnel_pid(ssh_cluster)
-        with PidWatch([tunnel]) as watch:
-            os.kill(tunnel, signal.SIGKILL)
+        victim_pid = int((_tunnel_dir(ssh_cluster) / victim).read_text())
+        with PidWatch([victim_pid]) as watch:
+            os.kill(victim_pid, signal.SIGKILL)
             assert watch.wait(30) == []
         _, err = follow.communicate(timeout=TIMEOUT)
     finally:
