@@ -244,6 +244,34 @@ async def test_logs_follow_resumes_at_its_byte_across_a_dropped_connection(
     assert sha(out) == sha(known_bytes()), (len(out), len(known_bytes()))
 
 
+async def test_a_tail_follow_says_it_cannot_resume_at_a_byte(
+    daemon: Daemon, relay: Relay, tmp_path: Path
+) -> None:
+    """`logs -f --tail 2` cut off while the job writes: after the reconnect it asks only for
+    what comes next (tail 0), and says that lines written meanwhile may be missing."""
+    with Gates(tmp_path) as gates:
+        gate = gates.new("rest")
+        script = f"echo a; echo b; echo c; {gate.wait}; echo written-while-cut-off"
+        async with daemon.client() as c:
+            handle = await c.run(sh_app(script), "local_cwd")
+            follow = Txctl(
+                daemon, tmp_path / "out", "logs", "-f", "--tail", "2", handle, socket=relay.listen
+            )
+            try:
+                follow.until_output(len(b"b\nc\n"))
+                relay.kill()
+                follow.until_stderr("connection to the daemon lost")
+                gate.open()
+                assert (await c.wait(handle, timeout=TIMEOUT)).state == AppState.SUCCEEDED
+                relay.start()
+                code, out, err = follow.finish()
+            finally:
+                follow.kill()
+    assert code == 0, err
+    assert out == b"b\nc\n", out  # the tail shown; nothing shown twice
+    assert "with tail cannot resume at a byte" in err and "may be missing" in err, err
+
+
 async def test_python_client_resumes_each_replica_at_its_byte(
     daemon: Daemon, relay: Relay, tmp_path: Path
 ) -> None:
