@@ -115,6 +115,14 @@ class AsyncClient:
         self._endpoint = self._ssh
         await self.connect()
 
+    def _use_own_connection(self) -> None:
+        """From the next channel on, a connection of this client's own: the process-wide
+        pool's connection to a daemon that went away retries on gRPC's own backoff (1 s,
+        growing), so a reconnect through it would lag the daemon's return by up to seconds."""
+        own = ("grpc.use_local_subchannel_pool", 1)
+        if own not in self._options:
+            self._options.append(own)
+
     async def probe(self, timeout: float) -> None:
         """Returns when the daemon answers (a Where call); raises TxdError otherwise."""
         await self._call("Where", pb.WhereRequest(), timeout=timeout)

@@ -115,6 +115,7 @@ class Resumer:
         last = error.message
         while True:  # bounded: by the deadline
             await self.client.close()  # a fresh channel: gRPC's own backoff would wait longer
+            self.client._use_own_connection()
             try:
                 if self.rejoin is not None:
                     await self.rejoin()
