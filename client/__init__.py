@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         UnavailableError,
         UnimplementedError,
     )
+    from txd.client._resume import ResumePolicy
     from txd.client._state import AppState
     from txd.client._sync import Client
 
@@ -41,6 +42,7 @@ _WHERE = {
     "AppState": "_state",
     "AsyncClient": "_async",
     "Client": "_sync",
+    "ResumePolicy": "_resume",
     **dict.fromkeys(
         [
             "AlreadyExistsError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import datetime as dt
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -15,6 +16,7 @@ from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
 from txd.client import _tcp
 from txd.client._errors import TxdError, from_rpc_error
+from txd.client._resume import ResumePolicy, Resumer, say_on_stderr
 from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
 from txd.v1.app_pb2 import AppDef, AppStatus
@@ -53,6 +55,11 @@ class AsyncClient:
     (else TXD_CA, else the system's roots), and a `client_cert` (certificate, key) pair when the
     listener asks for one (else TXD_CLIENT_CERT and TXD_CLIENT_KEY). Raises ValueError when
     that cannot be set up (no token, an unreadable file).
+
+    watch(), wait() and logs() survive a lost connection (a daemon restart, a dropped ssh
+    tunnel): they reconnect with backoff for up to `reconnect` seconds (a float or a
+    ResumePolicy; default $TXD_RECONNECT_TIMEOUT, else 60; 0: never), saying so on stderr,
+    and carry on where they were (txd.client._resume).
     """
 
     def __init__(
@@ -65,6 +72,7 @@ class AsyncClient:
         token: str | None = None,
         ca: str | Path | None = None,
         client_cert: tuple[str | Path, str | Path] | None = None,
+        reconnect: ResumePolicy | float | None = None,
     ) -> None:
         if host is None and isinstance(socket, str) and socket.startswith(("ssh://", "tcp://")):
             host, socket = socket, None
@@ -83,6 +91,7 @@ class AsyncClient:
                 self._endpoint = resolve(host)
             self.socket_path = defaults.socket_path(str(socket) if socket else None)
             self.target = str(self.socket_path)
+        self._ssh = self._endpoint  # kept: a reconnect starts the tunnel again
         # True when the daemon runs on another host: run() then sends no cwd or environment
         # of this one (the daemon uses its own).
         self.remote = self._endpoint is not None or self._tcp is not None
@@ -90,6 +99,33 @@ class AsyncClient:
         self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
         self._stub: RunnerStub | None = None
+        if isinstance(reconnect, ResumePolicy):
+            policy = reconnect
+        else:
+            policy = ResumePolicy.from_env(None if reconnect is None else float(reconnect))
+        self.resumer = Resumer(
+            self,
+            policy,
+            say_on_stderr("txd.client"),
+            rejoin=self._rejoin_tunnel if self._ssh is not None else None,
+        )
+
+    async def _rejoin_tunnel(self) -> None:
+        """Before a reconnect: the ssh tunnel again, started anew when it is gone."""
+        self._endpoint = self._ssh
+        await self.connect()
+
+    def _use_own_connection(self) -> None:
+        """From the next channel on, a connection of this client's own: the process-wide
+        pool's connection to a daemon that went away retries on gRPC's own backoff (1 s,
+        growing), so a reconnect through it would lag the daemon's return by up to seconds."""
+        own = ("grpc.use_local_subchannel_pool", 1)
+        if own not in self._options:
+            self._options.append(own)
+
+    async def probe(self, timeout: float) -> None:
+        """Returns when the daemon answers (a Where call); raises TxdError otherwise."""
+        await self._call("Where", pb.WhereRequest(), timeout=timeout)
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -203,14 +239,30 @@ class AsyncClient:
         return (await self._call("Status", pb.StatusRequest(app_handle=handle))).status
 
     async def wait(self, handle: str, timeout: float | None = None) -> AppStatus:
-        """The terminal status, pushed by the daemon when the job ends."""
+        """The terminal status, pushed by the daemon when the job ends; asked again after a
+        reconnect (within `timeout` in all, when given)."""
         req = pb.WaitRequest(app_handle=handle)
-        return (await self._call("Wait", req, timeout=timeout)).status
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:  # bounded: each lost connection ends it or costs the Resumer's bounded time
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            gen = self.resumer.generation
+            try:
+                return (await self._call("Wait", req, timeout=left)).status
+            except TxdError as e:
+                await self.resumer.recover(e, f"the wait for {handle}", gen)
 
     async def watch(self, handle: str) -> AsyncIterator[AppStatus]:
-        """The current status, then each change, ending with the terminal one."""
-        async for msg in self._stream("Watch", pb.WatchRequest(app_handle=handle)):
-            yield msg.status
+        """The current status, then each change, ending with the terminal one. After a
+        reconnect the job is watched again: its current status comes first (a status it
+        passed through meanwhile is not sent; the last one is)."""
+        while True:  # bounded as wait()'s
+            gen = self.resumer.generation
+            try:
+                async for msg in self._stream("Watch", pb.WatchRequest(app_handle=handle)):
+                    yield msg.status
+                return
+            except TxdError as e:
+                await self.resumer.recover(e, f"the watch of {handle}", gen)
 
     async def describe(self, handle: str) -> pb.DescribeResponse:
         return await self._call("Describe", pb.DescribeRequest(app_handle=handle))
@@ -334,7 +386,12 @@ class AsyncClient:
     ) -> AsyncIterator[pb.LogsResponse]:
         """Chunks of raw log bytes, each tagged with its role and replica; with `tail`, only
         the last `tail` lines of each replica (then, following, what comes next). A chunk with
-        `long_line` set carries no data: a line `regex` may have missed (LogsResponse)."""
+        `long_line` set carries no data: a line `regex` may have missed (LogsResponse).
+
+        After a lost connection and a reconnect the read goes on from the last byte delivered
+        of each replica (LogsRequest.offsets): no byte is lost or repeated. With `tail` it
+        cannot (the last lines move as the log grows): it goes on with what is written after
+        the reconnect, and says on stderr that bytes written meanwhile may be missing."""
         if streams not in _STREAMS:
             raise ValueError(f"streams must be one of {', '.join(_STREAMS)}, not {streams!r}")
         req = pb.LogsRequest(
@@ -348,8 +405,36 @@ class AsyncClient:
             streams=_STREAMS[streams],
             tail=tail,
         )
-        async for chunk in self._stream("Logs", req):
-            yield chunk
+        sent: dict[tuple[str, int], int] = {}  # bytes delivered per replica
+        notes: set[tuple[str, int, int]] = set()  # unreadable (-1) and long-line notes sent
+        while True:  # bounded as wait()'s
+            gen = self.resumer.generation
+            try:
+                async for chunk in self._stream("Logs", req):
+                    key = (chunk.role, chunk.replica)
+                    if chunk.unreadable or chunk.HasField("long_line"):
+                        note = (*key, chunk.long_line.offset if chunk.long_line.length else -1)
+                        if note in notes:
+                            continue  # said before the reconnect
+                        notes.add(note)
+                    sent[key] = sent.get(key, 0) + len(chunk.data)
+                    yield chunk
+                return
+            except TxdError as e:
+                await self.resumer.recover(e, f"the log read of {handle}", gen)
+            if tail is None:
+                del req.offsets[:]
+                req.offsets.extend(
+                    pb.ReplicaOffset(role=role, replica=k, offset=n)
+                    for (role, k), n in sent.items()
+                    if n
+                )
+            elif any(sent.values()):  # else nothing was shown: the same tail again
+                req.tail = 0  # only what comes next: the lines shown stay the last ones shown
+                self.resumer.say(
+                    "a log read with tail cannot resume at a byte: it goes on with what is "
+                    "written from now on; lines written while disconnected may be missing"
+                )
 
     # -- schedulers ------------------------------------------------------------------------
 

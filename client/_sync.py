@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from txd.client._async import DEFAULT_TIMEOUT, AsyncClient
+from txd.client._resume import ResumePolicy
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -71,9 +72,16 @@ class Client:
         token: str | None = None,
         ca: str | Path | None = None,
         client_cert: tuple[str | Path, str | Path] | None = None,
+        reconnect: ResumePolicy | float | None = None,
     ) -> None:
         self._async = AsyncClient(
-            socket, host=host, timeout=timeout, token=token, ca=ca, client_cert=client_cert
+            socket,
+            host=host,
+            timeout=timeout,
+            token=token,
+            ca=ca,
+            client_cert=client_cert,
+            reconnect=reconnect,
         )
         self._runner = asyncio.Runner()
 
@@ -130,3 +138,4 @@ class Client:
     # -- the daemon ------------------------------------------------------------------------
 
     where = _blocking(AsyncClient.where)
+    probe = _blocking(AsyncClient.probe)

@@ -35,6 +35,7 @@ EPILOG = (
     "  TXD_REMOTE_COMMAND  the txctl on a remote host (as --remote-command)\n"
     "  TXD_SSH_COMMAND   the ssh command for ssh:// hosts (default: ssh)\n"
     "  TXD_TUNNEL_IDLE   seconds an unused ssh tunnel stays up (default 600)\n"
+    "  TXD_RECONNECT_TIMEOUT  as --reconnect-timeout\n"
     "  TXD_DEBUG         1: print an error's traceback too (the exit code stays)\n"
 )
 
@@ -83,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="seconds allowed for each request, not for waiting on a job (default %(default)s)",
+    )
+    p.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long wait, run --wait/--log and logs -f keep reconnecting after the "
+        "connection to the daemon is lost (env TXD_RECONNECT_TIMEOUT; default 60; 0: never)",
     )
     p.add_argument(
         "--no-autostart",
@@ -382,21 +390,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if host.startswith("tcp://") and args.command not in ("remote-socket", "dial-stdio"):
         client, label = _tcp_client(host, args), host
     else:
-        endpoint = _endpoint(args)
-        if endpoint is not None:
-            socket_path, label = await _ensure_tunnel(args, endpoint)
-        else:
-            try:
-                socket_path = label = await _ensure_daemon(args)
-            except _ServedElsewhere as e:
-                # Another host of this cluster serves the shared state dir: reach it there.
-                endpoint = _cluster_endpoint(args, e.served)
-                print(
-                    f"txctl: txd serves this state dir on host {e.served.host}; reaching it "
-                    f"over ssh ({endpoint.url})",
-                    file=sys.stderr,
-                )
-                socket_path, label = await _ensure_tunnel(args, endpoint)
+        socket_path, label, endpoint = await _locate(args)
         if args.command in ("remote-socket", "dial-stdio"):
             from txd.client._relay import dial_stdio, print_socket
 
@@ -405,8 +399,13 @@ async def _dispatch(args: argparse.Namespace) -> int:
                 if args.command == "remote-socket"
                 else dial_stdio(socket_path)
             )
-        client = AsyncClient(socket_path, timeout=args.timeout)
+        try:
+            client = AsyncClient(socket_path, timeout=args.timeout)
+        except ValueError as e:  # a bad TXD_RECONNECT_TIMEOUT
+            raise CliError(str(e)) from None
         client.remote = endpoint is not None
+        client.resumer.rejoin = _rejoin(args, client)
+    _reconnect_policy(args, client)
     try:
         async with client:
             return await _COMMANDS[args.command](client, args)
@@ -477,6 +476,70 @@ def _endpoint(args: argparse.Namespace) -> Any:
             "`txctl host add NAME URL --socket PATH`"
         )
     return endpoint
+
+
+async def _locate(args: argparse.Namespace, said: set[str] | None = None) -> tuple[str, str, Any]:
+    """(socket, how to name it in errors, the ssh endpoint or None) of the daemon to reach:
+    the local one (started when autostart allows), the named host's through its ssh tunnel,
+    or the host of this cluster that serves the shared state dir. A note already in `said`
+    is not printed again (a reconnect tries many times)."""
+    endpoint = _endpoint(args)
+    if endpoint is not None:
+        return (*await _ensure_tunnel(args, endpoint), endpoint)
+    try:
+        path = await _ensure_daemon(args)
+        return path, path, None
+    except _ServedElsewhere as e:
+        # Another host of this cluster serves the shared state dir: reach it there.
+        endpoint = _cluster_endpoint(args, e.served)
+        note = (
+            f"txctl: txd serves this state dir on host {e.served.host}; reaching it "
+            f"over ssh ({endpoint.url})"
+        )
+        if said is None or note not in said:
+            print(note, file=sys.stderr)
+        if said is not None:
+            said.add(note)
+        return (*await _ensure_tunnel(args, endpoint), endpoint)
+
+
+def _rejoin(args: argparse.Namespace, client: Any) -> Any:
+    """What finds the daemon again before each reconnect (txd.client._resume): as at the
+    start, so a restarted daemon, a new tunnel or the host that took over is reached."""
+    from txd.client._errors import UnavailableError
+
+    said: set[str] = set()
+
+    async def rejoin() -> None:
+        try:
+            socket_path, _, endpoint = await _locate(args, said)
+        except CliError as e:
+            raise UnavailableError(str(e)) from None
+        from pathlib import Path
+
+        client.socket_path = Path(socket_path)
+        client.target = socket_path
+        client.remote = endpoint is not None
+
+    return rejoin
+
+
+def _reconnect_policy(args: argparse.Namespace, client: Any) -> None:
+    """--reconnect-timeout (else TXD_RECONNECT_TIMEOUT), and the lines on stderr as txctl's."""
+    from txd.client._resume import ResumePolicy, say_on_stderr
+
+    try:
+        client.resumer.policy = ResumePolicy.from_env(args.reconnect_timeout)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    say = say_on_stderr("txctl")
+
+    def on_own_line(text: str) -> None:  # off wait's live progress line, which redraws
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K")
+        say(text)
+
+    client.resumer.say = on_own_line
 
 
 async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:

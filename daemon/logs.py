@@ -14,6 +14,7 @@ from txd.daemon.lastlines import LastLines
 from txd.schedulers.aiters import merge
 from txd.schedulers.api import Ended, Job, LogQuery, LongLine, Scheduler, num_replicas
 from txd.schedulers.errors import InvalidArgument, LogGone, NotFound, Unsupported
+from txd.schedulers.logfiles import skipped
 from txd.v1 import Stream
 from txd.v1.app_pb2 import AppDef
 from txd.v1.runner_pb2 import LogsRequest, LogsResponse
@@ -28,6 +29,7 @@ async def read(
 ) -> AsyncIterator[LogsResponse]:
     _check_capabilities(sched, req)
     targets = _targets(req.app_handle, app, req)
+    offsets = _offsets(req, targets)
     tail = req.tail if req.HasField("tail") else None
     query = LogQuery(
         regex=req.regex,
@@ -40,8 +42,13 @@ async def read(
     iters = []
     for role, k in targets:
         long_lines: list[LongLine] = []  # the filter's reports, sent as they come
-        each = dataclasses.replace(query, on_long_line=long_lines.append)
-        iters.append((role, k, sched.log_iter(job, role, k, each, ended), long_lines))
+        skip = offsets.get((role, k), 0)
+        seek = skip if sched.log_seek else 0
+        each = dataclasses.replace(query, on_long_line=long_lines.append, offset=seek)
+        it = sched.log_iter(job, role, k, each, ended)
+        if skip > seek:  # the scheduler cannot start there: read again and skip
+            it = skipped(it, skip)
+        iters.append((role, k, it, long_lines))
     if tail is not None:
         iters = [(role, k, _last_lines(it, tail), lines) for role, k, it, lines in iters]
     if not req.follow or len(iters) == 1:
@@ -76,6 +83,28 @@ def check(req: LogsRequest) -> None:
             re.compile(req.regex.encode())
         except (re.error, RecursionError, OverflowError) as e:  # deep nesting: RecursionError
             raise InvalidArgument("regex", f"invalid regular expression: {e}") from None
+    if req.offsets and req.HasField("tail"):
+        raise InvalidArgument(
+            "offsets", "cannot be combined with tail: the last lines move as the log grows"
+        )
+    for i, x in enumerate(req.offsets):
+        if x.offset < 0:
+            raise InvalidArgument(f"offsets[{i}].offset", f"must be >= 0, got {x.offset}")
+
+
+def _offsets(req: LogsRequest, targets: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Bytes to skip per replica (LogsRequest.offsets), each naming a replica read."""
+    out: dict[tuple[str, int], int] = {}
+    for i, x in enumerate(req.offsets):
+        key = (x.role, x.replica)
+        if key not in targets:
+            raise InvalidArgument(
+                f"offsets[{i}]", f"replica {x.role}/{x.replica} is not one this request reads"
+            )
+        if key in out:
+            raise InvalidArgument(f"offsets[{i}]", f"replica {x.role}/{x.replica} is listed twice")
+        out[key] = x.offset
+    return out
 
 
 def _check_capabilities(sched: Scheduler[Any, Any], req: LogsRequest) -> None:

@@ -162,6 +162,10 @@ class LogQuery:
     # The daemon keeps only this many last lines of what log_iter sends (Scheduler.log_iter,
     # rule 6): a hint that earlier bytes may be skipped. None: the whole log.
     tail: int | None = None
+    # Bytes of what this query selects that were delivered already (LogsRequest.offsets):
+    # skipped. Only passed to a scheduler whose `log_seek` is set; the daemon skips them for
+    # every other one.
+    offset: int = 0
     # Told of each line the regex filter dropped without being sure it does not match (rule 2).
     on_long_line: Callable[[LongLine], None] | None = field(default=None, compare=False)
 
@@ -220,6 +224,9 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     # Its jobs run on the daemon's own host and end with it (local_cwd): a daemon that takes a
     # shared state dir over from another host records them as lost (daemon.serving).
     jobs_live_on_host: ClassVar[bool] = False
+    # log_iter applies LogQuery.offset itself (it can start reading there); otherwise the
+    # daemon reads from the start and skips that many bytes.
+    log_seek: ClassVar[bool] = False
     Opts: ClassVar[type]  # per run: the cfg a Run may pass (schedulers.options)
     Settings: ClassVar[type[Settings]] = Settings  # per daemon
 
@@ -371,6 +378,10 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         7. An empty chunk means "caught up with everything written so far" (optional; the
            daemon sends no empty chunk on). A follow with a tail shows its lines at the first
            one, or else only when the log ends.
+        8. `query.offset` (a resumed read) is only set for a scheduler whose `log_seek` is set:
+           it skips exactly that many bytes of what it would send. For any other the daemon
+           reads from the start and skips, so a second read of an ended job's log must give
+           the same bytes.
         Raises NotFound for an unknown role or replica, Unsupported if there are no logs.
         """
         raise Unsupported(f"{self.name} does not provide logs")

@@ -408,10 +408,15 @@ def _drained(out: list[bytes | LineScan]) -> Iterator[bytes]:
 async def read_log(src: LogSource, query: LogQuery) -> AsyncIterator[bytes]:
     """Chunks of the replica's log as selected by query (see Scheduler.log_iter)."""
     timed = query.since is not None or query.until is not None
-    start = 0
-    if query.tail is not None and not query.regex and not timed and query.stream == Stream.COMBINED:
+    start = skip = 0
+    plain = not query.regex and not timed and query.stream == Stream.COMBINED
+    if query.tail is not None and plain:
         start = tail_offset(data_path(src.base), query.tail)  # the file's end, not all of it
+    if query.offset:  # a resumed read: the combined file's bytes are what is sent, so seek
+        start, skip = (query.offset, 0) if plain else (0, query.offset)
     chunks = selected(_pieces(src, query.stream, query.follow, timed, start), query)
+    if skip:
+        chunks = skipped(chunks, skip)
     try:
         async for chunk in chunks:
             yield chunk
@@ -439,6 +444,21 @@ async def selected(
     finally:
         await _aclose(out)
         await _aclose(pieces)  # a generator expression does not close its source
+
+
+async def skipped(chunks: AsyncIterator[bytes], n: int) -> AsyncIterator[bytes]:
+    """`chunks` without their first n bytes (a resumed read where nothing can seek); empty
+    chunks (caught up) pass. Closes `chunks` when done."""
+    try:
+        async for chunk in chunks:
+            if n and chunk:
+                cut = min(n, len(chunk))
+                chunk, n = chunk[cut:], n - cut
+                if not chunk:
+                    continue
+            yield chunk
+    finally:
+        await _aclose(chunks)
 
 
 def tail_offset(path: Path, n: int) -> int:

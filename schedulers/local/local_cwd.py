@@ -271,6 +271,7 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
     name = "local_cwd"
     description = "processes on this host, started in the caller's working directory"
     jobs_live_on_host = True
+    log_seek = True  # read_log starts at LogQuery.offset
     capabilities = Capabilities(
         logs=True,
         log_follow=True,

@@ -448,6 +448,28 @@ class SchedulerContract:
             got = await read_all(tail(k, 4), t)
             assert got == last_lines(first + harness.logged(then), 4), _lines_of(got)
 
+    async def test_logs_resume_at_an_offset(
+        self, sched: Scheduler[Any, Any], harness: Harness
+    ) -> None:
+        """LogQuery.offset (a client resuming a read, LogsRequest.offsets): a scheduler with
+        `log_seek` skips exactly that many bytes of what it would send, filtered or not; for
+        any other the daemon reads again and skips, which needs a second read of an ended
+        job's log to give the same bytes as the first."""
+        self._need_logs(sched)
+        sub = await submit(sched, harness, Script(first=Output(stdout=MANY_LINES + LINES)))
+        await wait_terminal(sched, harness, sub.job)
+        t = harness.timeout
+        whole = await read_all(self._logs(sched, harness, sub), t)
+        assert await read_all(self._logs(sched, harness, sub), t) == whole
+        if not sched.log_seek:
+            return
+        for at in (1, 65536 + 7, len(whole) - 3, len(whole), len(whole) + 10):
+            got = await read_all(self._logs(sched, harness, sub, offset=at), t)
+            assert got == whole[at:], f"offset {at}: {len(got)} bytes"
+        alpha = await read_all(self._logs(sched, harness, sub, regex="alpha"), t)
+        got = await read_all(self._logs(sched, harness, sub, regex="alpha", offset=9), t)
+        assert got == alpha[9:]
+
     async def test_logs_regex_selects_whole_lines(
         self, sched: Scheduler[Any, Any], harness: Harness
     ) -> None:

@@ -28,6 +28,7 @@ from benchmarks.areas import (
     logs,
     logs_huge_line,
     remote,
+    resume,
     rss,
     slurm,
     soak,
@@ -59,6 +60,7 @@ ALL = (
     "tcp",
     "socket",
     "remote",
+    "resume",
 )
 ON_REQUEST = ("soak",)  # only with --only: ten minutes
 
@@ -112,6 +114,10 @@ async def amain(ctx: Context) -> None:
         log("socket: a removed socket folder recovered, fresh daemon")
         with res.section():
             await socket.run(ctx)
+    if "resume" in only:
+        log("resume: a watching client across kill -9 and restart, fresh daemon")
+        with res.section():
+            await resume.run(ctx)
     if "rss" in only:
         with res.section():
             await rss.run(ctx)

@@ -147,7 +147,8 @@ async def test_sigterm_with_the_push_backend_down_exits_cleanly(push_daemon: Dae
     daemon logs them, stops within its grace period and exits 0. The job is still followed
     after a restart, once the backend is back."""
     backend = Backend(push_daemon)
-    async with push_daemon.client() as c:
+    # reconnect=0: the daemon's own word at shutdown, not a client riding it out (test_resume)
+    async with push_daemon.client(reconnect=0) as c:
         handle = await c.run(blocking_app(), "fakepush", cwd="/")
         assert (await c.status(handle)).state == AppState.RUNNING
         waiter = asyncio.create_task(c.wait(handle))
@@ -180,7 +181,7 @@ async def test_sigterm_with_the_push_backend_down_exits_cleanly(push_daemon: Dae
 async def test_sigterm_while_the_change_stream_is_reconnecting(push_daemon: Daemon) -> None:
     """The feed sleeps between reconnects when SIGTERM comes; watchers are still open."""
     backend = Backend(push_daemon)
-    async with push_daemon.client() as c:
+    async with push_daemon.client(reconnect=0) as c:  # the daemon's word, as above
         handles = [await c.run(blocking_app(), "fakepush", cwd="/") for _ in range(3)]
         backend.down()
 

@@ -4,6 +4,7 @@ dir over once login1's daemon is gone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from ssh_testing import REMOTE_TXCTL, USER, SshCluster
 
 STATE = ".local/state/txd"  # the default state dir, in the shared home
@@ -115,3 +117,45 @@ def test_login1s_daemon_killed_then_login2_takes_over_and_lists_every_job(
     again = login1.txctl("status", done)
     assert again.returncode == 0, again
     assert "on host login2; reaching it over ssh (ssh://login2)" in again.stderr
+
+
+@pytest.mark.parametrize("dies", ["daemon", "host"])
+def test_a_wait_on_login2_rides_out_login1s_daemon_lost(ssh_cluster: SshCluster, dies: str) -> None:
+    """`txctl wait` on login2, reaching login1's daemon over ssh, across a kill -9 of that
+    daemon (it is started again on login1 through the tunnel) or of every process of login1
+    (sshd included: login2 takes the state dir over once login1 stops beating). The wait
+    reconnects to whichever daemon serves next and prints the job's final status as it holds
+    it."""
+    login1, login2 = ssh_cluster.nodes
+    _node_to_node_ssh(ssh_cluster)
+    env = "TXD_HEARTBEAT=0.5"  # a dead host is stale after 1.5 s
+    running = _handle(login1.ssh(f"{env} {REMOTE_TXCTL} run utils.sh sleep 600"))
+    [daemon] = login1.daemon_pids()
+    wait = subprocess.Popen(
+        ["ssh", "-F", str(ssh_cluster.ssh_config), f"{USER}@login2",
+         f"{env} {REMOTE_TXCTL} wait {running}"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert wait.stderr is not None
+        seen = []
+        while "RUNNING" not in (line := wait.stderr.readline()):  # its Watch is open
+            assert line, f"the wait ended early: {''.join(seen)}"
+            seen.append(line)
+        for pid in [daemon] if dies == "daemon" else login1.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        out, err = wait.communicate(timeout=90)
+    finally:
+        if wait.poll() is None:
+            wait.kill()
+            wait.wait()
+    assert "txctl: connection to the daemon lost" in err and "reconnected" in err, err
+    final = json.loads(login2.txctl("status", "--json", running).stdout)
+    assert f"  state:    {final['state']}\n" in out, (out, err)
+    assert err.count("reaching it over ssh") <= 1, err  # said once, however many tries
+    if dies == "host":
+        assert final["state"] == "FAILED" and "ran on host login1" in final["msg"], final
+        assert _record(ssh_cluster)["host"] == "login2"
+    else:
+        assert final["state"] in ("FAILED", "CANCELLED"), final

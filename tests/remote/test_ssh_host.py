@@ -160,11 +160,12 @@ def test_an_idle_tunnel_exits_and_the_next_command_brings_it_back(
 
 @pytest.mark.parametrize("victim", ["ssh.pid", "tunnel.pid"])
 def test_ssh_killed_mid_follow_is_a_clear_error(ssh_cluster: SshCluster, victim: str) -> None:
+    """With reconnecting off (--reconnect-timeout 0; test_resume_ssh.py has it on)."""
     script = "for i in $(seq 1 600); do echo line $i; sleep 0.2; done"
     handle = _handle(_ok(ssh_cluster.laptop_txctl(*HOST, "run", "utils.sh", "sh", "-c", script)))
     folder = _tunnel_dir(ssh_cluster)
     with subprocess.Popen(
-        [REMOTE_TXCTL, *HOST, "logs", "-f", handle],
+        [REMOTE_TXCTL, *HOST, "--reconnect-timeout", "0", "logs", "-f", handle],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

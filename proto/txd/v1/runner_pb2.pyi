@@ -228,7 +228,7 @@ class PruneResponse(_message.Message):
     def __init__(self, pruned: _Optional[_Iterable[_Union[_app_pb2.AppStatus, _Mapping]]] = ..., failed: _Optional[_Mapping[str, str]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class LogsRequest(_message.Message):
-    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams", "tail")
+    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams", "tail", "offsets")
     class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         COMBINED: _ClassVar[LogsRequest.Stream]
@@ -246,6 +246,7 @@ class LogsRequest(_message.Message):
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     TAIL_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     app_handle: str
     role: str
     replica: int
@@ -255,7 +256,8 @@ class LogsRequest(_message.Message):
     follow: bool
     streams: LogsRequest.Stream
     tail: int
-    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedCompositeFieldContainer[ReplicaOffset]
+    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[ReplicaOffset, _Mapping]]] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
     __slots__ = ("data", "role", "replica", "long_line", "unreadable")
@@ -330,3 +332,13 @@ class WhereResponse(_message.Message):
     uptime: _duration_pb2.Duration
     user: str
     def __init__(self, host: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., started: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...
+
+class ReplicaOffset(_message.Message):
+    __slots__ = ("role", "replica", "offset")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    replica: int
+    offset: int
+    def __init__(self, role: _Optional[str] = ..., replica: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
