@@ -33,6 +33,7 @@ _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
     errors.Unsupported: grpc.StatusCode.UNIMPLEMENTED,
     errors.BackendUnavailable: grpc.StatusCode.UNAVAILABLE,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,
 }
 
 
@@ -163,7 +164,10 @@ class About:
 
 class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     # How a method's items become bytes where it is not the response's SerializeToString.
-    SERIALIZERS: dict[str, Callable[[Any], bytes]] = {"Watch": Shown.wire}
+    SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
+        "Watch": Shown.wire,
+        "Events": bytes,  # serialized once per event for every subscriber (daemon.events)
+    }
 
     def __init__(self, service: JobService, about: About) -> None:
         self.service = service
@@ -199,6 +203,18 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[Shown]:
         # The statuses come serialized, shared by every stream of the job (SERIALIZERS).
         return self.service.watch(request.app_handle)
+
+    async def Events(self, raw: bytes, context: grpc.aio.ServicerContext) -> None:
+        # Written with context.write, not yielded: a write the client does not take can then
+        # be cut short (daemon.events), which a generator's pending yield cannot.
+        try:
+            request = wire.parse(pb.EventsRequest, raw)
+            handles = [
+                h if "://" in h else self.service.resolve(h) for h in request.app_handles[:1001]
+            ]
+            await self.service.events.serve(request, handles, context.write)
+        except Exception as e:
+            await context.abort(*_status(e))
 
     @_mapped
     async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
