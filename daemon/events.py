@@ -50,6 +50,7 @@ class EventSettings:
     retention: float = 7 * 86400.0  # seconds an event is kept (a job's events go with it)
     buffer: int = 10_000  # live events held in memory for subscribers
     bookmark: float = 5.0  # default seconds between bookmarks
+    window: int = 1000  # responses sent beyond the client's last acknowledgement
 
     @classmethod
     def parse(cls, section: Mapping[str, Any]) -> EventSettings:
@@ -57,6 +58,7 @@ class EventSettings:
             "retention": float,
             "buffer": int,
             "bookmark": float,
+            "window": int,
         }
         values: dict[str, Any] = {}
         for key, raw in section.items():
@@ -136,18 +138,39 @@ class Filter:
         )
 
 
+class Acks:
+    """What a client acknowledged on its stream (a count of responses taken), read by a task
+    of its own: a wait for the next count is then cut short without cutting a gRPC read."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.closed = False  # the client sends no more
+        self.pulse = Pulse()
+
+    def take(self, count: int) -> None:
+        self.count = max(self.count, count)
+        self.pulse.fire()
+
+    def close(self) -> None:
+        self.closed = True
+        self.pulse.fire()
+
+
 @dataclass(eq=False)
 class _Subscriber:
     pos: int  # the next buffer position it reads
-    delivered: int  # the number of the last event whose write finished
-    writing: asyncio.Timeout | None = None  # while a write is under way: cut() ends it
-    write_mark: int = 0  # the buffer's end when the write under way began
+    delivered: int  # the number of the last event the client acknowledged
+    acks: Acks = field(default_factory=lambda: Acks())
+    waiting: bool = False  # for the client's acknowledgement
+    write_mark: int = 0  # the buffer's end when that wait began
+    sent: int = 0  # responses written
+    acked: int = 0  # responses the client said it took
+    unacked: deque[int] = field(default_factory=deque)  # numbers of those written since
     cut_off: bool = field(default=False)
 
     def cut(self) -> None:
-        if self.writing is not None and not self.cut_off:
-            self.cut_off = True
-            self.writing.reschedule(asyncio.get_running_loop().time())
+        self.cut_off = True
+        self.acks.pulse.fire()
 
 
 class EventHub:
@@ -162,6 +185,8 @@ class EventHub:
         self._closing = ""
         self._last_prune = 0.0
         store.on_events = self.committed
+        # EventsResponse.window, appended to every response (protobuf merges the fields).
+        self._window_field = pb.EventsResponse(window=settings.window).SerializeToString()
 
     @property
     def _end(self) -> int:
@@ -197,9 +222,10 @@ class EventHub:
 
     def sweep(self) -> None:
         for sub in list(self._subs):
-            # A write that did not finish while a whole buffer of events committed: the
-            # client stopped reading.
-            if sub.writing is not None and self._end - sub.write_mark >= self.settings.buffer:
+            # A wait for the client (its acknowledgement, or a write) that did not end while
+            # a whole buffer of events committed: the client stopped reading.
+            if sub.waiting and self._end - sub.write_mark >= self.settings.buffer:
+                log.info("ending an events stream that stopped reading")
                 sub.cut()
         now = time.time()
         every = min(60.0, max(self.settings.retention / 10, SWEEP_PERIOD))
@@ -261,33 +287,48 @@ class EventHub:
         req: pb.EventsRequest,
         handles: Collection[str],
         write: Callable[[bytes], Awaitable[None]],
+        acks: Acks,
     ) -> None:
-        """Streams what `req` asks for through `write` (which takes a serialized response)."""
+        """Streams what `req` asks for through `write` (which takes a serialized response),
+        at most a window of responses beyond what the client acknowledged (`acks`)."""
         flt = self._filter(req, handles)
         interval = self.settings.bookmark
         if req.HasField("bookmark_interval"):
             asked = req.bookmark_interval.ToNanoseconds() / 1e9
             interval = max(asked, MIN_BOOKMARK) if asked > 0 else interval
         start = self._start(req)
-        sub = _Subscriber(pos=self._end, delivered=start or 0)
+        sub = _Subscriber(pos=self._end, delivered=start or 0, acks=acks)
         self._subs.add(sub)
 
         async def send(data: bytes, seq: int) -> None:
-            sub.write_mark = self._end
-            try:
-                async with asyncio.timeout(None) as sub.writing:
-                    await write(data)
-            except TimeoutError:
-                if not sub.cut_off:
-                    raise
-                raise ResourceExhausted(
-                    "the stream was not read while the daemon's buffer of live events filled; "
-                    f"resume from the last cursor received; last cursor delivered: "
-                    f"{self.cursor(sub.delivered)}"
-                ) from None
-            finally:
-                sub.writing = None
-            sub.delivered = max(sub.delivered, seq)
+            while True:
+                gen = acks.pulse.gen
+                for _ in range(min(acks.count, sub.sent) - sub.acked):
+                    sub.delivered = max(sub.delivered, sub.unacked.popleft())
+                    sub.acked += 1
+                if sub.sent - sub.acked < self.settings.window:
+                    break
+                if sub.cut_off:
+                    raise ResourceExhausted(
+                        "the stream was not read while the daemon's buffer of live events "
+                        "filled; resume from the last cursor received; last cursor "
+                        f"delivered: {self.cursor(sub.delivered)}"
+                    )
+                if acks.closed:
+                    raise InvalidArgument(
+                        "received",
+                        "the client closed its side of the stream: it must keep "
+                        "acknowledging what it reads",
+                    )
+                if not sub.waiting:
+                    sub.waiting, sub.write_mark = True, self._end
+                try:
+                    await acks.pulse.wait_past(gen)
+                finally:
+                    sub.waiting = False
+            await write(data + self._window_field)
+            sub.sent += 1
+            sub.unacked.append(seq)
 
         async def replay(after: int) -> int:
             while True:

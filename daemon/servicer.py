@@ -18,6 +18,7 @@ from grpc_status import rpc_status
 from txd.daemon import wire
 from txd.daemon.cache import Shown
 from txd.daemon.core import JobService, cfg_values
+from txd.daemon.events import Acks
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
 from txd.v1 import runner_pb2 as pb
@@ -204,17 +205,39 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
         # The statuses come serialized, shared by every stream of the job (SERIALIZERS).
         return self.service.watch(request.app_handle)
 
-    async def Events(self, raw: bytes, context: grpc.aio.ServicerContext) -> None:
-        # Written with context.write, not yielded: a write the client does not take can then
-        # be cut short (daemon.events), which a generator's pending yield cannot.
+    async def Events(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        # The first message says what to stream, the later ones acknowledge (daemon.events).
         try:
+            raw = await context.read()
+            if raw is grpc.aio.EOF:  # type: ignore[attr-defined]
+                return
             request = wire.parse(pb.EventsRequest, raw)
             handles = [
                 h if "://" in h else self.service.resolve(h) for h in request.app_handles[:1001]
             ]
-            await self.service.events.serve(request, handles, context.write)
+
+            acks = Acks()
+
+            async def read_acks() -> None:
+                try:
+                    while (more := await context.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                        acks.take(wire.parse(pb.EventsRequest, more).received)
+                except Exception:  # a bad message, the call gone: no more acknowledgements
+                    pass
+                finally:
+                    acks.close()
+
+            # Not cancelled at the end: a cancelled read holds the call's status back (grpcio);
+            # the read ends with the call.
+            self.service.tasks.create_task(read_acks(), name="events acks")
+            await self.service.events.serve(request, handles, context.write, acks)
         except Exception as e:
-            await context.abort(*_status(e))
+            # Set, not abort(): the acknowledgements' read may be pending (read_acks).
+            code, details, trailers = _status(e)
+            context.set_code(code)
+            context.set_details(details)
+            if trailers:
+                context.set_trailing_metadata(trailers)
 
     @_mapped
     async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:

@@ -108,7 +108,7 @@ class RunnerStub:
                 request_serializer=txd_dot_v1_dot_runner__pb2.WhereRequest.SerializeToString,
                 response_deserializer=txd_dot_v1_dot_runner__pb2.WhereResponse.FromString,
                 _registered_method=True)
-        self.Events = channel.unary_stream(
+        self.Events = channel.stream_stream(
                 '/txd.v1.Runner/Events',
                 request_serializer=txd_dot_v1_dot_runner__pb2.EventsRequest.SerializeToString,
                 response_deserializer=txd_dot_v1_dot_runner__pb2.EventsResponse.FromString,
@@ -226,9 +226,10 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Events(self, request, context):
+    def Events(self, request_iterator, context):
         """Every job's status changes, in commit order, each with a durable cursor: replayed from a
         cursor or a time then live, or a snapshot of every job's status then live (see EventsRequest).
+        The client acknowledges what it took (EventsRequest.received) as it reads.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -307,7 +308,7 @@ def add_RunnerServicer_to_server(servicer, server):
                     request_deserializer=txd_dot_v1_dot_runner__pb2.WhereRequest.FromString,
                     response_serializer=txd_dot_v1_dot_runner__pb2.WhereResponse.SerializeToString,
             ),
-            'Events': grpc.unary_stream_rpc_method_handler(
+            'Events': grpc.stream_stream_rpc_method_handler(
                     servicer.Events,
                     request_deserializer=txd_dot_v1_dot_runner__pb2.EventsRequest.FromString,
                     response_serializer=txd_dot_v1_dot_runner__pb2.EventsResponse.SerializeToString,
@@ -706,7 +707,7 @@ class Runner:
             _registered_method=True)
 
     @staticmethod
-    def Events(request,
+    def Events(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -716,8 +717,8 @@ class Runner:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/txd.v1.Runner/Events',
             txd_dot_v1_dot_runner__pb2.EventsRequest.SerializeToString,
