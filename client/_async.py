@@ -251,10 +251,12 @@ class AsyncClient:
             await call.write(req)
             taken = acked = 0
             while (msg := await call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                window = msg.window
+                msg.ClearField("window")  # the protocol's, not the caller's
                 yield msg
                 # The caller took it: acknowledge, so the daemon sends on (its window).
                 taken += 1
-                if taken - acked >= min(EVENTS_ACK_EVERY, max(msg.window // 2, 1)):
+                if taken - acked >= min(EVENTS_ACK_EVERY, max(window // 2, 1)):
                     await call.write(pb.EventsRequest(received=taken))
                     acked = taken
         except grpc.RpcError as e:

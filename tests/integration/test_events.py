@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -247,3 +248,26 @@ async def test_a_reader_that_stops_is_ended_and_resumes_from_its_cursor(
     held = stored(d, seq(start))
     assert triples(got) + triples(rest) == held
     assert len(held) >= 90
+
+
+def test_txctl_events_prints_a_line_per_change_and_resumes_from_its_cursor(
+    daemon: Daemon,
+) -> None:
+    start = daemon.txctl("events", "--snapshot", "--json", check=True).stdout.splitlines()
+    synced = json.loads(start[-1])
+    assert synced["kind"] == "SYNCED"
+    run = daemon.txctl("run", "--wait", "utils.sh", "true", check=True)
+    handle = run.stdout.split()[0]
+    lines = daemon.txctl("events", "--since", synced["cursor"], check=True).stdout.splitlines()
+    assert lines[-1].split()[1] == "SYNCED"
+    changes = [line.split() for line in lines[:-1]]
+    assert {c[4] for c in changes} == {handle}
+    assert changes[-1][5] == "SUCCEEDED"
+    held = stored(daemon, seq(synced["cursor"]))
+    assert [(seq(c[0]), c[4], AppState.Value(c[5])) for c in changes] == held
+    # Resuming after the first line prints the rest, as JSON objects.
+    rest = daemon.txctl("events", "--since", changes[0][0], "--json", check=True)
+    objects = [json.loads(line) for line in rest.stdout.splitlines()]
+    assert [o["cursor"] for o in objects[:-1]] == [c[0] for c in changes[1:]]
+    bad = daemon.txctl("events")
+    assert bad.returncode != 0 and "--since" in bad.stderr
