@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import datetime as dt
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -250,14 +251,21 @@ class AsyncClient:
         try:
             await call.write(req)
             taken = acked = 0
+            acking = True
             while (msg := await call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
                 window = msg.window
                 msg.ClearField("window")  # the protocol's, not the caller's
                 yield msg
                 # The caller took it: acknowledge, so the daemon sends on (its window).
                 taken += 1
-                if taken - acked >= min(EVENTS_ACK_EVERY, max(window // 2, 1)):
-                    await call.write(pb.EventsRequest(received=taken))
+                last = msg.kind == pb.EventsResponse.SYNCED and not follow  # the daemon ends
+                due = taken - acked >= min(EVENTS_ACK_EVERY, max(window // 2, 1))
+                if acking and due and not last and not call.done():
+                    try:
+                        await call.write(pb.EventsRequest(received=taken))
+                    except (grpc.RpcError, asyncio.InvalidStateError):
+                        # The daemon ended the stream meanwhile: the next read says how.
+                        acking = False
                     acked = taken
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None

@@ -223,7 +223,9 @@ async def test_a_reader_that_stops_is_ended_and_resumes_from_its_cursor(
     d.start()
     async with d.client() as c:
         start = await head(c)
-    async with grpc.aio.insecure_channel(f"unix://{d.socket}") as channel:
+    # A connection of its own: cancelling its call leaves the clients' shared one alone.
+    local = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(f"unix://{d.socket}", options=local) as channel:
         call = RunnerStub(channel).Events()
         await call.write(pb.EventsRequest(since_cursor=start, follow=True))
         async with asyncio.timeout(LIMIT):
