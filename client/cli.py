@@ -211,6 +211,12 @@ def _parser() -> argparse.ArgumentParser:
         help="only jobs in these states (e.g. running,failed); may repeat",
     )
     lst.add_argument("--since", help="only jobs created since: ISO time, epoch, or 10s/5m/2h/1d")
+    lst.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="keep the list on screen, redrawn as jobs change (driven by the events stream)",
+    )
     events = cmd(
         "events",
         "print job status changes, one line (or JSON object) each with its cursor",
@@ -834,6 +840,8 @@ async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import ListTable, dumps, to_dict
     from txd.v1 import AppState
 
+    if args.watch:
+        return await _list_watch(client, args)
     apps = client.list_iter(
         args.scheduler,
         args.backend,
@@ -854,6 +862,48 @@ async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
             print(line)
     for line in table.end():
         print(line)
+    return 0
+
+
+async def _list_watch(client: Any, args: argparse.Namespace) -> int:
+    """`list --watch`: a snapshot of the events stream, then its live changes, the table
+    redrawn (on a terminal, in place) after each change: no polling. Runs until Ctrl-C."""
+    import datetime as dt
+
+    from txd.client._format import ListTable
+    from txd.v1 import AppState
+    from txd.v1.runner_pb2 import EventsResponse as Ev
+
+    if args.json or args.backend or args.limit:
+        raise CliError("--watch shows the daemon's jobs as a table: no --json, --backend, --limit")
+    states = {AppState.Value(name) for names in args.state for name in names}
+    since = _when(args.since)
+    since_ns = int(since.timestamp() * 1e9) if isinstance(since, dt.datetime) else None
+    jobs: dict[str, Any] = {}
+    synced = False
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    async for event in client.events(snapshot=True, follow=True, scheduler=args.scheduler):
+        if event.kind == Ev.SYNCED:
+            synced = True
+        elif event.kind == Ev.DELETED:
+            jobs.pop(event.status.app_handle, None)
+        elif event.kind in (Ev.SNAPSHOT, Ev.CHANGED):
+            jobs[event.status.app_handle] = event.status
+        if not synced or event.kind == Ev.BOOKMARK:
+            continue
+        shown = sorted(
+            (
+                s
+                for s in jobs.values()
+                if (not states or s.state in states)
+                and (since_ns is None or s.created.ToNanoseconds() >= since_ns)
+            ),
+            key=lambda s: (s.created.ToNanoseconds(), s.app_handle),
+            reverse=True,
+        )
+        table = ListTable()
+        lines = [line for s in shown for line in table.add(s)] + table.end()
+        print(clear + "\n".join(lines), flush=True)
     return 0
 
 

@@ -7,9 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import shlex
+import shutil
 import sqlite3
+import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,7 @@ from txd.client import (
 from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1 import runner_pb2 as pb
 from txd.v1.runner_pb2_grpc import RunnerStub
-from txd_testing import Daemon, Gates, sh_app
+from txd_testing import TXCTL, Daemon, Gates, sh_app
 
 Kind = pb.EventsResponse.Kind
 LIMIT = 60.0  # seconds any one stream of a test may take
@@ -273,3 +277,47 @@ def test_txctl_events_prints_a_line_per_change_and_resumes_from_its_cursor(
     assert [o["cursor"] for o in objects[:-1]] == [c[0] for c in changes[1:]]
     bad = daemon.txctl("events")
     assert bad.returncode != 0 and "--since" in bad.stderr
+
+
+def _pane(session: str) -> str:
+    return subprocess.run(
+        ["tmux", "capture-pane", "-p", "-t", session],
+        capture_output=True,
+        encoding="utf-8",
+        check=True,
+    ).stdout
+
+
+def _until_pane(session: str, want: Callable[[str], bool]) -> str:
+    deadline = time.monotonic() + LIMIT
+    while not want(text := _pane(session)):
+        assert time.monotonic() < deadline, text
+        time.sleep(0.05)
+    return text
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+async def _submit(d: Daemon, app: Any) -> str:
+    async with d.client(own_connection=True) as c:
+        return str(await c.run(app))
+
+
+def test_list_watch_redraws_in_a_terminal_as_jobs_change(daemon: Daemon, tmp_path: Path) -> None:
+    session = f"txdt-{os.getpid()}"
+    env = daemon.txctl_env()
+    command = [*TXCTL, "--socket", str(daemon.socket), "--no-autostart", "list", "--watch"]
+    tmux = ["tmux", "new-session", "-d", "-s", session, "-x", "200", "-y", "50"]
+    line = shlex.join(["env", "-i", *(f"{k}={v}" for k, v in env.items()), *command])
+    # The pane stays after txctl exits, so an error stays on screen for the assertion.
+    subprocess.run([*tmux, f"{line}; sleep 600"], check=True)
+    try:
+        _until_pane(session, lambda t: "HANDLE" in t)
+        with Gates(tmp_path) as gates:
+            gate = gates.new("end")
+            handle = asyncio.run(_submit(daemon, sh_app(gate.wait)))
+            running = _until_pane(session, lambda t: handle in t and "RUNNING" in t)
+            assert running.count("HANDLE") == 1  # redrawn in place, not appended
+            gate.open()
+            _until_pane(session, lambda t: handle in t and "SUCCEEDED" in t)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
