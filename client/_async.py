@@ -258,9 +258,13 @@ class AsyncClient:
                 yield msg
                 # The caller took it: acknowledge, so the daemon sends on (its window).
                 taken += 1
-                last = msg.kind == pb.EventsResponse.SYNCED and not follow  # the daemon ends
+                if msg.kind == pb.EventsResponse.SYNCED and not follow:
+                    # The daemon ends the stream once we half-close: no acknowledgement after.
+                    acking = False
+                    await call.done_writing()
+                    continue
                 due = taken - acked >= min(EVENTS_ACK_EVERY, max(window // 2, 1))
-                if acking and due and not last and not call.done():
+                if acking and due:
                     try:
                         await call.write(pb.EventsRequest(received=taken))
                     except (grpc.RpcError, asyncio.InvalidStateError):

@@ -17,6 +17,7 @@ from the store, and holds nothing of the daemon's meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -37,6 +38,17 @@ REPLAY_PAGE = 1000  # events read from the store per query while replaying
 MAX_HANDLES = 1000
 MIN_BOOKMARK = 0.1
 SWEEP_PERIOD = 1.0  # seconds between looks for stuck subscribers and retention
+
+
+CLOSE_WAIT = 10.0  # seconds a finished stream waits for the client to half-close
+
+
+async def _closed(acks: Acks, limit: float) -> None:
+    """Returns once the client half-closed, or after `limit` seconds."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            while not acks.closed:
+                await acks.pulse.wait_past(acks.pulse.gen)
 
 
 class EventSettingsError(ValueError):
@@ -371,6 +383,9 @@ class EventHub:
                 synced = pb.EventsResponse(kind=Kind.SYNCED, cursor=self.cursor(last))
                 await send(synced.SerializeToString(), last)
             if not req.follow:
+                # The client half-closes on SYNCED: ending first would race its last
+                # acknowledgements, whose write then fails its call (grpcio).
+                await _closed(acks, CLOSE_WAIT)
                 return
             await self._live(sub, last, flt, interval, send, replay)
         finally:
