@@ -332,12 +332,10 @@ class EventHub:
                         "the client closed its side of the stream: it must keep "
                         "acknowledging what it reads",
                     )
-                if not sub.waiting:
+                if not sub.waiting:  # the first wait for this response: from here
                     sub.waiting, sub.write_mark = True, self._end
-                try:
-                    await acks.pulse.wait_past(gen)
-                finally:
-                    sub.waiting = False
+                await acks.pulse.wait_past(gen)
+            sub.waiting = False
             await write(data + self._window_field)
             sub.sent += 1
             sub.unacked.append(seq)
