@@ -73,13 +73,16 @@ async def run(ctx: Context) -> None:
             note=f"{n:,} events",
         )
         many = 10 if ctx.quick else 100
+        part = min(n, 10_000)  # each replays the newest `part` (100 x 100,000 took 400 s)
         t0 = time.perf_counter()
-        await asyncio.gather(*(_replay(d, start, n) for _ in range(many)))
+        await asyncio.gather(
+            *(_replay(d, f"v1.{store_id}.{n - part}", part) for _ in range(many))
+        )
         wall = time.perf_counter() - t0
         ctx.res.add(
             f"events replayed to {many} subscribers at once (total)",
-            f"{many * n / wall:,.0f}/s",
-            note=f"{n:,} events each, {wall:.1f} s",
+            f"{many * part / wall:,.0f}/s",
+            note=f"{part:,} events each, {wall:.1f} s",
         )
         ctx.res.add("job store bytes per event (jobs.db, WAL, with the jobs)", f"{size / n:.0f}")
         log("events: job end -> event at a following subscriber")
