@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import datetime as dt
 import time
@@ -31,6 +32,7 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", defaults.MAX_REQUEST_BYTES),
     ("grpc.max_receive_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
+EVENTS_ACK_EVERY = 100  # most Events responses taken between acknowledgements
 _STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
 
 
@@ -263,6 +265,68 @@ class AsyncClient:
                 return
             except TxdError as e:
                 await self.resumer.recover(e, f"the watch of {handle}", gen)
+
+    async def events(
+        self,
+        *,
+        since: str | dt.datetime | None = None,
+        snapshot: bool = False,
+        follow: bool = True,
+        scheduler: str = "",
+        states: Iterable[AppState | int] = (),
+        handles: Iterable[str] = (),
+        bookmark_interval: float | None = None,
+    ) -> AsyncIterator[pb.EventsResponse]:
+        """Every job's status changes in commit order (EventsResponse: kind, cursor, status,
+        time). `since` a cursor (a response's `cursor`) or a time: replay what was committed
+        after it, then SYNCED; `snapshot`: each job's current status (SNAPSHOT), then SYNCED;
+        neither: live changes only. `follow`: go on with live changes (else end at SYNCED).
+        BOOKMARK responses move the cursor when nothing matching happened. To resume after
+        an error or a restart, call again with since= the last cursor received: no change is
+        missed or repeated. A cursor older than the daemon's retention raises
+        OutOfRangeError (its oldest_cursor names where the events held start)."""
+        req = pb.EventsRequest(
+            snapshot=snapshot,
+            follow=follow,
+            scheduler=scheduler,
+            app_handles=list(handles),
+        )
+        req.states.extend(int(s) for s in states)  # type: ignore[misc]
+        if isinstance(since, str):
+            req.since_cursor = since
+        elif (ts := _timestamp(since)) is not None:
+            req.since_time.CopyFrom(ts)
+        if bookmark_interval is not None:
+            req.bookmark_interval.FromNanoseconds(int(bookmark_interval * 1e9))
+        await self.connect()
+        call = self.stub.Events()
+        try:
+            await call.write(req)
+            taken = acked = 0
+            acking = True
+            while (msg := await call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                window = msg.window
+                msg.ClearField("window")  # the protocol's, not the caller's
+                yield msg
+                # The caller took it: acknowledge, so the daemon sends on (its window).
+                taken += 1
+                if msg.kind == pb.EventsResponse.SYNCED and not follow:
+                    # The daemon ends the stream once we half-close: no acknowledgement after.
+                    acking = False
+                    await call.done_writing()
+                    continue
+                due = taken - acked >= min(EVENTS_ACK_EVERY, max(window // 2, 1))
+                if acking and due:
+                    try:
+                        await call.write(pb.EventsRequest(received=taken))
+                    except (grpc.RpcError, asyncio.InvalidStateError):
+                        # The daemon ended the stream meanwhile: the next read says how.
+                        acking = False
+                    acked = taken
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        finally:
+            call.cancel()
 
     async def describe(self, handle: str) -> pb.DescribeResponse:
         return await self._call("Describe", pb.DescribeRequest(app_handle=handle))

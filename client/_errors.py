@@ -93,6 +93,17 @@ class ResourceExhaustedError(TxdError):
     code = "RESOURCE_EXHAUSTED"
 
 
+class OutOfRangeError(TxdError):
+    """An events cursor or time older than the events the daemon still holds (its retention
+    dropped them): list again (or take a snapshot) and resume from `oldest_cursor`."""
+
+    code = "OUT_OF_RANGE"
+
+    @property
+    def oldest_cursor(self) -> str:
+        return str(self).rpartition("oldest cursor held: ")[2].strip()
+
+
 class InternalError(TxdError):
     """A bug in the daemon (its log has the traceback)."""
 
@@ -111,6 +122,7 @@ _BY_CODE = {
         UnauthenticatedError,
         DeadlineExceededError,
         ResourceExhaustedError,
+        OutOfRangeError,
         InternalError,
     )
 }

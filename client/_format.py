@@ -35,6 +35,22 @@ def _when(ts: Any) -> str:
     return ts.ToDatetime(dt.UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
+def event_line(event: Any) -> str:
+    """An Events response on one line: cursor, kind, then (for a job's) time, handle, state
+    and message."""
+    from txd.v1.runner_pb2 import EventsResponse
+
+    kind = EventsResponse.Kind.Name(event.kind)
+    if not event.HasField("status"):
+        return f"{event.cursor}  {kind}"
+    st = event.status
+    when = _when(event.time) if event.HasField("time") else "-"
+    msg = " ".join(st.msg.split())
+    return f"{event.cursor}  {kind}  {when}  {st.app_handle}  {state_name(st.state)}" + (
+        f"  {msg}" if msg else ""
+    )
+
+
 def status_text(status: AppStatus) -> str:
     lines = [
         f"{status.app_handle}",

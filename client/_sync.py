@@ -121,6 +121,7 @@ class Client:
     status = _blocking(AsyncClient.status)
     wait = _blocking(AsyncClient.wait)
     watch = _iterating(AsyncClient.watch)
+    events = _iterating(AsyncClient.events)
     describe = _blocking(AsyncClient.describe)
     list = _blocking(AsyncClient.list)
     list_iter = _iterating(AsyncClient.list_iter)

@@ -219,6 +219,36 @@ def _parser() -> argparse.ArgumentParser:
         help="only jobs in these states (e.g. running,failed); may repeat",
     )
     lst.add_argument("--since", help="only jobs created since: ISO time, epoch, or 10s/5m/2h/1d")
+    lst.add_argument(
+        "-w",
+        "--watch",
+        action="store_true",
+        help="keep the list on screen, redrawn as jobs change (driven by the events stream)",
+    )
+    events = cmd(
+        "events",
+        "print job status changes, one line (or JSON object) each with its cursor",
+    )
+    events.add_argument(
+        "--since",
+        metavar="CURSOR|TIME",
+        help="replay the changes after a cursor (as printed), or since a time (ISO, epoch, "
+        "10s/5m/2h/1d)",
+    )
+    events.add_argument("--snapshot", action="store_true", help="first every job's current status")
+    events.add_argument("-f", "--follow", action="store_true", help="then print live changes")
+    events.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
+    events.add_argument(
+        "--state",
+        action="append",
+        type=_state_names,
+        default=[],
+        metavar="STATE[,STATE...]",
+        help="only changes to these states; may repeat",
+    )
+    events.add_argument(
+        "--handle", action="append", default=[], help="only this job's changes; may repeat"
+    )
     prune = cmd("prune", "delete finished jobs created before a time, and their logs")
     prune.add_argument(
         "--older-than",
@@ -873,6 +903,8 @@ async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import ListTable, dumps, to_dict
     from txd.v1 import AppState
 
+    if args.watch:
+        return await _list_watch(client, args)
     apps = client.list_iter(
         args.scheduler,
         args.backend,
@@ -893,6 +925,75 @@ async def _cmd_list(client: Any, args: argparse.Namespace) -> int:
             print(line)
     for line in table.end():
         print(line)
+    return 0
+
+
+async def _list_watch(client: Any, args: argparse.Namespace) -> int:
+    """`list --watch`: a snapshot of the events stream, then its live changes, the table
+    redrawn (on a terminal, in place) after each change: no polling. Runs until Ctrl-C."""
+    import datetime as dt
+
+    from txd.client._format import ListTable
+    from txd.v1 import AppState
+    from txd.v1.runner_pb2 import EventsResponse as Ev
+
+    if args.json or args.backend or args.limit:
+        raise CliError("--watch shows the daemon's jobs as a table: no --json, --backend, --limit")
+    states = {AppState.Value(name) for names in args.state for name in names}
+    since = _when(args.since)
+    since_ns = int(since.timestamp() * 1e9) if isinstance(since, dt.datetime) else None
+    jobs: dict[str, Any] = {}
+    synced = False
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    async for event in client.events(snapshot=True, follow=True, scheduler=args.scheduler):
+        if event.kind == Ev.SYNCED:
+            synced = True
+        elif event.kind == Ev.DELETED:
+            jobs.pop(event.status.app_handle, None)
+        elif event.kind in (Ev.SNAPSHOT, Ev.CHANGED):
+            jobs[event.status.app_handle] = event.status
+        if not synced or event.kind == Ev.BOOKMARK:
+            continue
+        shown = sorted(
+            (
+                s
+                for s in jobs.values()
+                if (not states or s.state in states)
+                and (since_ns is None or s.created.ToNanoseconds() >= since_ns)
+            ),
+            key=lambda s: (s.created.ToNanoseconds(), s.app_handle),
+            reverse=True,
+        )
+        table = ListTable()
+        lines = [line for s in shown for line in table.add(s)] + table.end()
+        print(clear + "\n".join(lines), flush=True)
+    return 0
+
+
+async def _cmd_events(client: Any, args: argparse.Namespace) -> int:
+    """One line per event, flushed as it comes: a script reads the cursor of the last line it
+    handled and resumes with --since CURSOR (no change missed or repeated)."""
+    import json
+
+    from txd.client._format import event_line, to_dict
+    from txd.v1 import AppState
+
+    if not (args.since or args.snapshot or args.follow):
+        raise CliError("nothing to print: give --since CURSOR|TIME, --snapshot, or -f")
+    if args.since and args.snapshot:
+        raise CliError("--since and --snapshot: give one of them")
+    since: Any = args.since if args.since and args.since.startswith("v1.") else _when(args.since)
+    stream = client.events(
+        since=since,
+        snapshot=args.snapshot,
+        follow=args.follow,
+        scheduler=args.scheduler,
+        states=[AppState.Value(name) for names in args.state for name in names],
+        handles=args.handle,
+    )
+    async for event in stream:
+        compact = args.json and json.dumps(to_dict(event), separators=(",", ":"))
+        print(compact or event_line(event), flush=True)
     return 0
 
 
@@ -1070,6 +1171,7 @@ _COMMANDS = {
     "delete": _cmd_delete,
     "list": _cmd_list,
     "prune": _cmd_prune,
+    "events": _cmd_events,
     "runopts": _cmd_runopts,
     "schedulers": _cmd_schedulers,
     "logs": _cmd_logs,

@@ -1,5 +1,6 @@
 """The daemon's settings per scheduler: `[schedulers.<name>]` sections of a TOML file, with
-`--set NAME.KEY=VALUE` flags over them. Each section is checked against the scheduler's
+`--set NAME.KEY=VALUE` flags over them (`events.KEY` sets the [events] table, the events
+stream's). Each section is checked against the scheduler's
 `Settings` dataclass when the scheduler is built (at daemon start for every configured one)."""
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 CONFIG_ENV = "TXD_CONFIG"
+# The daemon's events settings (daemon.events.EventSettings): the config file's [events]
+# table, or `--set events.KEY=VALUE`; kept apart from the schedulers' sections.
+EVENTS = "events"
 
 
 class ConfigError(Exception):
@@ -47,14 +51,20 @@ def _read(file: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"cannot read the config file {file}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: {e}") from None
-    unknown = set(data) - {"schedulers"}
+    unknown = set(data) - {"schedulers", EVENTS}
     if unknown:
         raise ConfigError(
-            f"{file}: unknown table(s) {', '.join(sorted(unknown))} (known: schedulers)"
+            f"{file}: unknown table(s) {', '.join(sorted(unknown))} (known: schedulers, events)"
         )
     sections = data.get("schedulers", {})
     if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
         raise ConfigError(
             f"{file}: [schedulers] must hold one table per scheduler, e.g. [schedulers.slurm]"
         )
-    return {name: dict(values) for name, values in sections.items()}
+    out = {name: dict(values) for name, values in sections.items()}
+    events = data.get(EVENTS, {})
+    if not isinstance(events, dict):
+        raise ConfigError(f"{file}: [events] must be a table, e.g. retention = 604800")
+    if events:
+        out[EVENTS] = dict(events)
+    return out

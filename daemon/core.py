@@ -19,9 +19,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from txd.daemon import logs, submission, validate
-from txd.daemon.backends import Backends
+from txd.daemon import config, logs, submission, validate
+from txd.daemon.backends import Backends, SettingsError
 from txd.daemon.cache import Shown, StatusCache, unknown
+from txd.daemon.events import EventHub, EventSettings, EventSettingsError
 from txd.daemon.jobstore import JobRecord, JobStore
 from txd.daemon.listing import ListQuery
 from txd.daemon.pacing import Pacer
@@ -74,6 +75,7 @@ class JobService:
         cache: StatusCache,
         schedulers: Backends,
         tasks: Tasks,
+        events: EventSettings | None = None,
     ) -> None:
         self.session = session
         self.default_scheduler = DEFAULT_SCHEDULER
@@ -86,6 +88,7 @@ class JobService:
         self._pending_runs: dict[str, asyncio.Future[JobRecord]] = {}  # by request id
         self._submitting: set[asyncio.Future[JobRecord]] = set()
         self._pacer = Pacer(SUBMITS_PER_TURN)
+        self.events = EventHub(store, events or EventSettings())
 
     @classmethod
     def open(
@@ -99,14 +102,19 @@ class JobService:
     ) -> JobService:
         """The job service of a state dir: its job store (jobs.db), a status cache over it,
         and the schedulers with their `settings`."""
+        settings = dict(settings or {})
+        try:
+            events = EventSettings.parse(settings.pop(config.EVENTS, {}))
+        except EventSettingsError as e:
+            raise SettingsError(str(e)) from None
         store = JobStore.in_state_dir(state_dir)
         try:
             cache = StatusCache(store)
-            backends = Backends(session, state_dir, settings or {}, cache, tasks, entries)
+            backends = Backends(session, state_dir, settings, cache, tasks, entries)
         except BaseException:
             store.close()
             raise
-        return cls(session, store, cache, backends, tasks)
+        return cls(session, store, cache, backends, tasks, events)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -146,6 +154,7 @@ class JobService:
                 log.info("following %s again: %s", rec.handle, AppState.Name(job.status.state))
             if self.cache.followed(name):
                 self.schedulers.feed(name).start()
+        self.tasks.create_task(self.events.upkeep(), name="events upkeep")
         self.started = True
 
     async def shutdown(self, grace: float) -> None:
@@ -158,6 +167,7 @@ class JobService:
             await asyncio.wait(self._submitting, timeout=grace)
         await self.schedulers.shutdown(grace)
         self.cache.close("txd is shutting down; the job goes on without it")
+        self.events.close("txd is shutting down; resume from the last cursor received")
         await self.schedulers.stop_feeds()
 
     async def aclose(self) -> None:

@@ -28,7 +28,8 @@ import secrets
 import sqlite3
 import struct
 import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,9 +89,33 @@ def _to_v3(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE jobs ADD COLUMN submission TEXT")
 
 
+def _to_v4(db: sqlite3.Connection) -> None:
+    """Events: every status the store takes, and every deletion, is a row written in the same
+    transaction, numbered in commit order (AUTOINCREMENT: a number is never used twice, even
+    after the newest rows are deleted). A random store id names this file in cursors, so a
+    cursor of another state dir is refused. `events_floor` is the newest number retention
+    dropped: a cursor before it asks for events no longer held."""
+    db.execute(
+        """CREATE TABLE events (
+            seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+            at        REAL NOT NULL,     -- time.time() at commit
+            kind      INTEGER NOT NULL,  -- 1: a status, 2: the job was deleted
+            handle    TEXT NOT NULL,
+            scheduler TEXT NOT NULL,
+            state     INTEGER NOT NULL,
+            status    BLOB NOT NULL      -- AppStatus, serialized (the last one for a deletion)
+        )"""
+    )
+    db.execute("CREATE INDEX events_by_handle ON events (handle, seq)")
+    db.execute("CREATE INDEX events_by_at ON events (at)")
+    db.execute("INSERT INTO meta (name, value) VALUES ('store_id', ?)", (secrets.token_hex(8),))
+    db.execute("INSERT INTO meta (name, value) VALUES ('events_floor', 0)")
+    db.execute("INSERT INTO meta (name, value) VALUES ('events_floor_at', 0.0)")
+
+
 # _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
 # edit one that has shipped.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3, _to_v4]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
@@ -330,6 +355,27 @@ class JobRecord:
         return Job(self.app_id, self.native)
 
 
+STATUS_EVENT = 1
+DELETED_EVENT = 2
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One committed event: its number (the order of commits), commit time, kind, and the
+    job's status then (serialized: sent as it is, parsed only to filter)."""
+
+    seq: int
+    at: float
+    kind: int
+    handle: str
+    scheduler: str
+    state: int
+    status: bytes
+
+
+_EVENT_COLUMNS = "seq, at, kind, handle, scheduler, state, status"
+
+
 @dataclass(frozen=True, order=True)
 class Cursor:
     """A job's place in the list order, newest first: by `created`, then by `handle`."""
@@ -348,6 +394,9 @@ class JobStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Called with the events of each commit, after it, in commit order (daemon.events).
+        self.on_events: Callable[[list[StoredEvent]], None] | None = None
+        self._pending: list[StoredEvent] = []  # events of the transaction under way
         _check_file(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
@@ -360,6 +409,8 @@ class JobStore:
             self._db.row_factory = sqlite3.Row
             row = self._db.execute("SELECT value FROM meta WHERE name = 'page_token_key'")
             self.page_token_key: bytes = row.fetchone()["value"]
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'store_id'")
+            self.store_id: str = row.fetchone()["value"]
         except BaseException:
             self._db.close()
             raise
@@ -407,37 +458,57 @@ class JobStore:
         the state dir over, and this one must not write to it again."""
         self._db.execute("PRAGMA query_only = 1")
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One transaction: every change or, if one fails, none; its events handed to
+        on_events once committed (never those of a rolled back one)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._pending = []
+            self._db.execute("ROLLBACK")
+            raise
+        events, self._pending = self._pending, []
+        if events and self.on_events is not None:
+            self.on_events(events)
+
+    def _event(self, kind: int, handle: str, scheduler: str, status: AppStatus | bytes) -> None:
+        blob = status if isinstance(status, bytes) else status.SerializeToString()
+        state = AppStatus.FromString(blob).state if isinstance(status, bytes) else status.state
+        at = time.time()
+        seq = self._db.execute(
+            "INSERT INTO events (at, kind, handle, scheduler, state, status) "
+            "VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
+            (at, kind, handle, scheduler, state, blob),
+        ).fetchone()[0]
+        self._pending.append(StoredEvent(seq, at, kind, handle, scheduler, state, blob))
+
     def insert(self, rec: JobRecord) -> None:
-        self._db.execute(_INSERT, _row(rec))
+        self.insert_many([rec])
 
     def insert_many(self, recs: Iterable[JobRecord]) -> None:
         """Inserts every record or, if one fails, none: one transaction, one commit."""
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany(_INSERT, map(_row, recs))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        with self._transaction():
+            for rec in recs:
+                self._db.execute(_INSERT, _row(rec))
+                self._event(STATUS_EVENT, rec.handle, rec.scheduler, rec.status)
 
     def update_status(self, handle: str, status: AppStatus) -> None:
-        self._db.execute(
-            "UPDATE jobs SET state = ?, status = ? WHERE handle = ?",
-            (status.state, status.SerializeToString(), handle),
-        )
+        self.update_statuses([(handle, status)])
 
     def update_statuses(self, statuses: Sequence[tuple[str, AppStatus]]) -> None:
-        """Every (handle, status), in one transaction: one commit; none of them if one fails."""
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany(
-                "UPDATE jobs SET state = ?, status = ? WHERE handle = ?",
-                ((st.state, st.SerializeToString(), handle) for handle, st in statuses),
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        """Every (handle, status), in one transaction: one commit; none of them if one fails.
+        Each is an event (a job the store does not hold is none)."""
+        with self._transaction():
+            for handle, st in statuses:
+                row = self._db.execute(
+                    "UPDATE jobs SET state = ?, status = ? WHERE handle = ? RETURNING scheduler",
+                    (st.state, st.SerializeToString(), handle),
+                ).fetchone()
+                if row is not None:
+                    self._event(STATUS_EVENT, handle, row[0], st)
 
     def update_native(self, handle: str, native: dict[str, Any]) -> None:
         self._db.execute(
@@ -445,17 +516,114 @@ class JobStore:
         )
 
     def delete(self, handle: str) -> None:
-        self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))
+        self.delete_many([handle])
 
     def delete_many(self, handles: Iterable[str]) -> None:
-        """Deletes every one of these jobs or, if one fails, none: one transaction."""
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany("DELETE FROM jobs WHERE handle = ?", ((h,) for h in handles))
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+        """Deletes every one of these jobs or, if one fails, none: one transaction. A job's
+        events go with it; one event says it was deleted (with its last status), so a
+        stream's reader learns it."""
+        with self._transaction():
+            for handle in handles:
+                row = self._db.execute(
+                    "DELETE FROM jobs WHERE handle = ? RETURNING scheduler, status", (handle,)
+                ).fetchone()
+                if row is None:
+                    continue
+                self._db.execute("DELETE FROM events WHERE handle = ?", (handle,))
+                self._event(DELETED_EVENT, handle, row[0], bytes(row[1]))
+
+    # -- events -------------------------------------------------------------------------------
+
+    def last_seq(self) -> int:
+        """The number of the newest event committed (0: none yet)."""
+        row = self._db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'")
+        found = row.fetchone()
+        return int(found[0]) if found else 0
+
+    def events_floor(self) -> tuple[int, float]:
+        """The newest event retention dropped, and its commit time ((0, 0.0): none): events
+        after it are all held (but those of deleted jobs)."""
+        rows = self._db.execute(
+            "SELECT name, value FROM meta WHERE name IN ('events_floor', 'events_floor_at')"
+        )
+        got = {r[0]: r[1] for r in rows}
+        return int(got["events_floor"]), float(got["events_floor_at"])
+
+    def events_after(
+        self,
+        seq: int,
+        limit: int,
+        *,
+        scheduler: str = "",
+        states: Collection[int] = (),
+        handles: Collection[str] = (),
+    ) -> list[StoredEvent]:
+        """Up to `limit` events after number `seq`, in commit order, matching the filters."""
+        where: list[str] = ["seq > ?"]
+        args: list[object] = [seq]
+        if scheduler:
+            where.append("scheduler = ?")
+            args.append(scheduler)
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += list(states)
+        if handles:
+            where.append(f"handle IN ({','.join('?' * len(handles))})")
+            args += list(handles)
+        rows = self._db.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
+            (*args, limit),
+        )
+        return [StoredEvent(*r) for r in rows]
+
+    def statuses(
+        self, *, scheduler: str = "", states: Collection[int] = (), handles: Collection[str] = ()
+    ) -> list[StoredEvent]:
+        """Every matching job's current status, oldest job first, as events numbered 0 with
+        no time (a snapshot's)."""
+        where: list[str] = []
+        args: list[object] = []
+        if scheduler:
+            where.append("scheduler = ?")
+            args.append(scheduler)
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += list(states)
+        if handles:
+            where.append(f"handle IN ({','.join('?' * len(handles))})")
+            args += list(handles)
+        rows = self._db.execute(
+            f"SELECT handle, scheduler, state, status FROM jobs WHERE {' AND '.join(where) or 1} "
+            "ORDER BY created, handle",
+            args,
+        )
+        return [StoredEvent(0, 0.0, STATUS_EVENT, r[0], r[1], r[2], r[3]) for r in rows]
+
+    def first_seq_at(self, at: float) -> int:
+        """The number before the first event committed at or after `at` (a cursor from which
+        a replay starts at that time)."""
+        row = self._db.execute("SELECT min(seq) FROM events WHERE at >= ?", (at,)).fetchone()
+        return (row[0] - 1) if row[0] is not None else self.last_seq()
+
+    def drop_events_before(self, at: float, limit: int = 10_000) -> int:
+        """Drops up to `limit` of the oldest events committed before `at` (retention), moving
+        the floor to the newest dropped; returns how many."""
+        with self._transaction():
+            row = self._db.execute(
+                "SELECT max(seq), max(at), count(*) FROM (SELECT seq, at FROM events "
+                "WHERE at < ? ORDER BY seq LIMIT ?)",
+                (at, limit),
+            ).fetchone()
+            if not row[2]:
+                return 0
+            self._db.execute("DELETE FROM events WHERE seq <= ? AND at < ?", (row[0], at))
+            self._db.execute(
+                "UPDATE meta SET value = max(value, ?) WHERE name = 'events_floor'", (row[0],)
+            )
+            self._db.execute(
+                "UPDATE meta SET value = max(value, ?) WHERE name = 'events_floor_at'", (row[1],)
+            )
+        return int(row[2])
 
     def finished_before(
         self, created_before_ns: int, limit: int, *, scheduler: str = ""

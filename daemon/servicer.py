@@ -18,6 +18,7 @@ from grpc_status import rpc_status
 from txd.daemon import wire
 from txd.daemon.cache import Shown
 from txd.daemon.core import JobService, cfg_values
+from txd.daemon.events import Acks
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
 from txd.v1 import runner_pb2 as pb
@@ -33,6 +34,7 @@ _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
     errors.Unsupported: grpc.StatusCode.UNIMPLEMENTED,
     errors.BackendUnavailable: grpc.StatusCode.UNAVAILABLE,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    errors.OutOfRange: grpc.StatusCode.OUT_OF_RANGE,
 }
 
 
@@ -163,7 +165,10 @@ class About:
 
 class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     # How a method's items become bytes where it is not the response's SerializeToString.
-    SERIALIZERS: dict[str, Callable[[Any], bytes]] = {"Watch": Shown.wire}
+    SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
+        "Watch": Shown.wire,
+        "Events": bytes,  # serialized once per event for every subscriber (daemon.events)
+    }
 
     def __init__(self, service: JobService, about: About) -> None:
         self.service = service
@@ -199,6 +204,40 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     def Watch(self, request: pb.WatchRequest, context: Any) -> AsyncIterator[Shown]:
         # The statuses come serialized, shared by every stream of the job (SERIALIZERS).
         return self.service.watch(request.app_handle)
+
+    async def Events(self, requests: Any, context: grpc.aio.ServicerContext) -> None:
+        # The first message says what to stream, the later ones acknowledge (daemon.events).
+        try:
+            raw = await context.read()
+            if raw is grpc.aio.EOF:  # type: ignore[attr-defined]
+                return
+            request = wire.parse(pb.EventsRequest, raw)
+            handles = [
+                h if "://" in h else self.service.resolve(h) for h in request.app_handles[:1001]
+            ]
+
+            acks = Acks()
+
+            async def read_acks() -> None:
+                try:
+                    while (more := await context.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                        acks.take(wire.parse(pb.EventsRequest, more).received)
+                except Exception:  # a bad message, the call gone: no more acknowledgements
+                    pass
+                finally:
+                    acks.close()
+
+            # Not cancelled at the end: a cancelled read holds the call's status back (grpcio);
+            # the read ends with the call.
+            self.service.tasks.create_task(read_acks(), name="events acks")
+            await self.service.events.serve(request, handles, context.write, acks)
+        except Exception as e:
+            # Set, not abort(): the acknowledgements' read may be pending (read_acks).
+            code, details, trailers = _status(e)
+            context.set_code(code)
+            context.set_details(details)
+            if trailers:
+                context.set_trailing_metadata(trailers)
 
     @_mapped
     async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:

@@ -31,7 +31,9 @@ def add_runner(servicer: Any, server: grpc.aio.Server) -> None:
         response = getattr(runner_pb2, method.output_type.name)
         serialize = serializers.get(method.name, response.SerializeToString)
         make = (
-            grpc.unary_stream_rpc_method_handler
+            grpc.stream_stream_rpc_method_handler
+            if method.client_streaming
+            else grpc.unary_stream_rpc_method_handler
             if method.server_streaming
             else grpc.unary_unary_rpc_method_handler
         )

@@ -59,3 +59,8 @@ class ShuttingDown(BackendUnavailable):
 class ResourceExhausted(TxdError):
     """The host ran out of something the request needs (disk space, file descriptors):
     the request may succeed once the load or the full disk is gone."""
+
+
+class OutOfRange(TxdError):
+    """A position asked for lies outside what is held (an events cursor older than the
+    retention): the caller must start again from what the message names."""

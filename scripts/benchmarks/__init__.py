@@ -21,6 +21,10 @@ module each under areas/:
   watchmem daemon VmRSS per open Watch stream, 100 clients x 250 running jobs (25,000 streams;
           1,000 with --quick), beside the base commit's daemon (--base-tree), the same with
           gRPC's ph2_server experiment, and a bare grpc.aio server (grpcio's own floor)
+  events  the events stream over a job store filled with 100,000 status changes (10,000 with
+          --quick): replayed events/s to one subscriber (all of them) and to 100 at once (the
+          newest 10,000 each); job store bytes per event;
+          job end -> event at a following subscriber
   slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs
           plain sbatch + squeue polled at the same interval, and squeue calls per minute with
           1, 10 and 100 clients watching

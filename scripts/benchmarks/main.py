@@ -22,6 +22,7 @@ from benchmarks.areas import (
     aws,
     cli,
     docker,
+    events,
     k8s,
     latency,
     load,
@@ -52,6 +53,7 @@ ALL = (
     "latency",
     "rss",
     "watchmem",
+    "events",
     "slurm",
     "docker",
     "k8s",
@@ -87,6 +89,10 @@ async def amain(ctx: Context) -> None:
         log("watchmem: daemon RSS per open Watch stream, fresh daemons")
         with res.section():
             await watchmem.run(ctx)
+    if "events" in only:
+        log("events: the events stream, a fresh daemon over a filled job store")
+        with res.section():
+            await events.run(ctx)
     if "slurm" in only:
         log("slurm: a real test cluster (scripts/slurm-up)")
         await slurm.run(ctx)

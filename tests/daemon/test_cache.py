@@ -265,5 +265,6 @@ async def test_the_statuses_of_a_turn_are_written_in_one_transaction(
         assert (await stored(store, rec)).state == AppState.SUCCEEDED
     store._db.set_trace_callback(None)
     writes = [s.split()[0] for s in statements if not s.startswith("SELECT")]
-    assert writes == ["BEGIN", *["UPDATE"] * 50, "COMMIT"]
+    # Each status with its event (daemon.events), in the same transaction.
+    assert writes == ["BEGIN", *["UPDATE", "INSERT"] * 50, "COMMIT"]
     assert all(cache.unsaved(rec.handle) is None for rec, _ in jobs)

@@ -342,3 +342,53 @@ class ReplicaOffset(_message.Message):
     replica: int
     offset: int
     def __init__(self, role: _Optional[str] = ..., replica: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class EventsRequest(_message.Message):
+    __slots__ = ("since_cursor", "since_time", "snapshot", "scheduler", "states", "app_handles", "follow", "bookmark_interval", "received")
+    SINCE_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    SINCE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    STATES_FIELD_NUMBER: _ClassVar[int]
+    APP_HANDLES_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    BOOKMARK_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    since_cursor: str
+    since_time: _timestamp_pb2.Timestamp
+    snapshot: bool
+    scheduler: str
+    states: _containers.RepeatedScalarFieldContainer[_app_pb2.AppStatus.State]
+    app_handles: _containers.RepeatedScalarFieldContainer[str]
+    follow: bool
+    bookmark_interval: _duration_pb2.Duration
+    received: int
+    def __init__(self, since_cursor: _Optional[str] = ..., since_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[bool] = ..., scheduler: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppStatus.State, str]]] = ..., app_handles: _Optional[_Iterable[str]] = ..., follow: _Optional[bool] = ..., bookmark_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., received: _Optional[int] = ...) -> None: ...
+
+class EventsResponse(_message.Message):
+    __slots__ = ("kind", "cursor", "status", "time", "window")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[EventsResponse.Kind]
+        CHANGED: _ClassVar[EventsResponse.Kind]
+        DELETED: _ClassVar[EventsResponse.Kind]
+        SNAPSHOT: _ClassVar[EventsResponse.Kind]
+        SYNCED: _ClassVar[EventsResponse.Kind]
+        BOOKMARK: _ClassVar[EventsResponse.Kind]
+    KIND_UNSPECIFIED: EventsResponse.Kind
+    CHANGED: EventsResponse.Kind
+    DELETED: EventsResponse.Kind
+    SNAPSHOT: EventsResponse.Kind
+    SYNCED: EventsResponse.Kind
+    BOOKMARK: EventsResponse.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    kind: EventsResponse.Kind
+    cursor: str
+    status: _app_pb2.AppStatus
+    time: _timestamp_pb2.Timestamp
+    window: int
+    def __init__(self, kind: _Optional[_Union[EventsResponse.Kind, str]] = ..., cursor: _Optional[str] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window: _Optional[int] = ...) -> None: ...

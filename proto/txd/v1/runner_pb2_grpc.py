@@ -108,6 +108,11 @@ class RunnerStub:
                 request_serializer=txd_dot_v1_dot_runner__pb2.WhereRequest.SerializeToString,
                 response_deserializer=txd_dot_v1_dot_runner__pb2.WhereResponse.FromString,
                 _registered_method=True)
+        self.Events = channel.stream_stream(
+                '/txd.v1.Runner/Events',
+                request_serializer=txd_dot_v1_dot_runner__pb2.EventsRequest.SerializeToString,
+                response_deserializer=txd_dot_v1_dot_runner__pb2.EventsResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServicer:
@@ -221,6 +226,15 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Events(self, request_iterator, context):
+        """Every job's status changes, in commit order, each with a durable cursor: replayed from a
+        cursor or a time then live, or a snapshot of every job's status then live (see EventsRequest).
+        The client acknowledges what it took (EventsRequest.received) as it reads.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -293,6 +307,11 @@ def add_RunnerServicer_to_server(servicer, server):
                     servicer.Where,
                     request_deserializer=txd_dot_v1_dot_runner__pb2.WhereRequest.FromString,
                     response_serializer=txd_dot_v1_dot_runner__pb2.WhereResponse.SerializeToString,
+            ),
+            'Events': grpc.stream_stream_rpc_method_handler(
+                    servicer.Events,
+                    request_deserializer=txd_dot_v1_dot_runner__pb2.EventsRequest.FromString,
+                    response_serializer=txd_dot_v1_dot_runner__pb2.EventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -677,6 +696,33 @@ class Runner:
             '/txd.v1.Runner/Where',
             txd_dot_v1_dot_runner__pb2.WhereRequest.SerializeToString,
             txd_dot_v1_dot_runner__pb2.WhereResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Events(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/txd.v1.Runner/Events',
+            txd_dot_v1_dot_runner__pb2.EventsRequest.SerializeToString,
+            txd_dot_v1_dot_runner__pb2.EventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
