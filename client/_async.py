@@ -284,7 +284,11 @@ class AsyncClient:
         BOOKMARK responses move the cursor when nothing matching happened. To resume after
         an error or a restart, call again with since= the last cursor received: no change is
         missed or repeated. A cursor older than the daemon's retention raises
-        OutOfRangeError (its oldest_cursor names where the events held start)."""
+        OutOfRangeError (its oldest_cursor names where the events held start).
+
+        A lost connection is ridden out as watch() does: the stream is asked again from the
+        last cursor received (a snapshot cut before its SYNCED is taken again whole), so the
+        caller sees no change missed or repeated."""
         req = pb.EventsRequest(
             snapshot=snapshot,
             follow=follow,
@@ -298,6 +302,26 @@ class AsyncClient:
             req.since_time.CopyFrom(ts)
         if bookmark_interval is not None:
             req.bookmark_interval.FromNanoseconds(int(bookmark_interval * 1e9))
+        synced = not snapshot  # a snapshot's SNAPSHOT cursors cannot resume it
+        while True:  # bounded as watch()'s: by the resumer's deadline
+            gen = self.resumer.generation
+            try:
+                async for msg in self._events_once(req, follow):
+                    if msg.kind == pb.EventsResponse.SYNCED:
+                        synced = True
+                    if synced and msg.cursor:  # from here on, a cursor resumes exactly
+                        req.ClearField("snapshot")
+                        req.ClearField("since_time")
+                        req.since_cursor = msg.cursor
+                    yield msg
+                return
+            except TxdError as e:
+                await self.resumer.recover(e, "the events stream", gen)
+
+    async def _events_once(
+        self, req: pb.EventsRequest, follow: bool
+    ) -> AsyncIterator[pb.EventsResponse]:
+        """One Events call, acknowledging as the caller takes each response."""
         await self.connect()
         call = self.stub.Events()
         try:

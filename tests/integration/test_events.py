@@ -138,7 +138,7 @@ async def test_kill_9_mid_stream_then_resume_has_no_gap_and_no_duplicate(
 ) -> None:
     with Gates(tmp_path) as gates:
         gate = gates.new("end")
-        async with daemon.client(own_connection=True) as c:
+        async with daemon.client(own_connection=True, reconnect=0) as c:
             start = await head(c)
             handles = {await c.run(sh_app(f"{gate.wait}; true")) for _ in range(3)}
             got: list[Any] = []
@@ -157,6 +157,36 @@ async def test_kill_9_mid_stream_then_resume_has_no_gap_and_no_duplicate(
             for h in handles:
                 await c.wait(h)
     both = triples(got) + triples(rest)
+    assert both == stored(daemon, seq(start))[: len(both)]
+    assert len({s for s, _, _ in both}) == len(both)
+
+
+async def test_one_events_iterator_rides_out_a_kill_9_and_restart(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    # The client's own resume: the same iterator goes on after the daemon was killed and
+    # started again, from its last cursor: what it yields equals the store, once each.
+    with Gates(tmp_path) as gates:
+        gate = gates.new("end")
+        async with daemon.client(own_connection=True) as c:
+            start = await head(c)
+            handles = {await c.run(sh_app(f"{gate.wait}; true")) for _ in range(3)}
+            got: list[Any] = []
+            killed = False
+            async with asyncio.timeout(LIMIT):
+                async for e in c.events(since=start):
+                    got.append(e)
+                    if not killed and len(triples(got)) == 3:  # every job submitted
+                        daemon.kill()
+                        daemon.restart()
+                        killed = True
+                        for _ in handles:
+                            gate.open()
+                    ended = {h for _, h, s in triples(got) if s in TERMINAL_STATES}
+                    if ended >= handles:
+                        break
+    both = triples(got)
+    assert killed
     assert both == stored(daemon, seq(start))[: len(both)]
     assert len({s for s, _, _ in both}) == len(both)
 
