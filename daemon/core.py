@@ -22,13 +22,13 @@ from typing import Any
 from txd.daemon import logs, submission, validate
 from txd.daemon.backends import Backends
 from txd.daemon.cache import Shown, StatusCache, unknown
-from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.jobstore import JobRecord, JobStore, NativeRequest
 from txd.daemon.listing import ListQuery
 from txd.daemon.pacing import Pacer
 from txd.daemon.tasks import Tasks
 from txd.handle import Handle
 from txd.schedulers import options, plugins
-from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted
+from txd.schedulers.api import DryRunInfo, Job, Scheduler, SubmitContext, Submitted
 from txd.schedulers.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -57,6 +57,11 @@ PRUNE_BATCH = 1000
 # DryRun's native request is cut to this many characters: with one entry per replica it can
 # outgrow the response limit (txd.defaults.MAX_RESPONSE_BYTES, 64 MiB) even for a valid app.
 MAX_DRYRUN_TEXT = 8 << 20
+# Describe's word for a job recorded without its native request.
+NO_NATIVE_REQUEST = (
+    "txd kept no native request for this job: it was submitted by a txd that did not keep "
+    "them yet, or its scheduler could not render it (then the daemon's log says why)"
+)
 # Submissions that start their work in one turn of the event loop (daemon.pacing): a wave of
 # Runs goes through a few at a time, every other call answered between them.
 SUBMITS_PER_TURN = 4
@@ -185,7 +190,7 @@ class JobService:
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx)
-        return info.app, name, _cut_text(info.text, MAX_DRYRUN_TEXT), info.workspace
+        return info.app, name, cut_text(info.text), info.workspace
 
     async def run(self, req: RunRequest) -> tuple[str, str]:
         """Submits and records a job; returns (handle, app_id). Idempotent per request_id: the
@@ -272,12 +277,19 @@ class JobService:
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
             cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
+            native_request = _rendered(info, name)
             early = None
             if info.app_id:
                 # Recorded before it runs: a daemon killed during schedule() leaves a live
                 # record, which the next one settles (recover) and a retried Run finds.
                 early = self._insert(
-                    name, info.app, cfg, Submitted(info.app_id, info.native), rid, digests
+                    name,
+                    info.app,
+                    cfg,
+                    Submitted(info.app_id, info.native),
+                    rid,
+                    digests,
+                    native_request,
                 )
             try:
                 submitted = await sched.schedule(info)
@@ -294,7 +306,7 @@ class JobService:
             rec = early
         else:
             try:
-                rec = self._insert(name, info.app, cfg, submitted, rid, digests)
+                rec = self._insert(name, info.app, cfg, submitted, rid, digests, native_request)
             except Exception:
                 log.exception("could not record the job %s submitted; cancelling it", submitted)
                 await _undo(sched, Job(submitted.app_id, submitted.native))
@@ -321,6 +333,7 @@ class JobService:
         submitted: Submitted,
         request_id: str | None,
         digests: dict[str, str] | None = None,
+        native_request: NativeRequest | None = None,
     ) -> JobRecord:
         """Records the job under a handle no job ever had (never overwriting a record)."""
         app_id = submitted.app_id
@@ -339,7 +352,7 @@ class JobService:
             )
             StatusCache.fill_identity(rec, rec.status)  # as List shows it until it changes
             try:
-                self.store.insert(rec)
+                self.store.insert(rec, native_request)
                 self.cache.flush()  # the store takes writes: those it could not take too
                 return rec
             except sqlite3.IntegrityError:
@@ -394,6 +407,12 @@ class JobService:
         if rec is None:
             raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
         return rec
+
+    def native_request(self, rec: JobRecord) -> str | None:
+        """The job's native request as recorded at submit time, cut as DryRun cuts it; None for
+        a job recorded without one."""
+        text = self.store.native_request(rec.handle)
+        return None if text is None else cut_text(text)
 
     def status(self, handle: str) -> AppStatus:
         return self.lookup(handle).status
@@ -507,7 +526,19 @@ class JobService:
                 yield msg
 
 
-def _cut_text(text: str, limit: int) -> str:
+def _rendered(info: DryRunInfo[Any], scheduler: str) -> NativeRequest | None:
+    """The native request as DryRun would show it, compressed for the store; None, logged, if
+    the scheduler cannot render it: the job is submitted all the same, without it. On the
+    loop, as submit_dryrun built the request: a thread would let a burst of submissions come
+    back in one turn, undoing their pacing (daemon.pacing)."""
+    try:
+        return NativeRequest.of(info.text)
+    except Exception:
+        log.exception("could not render the %s request of %s to keep it", scheduler, info.app.name)
+        return None
+
+
+def cut_text(text: str, limit: int = MAX_DRYRUN_TEXT) -> str:
     """text, or its first `limit` characters and a line saying how much was left out."""
     if len(text) <= limit:
         return text

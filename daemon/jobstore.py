@@ -28,6 +28,7 @@ import secrets
 import sqlite3
 import struct
 import sys
+import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,30 @@ def _to_v3(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE jobs ADD COLUMN submission TEXT")
 
 
+def _to_v5(db: sqlite3.Connection) -> None:
+    """Each job's native request as its scheduler rendered it at submit time (what DryRun
+    shows), kept for as long as the job is known. A table of its own, so that list and status,
+    which read `jobs`, never read it (a 10,000-replica request is megabytes of text); stored
+    zlib-compressed. A job recorded before has no row. The trigger removes a job's request with
+    the job, in the same transaction, whichever statement deletes it."""
+    db.execute(
+        """CREATE TABLE native_requests (
+            handle TEXT PRIMARY KEY,  -- jobs.handle
+            size   INTEGER NOT NULL,  -- characters of the text
+            body   BLOB NOT NULL      -- the text, UTF-8 (surrogatepass), zlib-compressed
+        )"""
+    )
+    db.execute(
+        """CREATE TRIGGER jobs_delete_native_request AFTER DELETE ON jobs BEGIN
+            DELETE FROM native_requests WHERE handle = OLD.handle;
+        END"""
+    )
+
+
 # _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
-# edit one that has shipped.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3]
+# edit one that has shipped. (_to_v4 is issue 21's events table, on another branch: the steps
+# are renumbered when both land.)
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3, _to_v5]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
@@ -330,6 +352,23 @@ class JobRecord:
         return Job(self.app_id, self.native)
 
 
+@dataclass(frozen=True)
+class NativeRequest:
+    """A native request as the store keeps it: compressed (see _to_v5)."""
+
+    size: int
+    body: bytes
+
+    @classmethod
+    def of(cls, text: str) -> NativeRequest:
+        # Level 1: the fastest; rendered requests repeat themselves and shrink well at any level.
+        return cls(len(text), zlib.compress(text.encode("utf-8", "surrogatepass"), 1))
+
+    @property
+    def text(self) -> str:
+        return zlib.decompress(self.body).decode("utf-8", "surrogatepass")
+
+
 @dataclass(frozen=True, order=True)
 class Cursor:
     """A job's place in the list order, newest first: by `created`, then by `handle`."""
@@ -407,8 +446,31 @@ class JobStore:
         the state dir over, and this one must not write to it again."""
         self._db.execute("PRAGMA query_only = 1")
 
-    def insert(self, rec: JobRecord) -> None:
-        self._db.execute(_INSERT, _row(rec))
+    def insert(self, rec: JobRecord, native_request: NativeRequest | None = None) -> None:
+        """Records a job and, if given, its native request: one transaction."""
+        if native_request is None:
+            self._db.execute(_INSERT, _row(rec))
+            return
+        self._db.execute("BEGIN")
+        try:
+            self._db.execute(_INSERT, _row(rec))
+            self._db.execute(
+                "INSERT INTO native_requests (handle, size, body) VALUES (?, ?, ?)",
+                (rec.handle, native_request.size, native_request.body),
+            )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a failed COMMIT (a full disk) already rolled back
+                self._db.execute("ROLLBACK")
+            raise
+
+    def native_request(self, handle: str) -> str | None:
+        """The native request recorded with a job; None if none was (a job recorded before
+        txd kept them, or one whose request could not be rendered)."""
+        row = self._db.execute(
+            "SELECT size, body FROM native_requests WHERE handle = ?", (handle,)
+        ).fetchone()
+        return None if row is None else NativeRequest(row["size"], row["body"]).text
 
     def insert_many(self, recs: Iterable[JobRecord]) -> None:
         """Inserts every record or, if one fails, none: one transaction, one commit."""

@@ -28,7 +28,7 @@ from txd.v1 import app_pb2 as txd_dot_v1_dot_app__pb2
 from txd.v1 import scheduler_pb2 as txd_dot_v1_dot_scheduler__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13txd/v1/runner.proto\x12\x06txd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x10txd/v1/app.proto\x1a\x16txd/v1/scheduler.proto\"\xae\x02\n\nRunRequest\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12(\n\x03\x63\x66g\x18\x03 \x03(\x0b\x32\x1b.txd.v1.RunRequest.CfgEntry\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12(\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x1b.txd.v1.RunRequest.EnvEntry\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x1a<\n\x08\x43\x66gEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.txd.v1.CfgValue:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x0bRunResponse\x12\x12\n\napp_handle\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\"\xa3\x02\n\rDryRunRequest\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12+\n\x03\x63\x66g\x18\x03 \x03(\x0b\x32\x1e.txd.v1.DryRunRequest.CfgEntry\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12+\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x1e.txd.v1.DryRunRequest.EnvEntry\x12\x11\n\tworkspace\x18\x06 \x01(\t\x1a<\n\x08\x43\x66gEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.txd.v1.CfgValue:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x0e\x44ryRunResponse\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12\x0f\n\x07request\x18\x03 \x01(\t\x12\x11\n\tworkspace\x18\x04 \x01(\t\"#\n\rStatusRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"3\n\x0eStatusResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"!\n\x0bWaitRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"1\n\x0cWaitResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"\"\n\x0cWatchRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"2\n\rWatchResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"%\n\x0f\x44\x65scribeRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"\xc0\x01\n\x10\x44\x65scribeResponse\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12!\n\x06status\x18\x02 \x01(\x0b\x32\x11.txd.v1.AppStatus\x12.\n\x03\x63\x66g\x18\x03 \x03(\x0b\x32!.txd.v1.DescribeResponse.CfgEntry\x1a<\n\x08\x43\x66gEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.txd.v1.CfgValue:\x02\x38\x01\"\xb4\x01\n\x0bListRequest\x12\x11\n\tscheduler\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\'\n\x06states\x18\x05 \x03(\x0e\x32\x17.txd.v1.AppStatus.State\x12\x31\n\rcreated_since\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"H\n\x0cListResponse\x12\x1f\n\x04\x61pps\x18\x01 \x03(\x0b\x32\x11.txd.v1.AppStatus\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"#\n\rCancelRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"3\n\x0e\x43\x61ncelResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"#\n\rDeleteRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"\x10\n\x0e\x44\x65leteResponse\"f\n\x0cPruneRequest\x12\x32\n\x0e\x63reated_before\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"\xa2\x01\n\rPruneResponse\x12!\n\x06pruned\x18\x01 \x03(\x0b\x32\x11.txd.v1.AppStatus\x12\x31\n\x06\x66\x61iled\x18\x02 \x03(\x0b\x32!.txd.v1.PruneResponse.FailedEntry\x12\x0c\n\x04more\x18\x03 \x01(\x08\x1a-\n\x0b\x46\x61iledEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbf\x02\n\x0bLogsRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x07replica\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05regex\x18\x04 \x01(\t\x12)\n\x05since\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x66ollow\x18\x07 \x01(\x08\x12+\n\x07streams\x18\x08 \x01(\x0e\x32\x1a.txd.v1.LogsRequest.Stream\x12\x11\n\x04tail\x18\t \x01(\x05H\x01\x88\x01\x01\".\n\x06Stream\x12\x0c\n\x08\x43OMBINED\x10\x00\x12\n\n\x06STDOUT\x10\x01\x12\n\n\x06STDERR\x10\x02\x42\n\n\x08_replicaB\x07\n\x05_tail\"t\n\x0cLogsResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\x05\x12#\n\tlong_line\x18\x04 \x01(\x0b\x32\x10.txd.v1.LongLine\x12\x12\n\nunreadable\x18\x05 \x01(\t\"*\n\x08LongLine\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\"+\n\x11SchedulersRequest\x12\x16\n\x0e\x63heck_backends\x18\x01 \x01(\x08\"Z\n\x12SchedulersResponse\x12)\n\nschedulers\x18\x01 \x03(\x0b\x32\x15.txd.v1.SchedulerInfo\x12\x19\n\x11\x64\x65\x66\x61ult_scheduler\x18\x02 \x01(\t\"#\n\x0eRunOptsRequest\x12\x11\n\tscheduler\x18\x01 \x01(\t\"B\n\x0fRunOptsResponse\x12\x11\n\tscheduler\x18\x01 \x01(\t\x12\x1c\n\x04opts\x18\x02 \x03(\x0b\x32\x0e.txd.v1.RunOpt\"\x0e\n\x0cWhereRequest\"\xc4\x01\n\rWhereResponse\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0e\n\x06socket\x18\x02 \x01(\t\x12\x11\n\tstate_dir\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\x03\x12+\n\x07started\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06uptime\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04user\x18\x08 \x01(\t2\x9b\x06\n\x06Runner\x12.\n\x03Run\x12\x12.txd.v1.RunRequest\x1a\x13.txd.v1.RunResponse\x12\x37\n\x06\x44ryRun\x12\x15.txd.v1.DryRunRequest\x1a\x16.txd.v1.DryRunResponse\x12\x37\n\x06Status\x12\x15.txd.v1.StatusRequest\x1a\x16.txd.v1.StatusResponse\x12\x31\n\x04Wait\x12\x13.txd.v1.WaitRequest\x1a\x14.txd.v1.WaitResponse\x12\x36\n\x05Watch\x12\x14.txd.v1.WatchRequest\x1a\x15.txd.v1.WatchResponse0\x01\x12=\n\x08\x44\x65scribe\x12\x17.txd.v1.DescribeRequest\x1a\x18.txd.v1.DescribeResponse\x12\x31\n\x04List\x12\x13.txd.v1.ListRequest\x1a\x14.txd.v1.ListResponse\x12\x37\n\x06\x43\x61ncel\x12\x15.txd.v1.CancelRequest\x1a\x16.txd.v1.CancelResponse\x12\x37\n\x06\x44\x65lete\x12\x15.txd.v1.DeleteRequest\x1a\x16.txd.v1.DeleteResponse\x12\x34\n\x05Prune\x12\x14.txd.v1.PruneRequest\x1a\x15.txd.v1.PruneResponse\x12\x33\n\x04Logs\x12\x13.txd.v1.LogsRequest\x1a\x14.txd.v1.LogsResponse0\x01\x12\x43\n\nSchedulers\x12\x19.txd.v1.SchedulersRequest\x1a\x1a.txd.v1.SchedulersResponse\x12:\n\x07RunOpts\x12\x16.txd.v1.RunOptsRequest\x1a\x17.txd.v1.RunOptsResponse\x12\x34\n\x05Where\x12\x14.txd.v1.WhereRequest\x1a\x15.txd.v1.WhereResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13txd/v1/runner.proto\x12\x06txd.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x10txd/v1/app.proto\x1a\x16txd/v1/scheduler.proto\"\xae\x02\n\nRunRequest\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12(\n\x03\x63\x66g\x18\x03 \x03(\x0b\x32\x1b.txd.v1.RunRequest.CfgEntry\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12(\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x1b.txd.v1.RunRequest.EnvEntry\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x11\n\tworkspace\x18\x07 \x01(\t\x1a<\n\x08\x43\x66gEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.txd.v1.CfgValue:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"1\n\x0bRunResponse\x12\x12\n\napp_handle\x18\x01 \x01(\t\x12\x0e\n\x06\x61pp_id\x18\x02 \x01(\t\"\xa3\x02\n\rDryRunRequest\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12+\n\x03\x63\x66g\x18\x03 \x03(\x0b\x32\x1e.txd.v1.DryRunRequest.CfgEntry\x12\x0b\n\x03\x63wd\x18\x04 \x01(\t\x12+\n\x03\x65nv\x18\x05 \x03(\x0b\x32\x1e.txd.v1.DryRunRequest.EnvEntry\x12\x11\n\tworkspace\x18\x06 \x01(\t\x1a<\n\x08\x43\x66gEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.txd.v1.CfgValue:\x02\x38\x01\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"d\n\x0e\x44ryRunResponse\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12\x0f\n\x07request\x18\x03 \x01(\t\x12\x11\n\tworkspace\x18\x04 \x01(\t\"#\n\rStatusRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"3\n\x0eStatusResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"!\n\x0bWaitRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"1\n\x0cWaitResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"\"\n\x0cWatchRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"2\n\rWatchResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"5\n\x0f\x44\x65scribeRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\x12\x0e\n\x06native\x18\x02 \x01(\x08\"\xe7\x01\n\x10\x44\x65scribeResponse\x12\x1b\n\x03\x61pp\x18\x01 \x01(\x0b\x32\x0e.txd.v1.AppDef\x12!\n\x06status\x18\x02 \x01(\x0b\x32\x11.txd.v1.AppStatus\x12.\n\x03\x63\x66g\x18\x03 \x03(\x0b\x32!.txd.v1.DescribeResponse.CfgEntry\x12%\n\x06native\x18\x04 \x01(\x0b\x32\x15.txd.v1.NativeRequest\x1a<\n\x08\x43\x66gEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x1f\n\x05value\x18\x02 \x01(\x0b\x32\x10.txd.v1.CfgValue:\x02\x38\x01\"\xb4\x01\n\x0bListRequest\x12\x11\n\tscheduler\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\'\n\x06states\x18\x05 \x03(\x0e\x32\x17.txd.v1.AppStatus.State\x12\x31\n\rcreated_since\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"H\n\x0cListResponse\x12\x1f\n\x04\x61pps\x18\x01 \x03(\x0b\x32\x11.txd.v1.AppStatus\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"#\n\rCancelRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"3\n\x0e\x43\x61ncelResponse\x12!\n\x06status\x18\x01 \x01(\x0b\x32\x11.txd.v1.AppStatus\"#\n\rDeleteRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\"\x10\n\x0e\x44\x65leteResponse\"f\n\x0cPruneRequest\x12\x32\n\x0e\x63reated_before\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tscheduler\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\"\xa2\x01\n\rPruneResponse\x12!\n\x06pruned\x18\x01 \x03(\x0b\x32\x11.txd.v1.AppStatus\x12\x31\n\x06\x66\x61iled\x18\x02 \x03(\x0b\x32!.txd.v1.PruneResponse.FailedEntry\x12\x0c\n\x04more\x18\x03 \x01(\x08\x1a-\n\x0b\x46\x61iledEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbf\x02\n\x0bLogsRequest\x12\x12\n\napp_handle\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x14\n\x07replica\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\r\n\x05regex\x18\x04 \x01(\t\x12)\n\x05since\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06\x66ollow\x18\x07 \x01(\x08\x12+\n\x07streams\x18\x08 \x01(\x0e\x32\x1a.txd.v1.LogsRequest.Stream\x12\x11\n\x04tail\x18\t \x01(\x05H\x01\x88\x01\x01\".\n\x06Stream\x12\x0c\n\x08\x43OMBINED\x10\x00\x12\n\n\x06STDOUT\x10\x01\x12\n\n\x06STDERR\x10\x02\x42\n\n\x08_replicaB\x07\n\x05_tail\"t\n\x0cLogsResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07replica\x18\x03 \x01(\x05\x12#\n\tlong_line\x18\x04 \x01(\x0b\x32\x10.txd.v1.LongLine\x12\x12\n\nunreadable\x18\x05 \x01(\t\"*\n\x08LongLine\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x0e\n\x06length\x18\x02 \x01(\x03\"+\n\x11SchedulersRequest\x12\x16\n\x0e\x63heck_backends\x18\x01 \x01(\x08\"Z\n\x12SchedulersResponse\x12)\n\nschedulers\x18\x01 \x03(\x0b\x32\x15.txd.v1.SchedulerInfo\x12\x19\n\x11\x64\x65\x66\x61ult_scheduler\x18\x02 \x01(\t\"#\n\x0eRunOptsRequest\x12\x11\n\tscheduler\x18\x01 \x01(\t\"B\n\x0fRunOptsResponse\x12\x11\n\tscheduler\x18\x01 \x01(\t\x12\x1c\n\x04opts\x18\x02 \x03(\x0b\x32\x0e.txd.v1.RunOpt\"\x0e\n\x0cWhereRequest\"\xc4\x01\n\rWhereResponse\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x0e\n\x06socket\x18\x02 \x01(\t\x12\x11\n\tstate_dir\x18\x03 \x01(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x0b\n\x03pid\x18\x05 \x01(\x03\x12+\n\x07started\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x06uptime\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0c\n\x04user\x18\x08 \x01(\t\"@\n\rNativeRequest\x12\x10\n\x08recorded\x18\x01 \x01(\x08\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07missing\x18\x03 \x01(\t2\x9b\x06\n\x06Runner\x12.\n\x03Run\x12\x12.txd.v1.RunRequest\x1a\x13.txd.v1.RunResponse\x12\x37\n\x06\x44ryRun\x12\x15.txd.v1.DryRunRequest\x1a\x16.txd.v1.DryRunResponse\x12\x37\n\x06Status\x12\x15.txd.v1.StatusRequest\x1a\x16.txd.v1.StatusResponse\x12\x31\n\x04Wait\x12\x13.txd.v1.WaitRequest\x1a\x14.txd.v1.WaitResponse\x12\x36\n\x05Watch\x12\x14.txd.v1.WatchRequest\x1a\x15.txd.v1.WatchResponse0\x01\x12=\n\x08\x44\x65scribe\x12\x17.txd.v1.DescribeRequest\x1a\x18.txd.v1.DescribeResponse\x12\x31\n\x04List\x12\x13.txd.v1.ListRequest\x1a\x14.txd.v1.ListResponse\x12\x37\n\x06\x43\x61ncel\x12\x15.txd.v1.CancelRequest\x1a\x16.txd.v1.CancelResponse\x12\x37\n\x06\x44\x65lete\x12\x15.txd.v1.DeleteRequest\x1a\x16.txd.v1.DeleteResponse\x12\x34\n\x05Prune\x12\x14.txd.v1.PruneRequest\x1a\x15.txd.v1.PruneResponse\x12\x33\n\x04Logs\x12\x13.txd.v1.LogsRequest\x1a\x14.txd.v1.LogsResponse0\x01\x12\x43\n\nSchedulers\x12\x19.txd.v1.SchedulersRequest\x1a\x1a.txd.v1.SchedulersResponse\x12:\n\x07RunOpts\x12\x16.txd.v1.RunOptsRequest\x1a\x17.txd.v1.RunOptsResponse\x12\x34\n\x05Where\x12\x14.txd.v1.WhereRequest\x1a\x15.txd.v1.WhereResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -76,49 +76,51 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WATCHRESPONSE']._serialized_start=1102
   _globals['_WATCHRESPONSE']._serialized_end=1152
   _globals['_DESCRIBEREQUEST']._serialized_start=1154
-  _globals['_DESCRIBEREQUEST']._serialized_end=1191
-  _globals['_DESCRIBERESPONSE']._serialized_start=1194
-  _globals['_DESCRIBERESPONSE']._serialized_end=1386
+  _globals['_DESCRIBEREQUEST']._serialized_end=1207
+  _globals['_DESCRIBERESPONSE']._serialized_start=1210
+  _globals['_DESCRIBERESPONSE']._serialized_end=1441
   _globals['_DESCRIBERESPONSE_CFGENTRY']._serialized_start=337
   _globals['_DESCRIBERESPONSE_CFGENTRY']._serialized_end=397
-  _globals['_LISTREQUEST']._serialized_start=1389
-  _globals['_LISTREQUEST']._serialized_end=1569
-  _globals['_LISTRESPONSE']._serialized_start=1571
-  _globals['_LISTRESPONSE']._serialized_end=1643
-  _globals['_CANCELREQUEST']._serialized_start=1645
-  _globals['_CANCELREQUEST']._serialized_end=1680
-  _globals['_CANCELRESPONSE']._serialized_start=1682
-  _globals['_CANCELRESPONSE']._serialized_end=1733
-  _globals['_DELETEREQUEST']._serialized_start=1735
-  _globals['_DELETEREQUEST']._serialized_end=1770
-  _globals['_DELETERESPONSE']._serialized_start=1772
-  _globals['_DELETERESPONSE']._serialized_end=1788
-  _globals['_PRUNEREQUEST']._serialized_start=1790
-  _globals['_PRUNEREQUEST']._serialized_end=1892
-  _globals['_PRUNERESPONSE']._serialized_start=1895
-  _globals['_PRUNERESPONSE']._serialized_end=2057
-  _globals['_PRUNERESPONSE_FAILEDENTRY']._serialized_start=2012
-  _globals['_PRUNERESPONSE_FAILEDENTRY']._serialized_end=2057
-  _globals['_LOGSREQUEST']._serialized_start=2060
-  _globals['_LOGSREQUEST']._serialized_end=2379
-  _globals['_LOGSREQUEST_STREAM']._serialized_start=2312
-  _globals['_LOGSREQUEST_STREAM']._serialized_end=2358
-  _globals['_LOGSRESPONSE']._serialized_start=2381
-  _globals['_LOGSRESPONSE']._serialized_end=2497
-  _globals['_LONGLINE']._serialized_start=2499
-  _globals['_LONGLINE']._serialized_end=2541
-  _globals['_SCHEDULERSREQUEST']._serialized_start=2543
-  _globals['_SCHEDULERSREQUEST']._serialized_end=2586
-  _globals['_SCHEDULERSRESPONSE']._serialized_start=2588
-  _globals['_SCHEDULERSRESPONSE']._serialized_end=2678
-  _globals['_RUNOPTSREQUEST']._serialized_start=2680
-  _globals['_RUNOPTSREQUEST']._serialized_end=2715
-  _globals['_RUNOPTSRESPONSE']._serialized_start=2717
-  _globals['_RUNOPTSRESPONSE']._serialized_end=2783
-  _globals['_WHEREREQUEST']._serialized_start=2785
-  _globals['_WHEREREQUEST']._serialized_end=2799
-  _globals['_WHERERESPONSE']._serialized_start=2802
-  _globals['_WHERERESPONSE']._serialized_end=2998
-  _globals['_RUNNER']._serialized_start=3001
-  _globals['_RUNNER']._serialized_end=3796
+  _globals['_LISTREQUEST']._serialized_start=1444
+  _globals['_LISTREQUEST']._serialized_end=1624
+  _globals['_LISTRESPONSE']._serialized_start=1626
+  _globals['_LISTRESPONSE']._serialized_end=1698
+  _globals['_CANCELREQUEST']._serialized_start=1700
+  _globals['_CANCELREQUEST']._serialized_end=1735
+  _globals['_CANCELRESPONSE']._serialized_start=1737
+  _globals['_CANCELRESPONSE']._serialized_end=1788
+  _globals['_DELETEREQUEST']._serialized_start=1790
+  _globals['_DELETEREQUEST']._serialized_end=1825
+  _globals['_DELETERESPONSE']._serialized_start=1827
+  _globals['_DELETERESPONSE']._serialized_end=1843
+  _globals['_PRUNEREQUEST']._serialized_start=1845
+  _globals['_PRUNEREQUEST']._serialized_end=1947
+  _globals['_PRUNERESPONSE']._serialized_start=1950
+  _globals['_PRUNERESPONSE']._serialized_end=2112
+  _globals['_PRUNERESPONSE_FAILEDENTRY']._serialized_start=2067
+  _globals['_PRUNERESPONSE_FAILEDENTRY']._serialized_end=2112
+  _globals['_LOGSREQUEST']._serialized_start=2115
+  _globals['_LOGSREQUEST']._serialized_end=2434
+  _globals['_LOGSREQUEST_STREAM']._serialized_start=2367
+  _globals['_LOGSREQUEST_STREAM']._serialized_end=2413
+  _globals['_LOGSRESPONSE']._serialized_start=2436
+  _globals['_LOGSRESPONSE']._serialized_end=2552
+  _globals['_LONGLINE']._serialized_start=2554
+  _globals['_LONGLINE']._serialized_end=2596
+  _globals['_SCHEDULERSREQUEST']._serialized_start=2598
+  _globals['_SCHEDULERSREQUEST']._serialized_end=2641
+  _globals['_SCHEDULERSRESPONSE']._serialized_start=2643
+  _globals['_SCHEDULERSRESPONSE']._serialized_end=2733
+  _globals['_RUNOPTSREQUEST']._serialized_start=2735
+  _globals['_RUNOPTSREQUEST']._serialized_end=2770
+  _globals['_RUNOPTSRESPONSE']._serialized_start=2772
+  _globals['_RUNOPTSRESPONSE']._serialized_end=2838
+  _globals['_WHEREREQUEST']._serialized_start=2840
+  _globals['_WHEREREQUEST']._serialized_end=2854
+  _globals['_WHERERESPONSE']._serialized_start=2857
+  _globals['_WHERERESPONSE']._serialized_end=3053
+  _globals['_NATIVEREQUEST']._serialized_start=3055
+  _globals['_NATIVEREQUEST']._serialized_end=3119
+  _globals['_RUNNER']._serialized_start=3122
+  _globals['_RUNNER']._serialized_end=3917
 # @@protoc_insertion_point(module_scope)
