@@ -277,7 +277,6 @@ class JobService:
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
             cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
-            native_request = _rendered(info, name)
             early = None
             if info.app_id:
                 # Recorded before it runs: a daemon killed during schedule() leaves a live
@@ -289,7 +288,6 @@ class JobService:
                     Submitted(info.app_id, info.native),
                     rid,
                     digests,
-                    native_request,
                 )
             try:
                 submitted = await sched.schedule(info)
@@ -297,10 +295,13 @@ class JobService:
                 if early is not None:  # schedule() left nothing running
                     self._forget(early)
                 raise
+        # Rendered once submitted: schedule() completes what it submits (Slurm's and LSF's
+        # checks before queueing, LSF's rank-0 host), which DryRun renders as it would be.
+        native_request = _rendered(info, name)
         if early is not None:
             early.native = submitted.native
             try:
-                self.store.update_native(early.handle, submitted.native)
+                self.store.update_native(early.handle, submitted.native, native_request)
             except sqlite3.Error as e:  # the job runs: the early record still finds it
                 log.warning("could not record the native facts of %s: %s", early.handle, e)
             rec = early

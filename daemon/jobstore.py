@@ -501,10 +501,26 @@ class JobStore:
             self._db.execute("ROLLBACK")
             raise
 
-    def update_native(self, handle: str, native: dict[str, Any]) -> None:
-        self._db.execute(
-            "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
-        )
+    def update_native(
+        self, handle: str, native: dict[str, Any], native_request: NativeRequest | None = None
+    ) -> None:
+        """The job's native facts and, if given, its native request: one transaction."""
+        self._db.execute("BEGIN")
+        try:
+            self._db.execute(
+                "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
+            )
+            if native_request is not None:
+                self._db.execute(  # only for a job still recorded
+                    "INSERT OR REPLACE INTO native_requests (handle, size, body) "
+                    "SELECT handle, ?, ? FROM jobs WHERE handle = ?",
+                    (native_request.size, native_request.body, handle),
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:  # a failed COMMIT (a full disk) already rolled back
+                self._db.execute("ROLLBACK")
+            raise
 
     def delete(self, handle: str) -> None:
         self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))

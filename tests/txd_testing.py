@@ -671,10 +671,13 @@ def unique_names(text: str, name: str) -> set[str]:
 def with_name_of(dryrun_text: str, kept: str, name: str) -> str:
     """A DryRun's native request with its random job name (make_unique's `name-xxxx`) replaced
     by the one in `kept`: DryRun names each request anew, so this is the text the DryRun would
-    have shown had it drawn the submitted job's name."""
-    (drawn,) = unique_names(dryrun_text, name)
-    (submitted,) = unique_names(kept, name)
-    return dryrun_text.replace(drawn, submitted)
+    have shown had it drawn the submitted job's name. A request with no drawn name (an sbatch
+    script: Slurm numbers the job) is returned as it is."""
+    drawn, submitted = unique_names(dryrun_text, name), unique_names(kept, name)
+    if not drawn and not submitted:
+        return dryrun_text
+    ((drawn_name,), (submitted_name,)) = (drawn, submitted)
+    return dryrun_text.replace(drawn_name, submitted_name)
 
 
 def native_request_rows(state_dir: Path) -> set[str]:
