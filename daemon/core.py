@@ -296,8 +296,15 @@ class JobService:
                     self._forget(early)
                 raise
         # Rendered once submitted: schedule() completes what it submits (Slurm's and LSF's
-        # checks before queueing, LSF's rank-0 host), which DryRun renders as it would be.
-        native_request = _rendered(info, name)
+        # checks before queueing, LSF's rank-0 host), which DryRun renders as it would be. In
+        # a thread: 10,000 local_cwd replicas render in about 2 s, which the loop must not
+        # wait out; after schedule(), so the submissions' pacing (daemon.pacing) holds.
+        native_request = None
+        stopped = None
+        try:
+            native_request = await asyncio.to_thread(_rendered, info, name)
+        except asyncio.CancelledError as e:  # a shutdown past its grace: the job runs all the
+            stopped = e  # same, so it is recorded (without its request) before this ends
         if early is not None:
             early.native = submitted.native
             try:
@@ -312,6 +319,8 @@ class JobService:
                 log.exception("could not record the job %s submitted; cancelling it", submitted)
                 await _undo(sched, Job(submitted.app_id, submitted.native))
                 raise
+        if stopped is not None:
+            raise stopped  # the next start follows the job (recover)
         job = self.cache.follow(rec)
         # Statuses reported while schedule() ran found no followed job: look now. A polled
         # scheduler is only nudged: its next poll, batched with every other job's, tells.
@@ -529,9 +538,7 @@ class JobService:
 
 def _rendered(info: DryRunInfo[Any], scheduler: str) -> NativeRequest | None:
     """The native request as DryRun would show it, compressed for the store; None, logged, if
-    the scheduler cannot render it: the job is submitted all the same, without it. On the
-    loop, as submit_dryrun built the request: a thread would let a burst of submissions come
-    back in one turn, undoing their pacing (daemon.pacing)."""
+    the scheduler cannot render it: the job is submitted all the same, without it."""
     try:
         return NativeRequest.of(info.text)
     except Exception:
