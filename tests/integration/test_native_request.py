@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from txd.daemon import jobstore
 from txd.daemon.jobstore import JobStore, NativeRequest
 from txd.v1 import TERMINAL_STATES, AppState
@@ -21,8 +22,10 @@ from txd_testing import native_request_rows, sh_app, with_name_of
 from .test_jobstore import V0
 
 
-async def test_describe_native_is_the_request_dryrun_shows(daemon: Any) -> None:
-    app = sh_app("echo kept", name="kept", replicas=3)
+# An app of 3 replicas is rendered on the daemon's loop, one of 20 in a thread.
+@pytest.mark.parametrize("replicas", [3, 20])
+async def test_describe_native_is_the_request_dryrun_shows(daemon: Any, replicas: int) -> None:
+    app = sh_app("echo kept", name="kept", replicas=replicas)
     async with daemon.client() as c:
         handle = await c.run(app, "local_cwd")
         dry = await c.dryrun(app, "local_cwd")
@@ -34,7 +37,7 @@ async def test_describe_native_is_the_request_dryrun_shows(daemon: Any) -> None:
     kept = resp.native.text
     app_id = handle.rpartition("/")[2]
     assert f"'app_id': '{app_id}'" in kept
-    assert kept.count("'replica_id':") == 3
+    assert kept.count("'replica_id':") == replicas
     assert kept == with_name_of(dry.request, kept, "kept")
     # txctl prints it as it is, not a character added; --json carries it too.
     out = daemon.txctl("describe", "--native", app_id, check=True)
