@@ -285,12 +285,7 @@ class JobService:
                 # Recorded before it runs: a daemon killed during schedule() leaves a live
                 # record, which the next one settles (recover) and a retried Run finds.
                 early = self._insert(
-                    name,
-                    info.app,
-                    cfg,
-                    Submitted(info.app_id, info.native),
-                    rid,
-                    digests,
+                    name, info.app, cfg, Submitted(info.app_id, info.native), rid, digests
                 )
             try:
                 submitted = await sched.schedule(info)
