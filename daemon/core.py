@@ -60,7 +60,8 @@ MAX_DRYRUN_TEXT = 8 << 20
 # Describe's word for a job recorded without its native request.
 NO_NATIVE_REQUEST = (
     "txd kept no native request for this job: it was submitted by a txd that did not keep "
-    "them yet, or its scheduler could not render it (then the daemon's log says why)"
+    "them yet, or it could not be kept (its scheduler could not render it, the job store "
+    "could not take it, or the daemon stopped first; the daemon's log says which)"
 )
 # The native request of an app of at most this many replicas is rendered on the loop (about
 # 0.2 ms a replica for local_cwd's table, the slowest), of a bigger one in a thread.
@@ -293,41 +294,44 @@ class JobService:
                 if early is not None:  # schedule() left nothing running
                     self._forget(early)
                 raise
-        # Rendered once submitted: schedule() completes what it submits (Slurm's and LSF's
-        # checks before queueing, LSF's rank-0 host), which DryRun renders as it would be. A
-        # big app in a thread: 10,000 local_cwd replicas render in about 2 s, which the loop
-        # must not wait out; a small one at once, where the thread's hop costs more than the
-        # rendering. After schedule(), so the submissions' pacing (daemon.pacing) holds.
-        native_request = None
-        stopped = None
-        try:
-            if sum(num_replicas(r) for r in info.app.roles) <= RENDER_INLINE_REPLICAS:
-                native_request = _rendered(info, name)
-            else:
-                native_request = await asyncio.to_thread(_rendered, info, name)
-        except asyncio.CancelledError as e:  # a shutdown past its grace: the job runs all the
-            stopped = e  # same, so it is recorded (without its request) before this ends
         if early is not None:
             early.native = submitted.native
             try:
-                self.store.update_native(early.handle, submitted.native, native_request)
+                self.store.update_native(early.handle, submitted.native)
             except sqlite3.Error as e:  # the job runs: the early record still finds it
                 log.warning("could not record the native facts of %s: %s", early.handle, e)
             rec = early
         else:
             try:
-                rec = self._insert(name, info.app, cfg, submitted, rid, digests, native_request)
+                rec = self._insert(name, info.app, cfg, submitted, rid, digests)
             except Exception:
                 log.exception("could not record the job %s submitted; cancelling it", submitted)
                 await _undo(sched, Job(submitted.app_id, submitted.native))
                 raise
-        if stopped is not None:
-            raise stopped  # the next start follows the job (recover)
         job = self.cache.follow(rec)
         # Statuses reported while schedule() ran found no followed job: look now. A polled
         # scheduler is only nudged: its next poll, batched with every other job's, tells.
         await self.schedulers.feed(name).refresh([job], wait=False)
+        await self._keep_native_request(rec, info)
         return rec
+
+    async def _keep_native_request(self, rec: JobRecord, info: DryRunInfo[Any]) -> None:
+        """Keeps the job's native request, rendered once submitted: schedule() completes what
+        it submits (Slurm's and LSF's checks before queueing, LSF's rank-0 host), which DryRun
+        renders as it would be. After the job is recorded, so rendering widens no window in
+        which a crash loses a job that runs. A big app is rendered in a thread (10,000
+        local_cwd replicas take about 2 s, which the loop must not wait out), a small one at
+        once, where the thread's hop costs more than the rendering."""
+        if sum(num_replicas(r) for r in info.app.roles) <= RENDER_INLINE_REPLICAS:
+            native_request = _rendered(info, rec.scheduler)
+        else:
+            native_request = await asyncio.to_thread(_rendered, info, rec.scheduler)
+        if native_request is None:
+            return
+        try:
+            self.store.put_native_request(rec.handle, native_request)
+        except sqlite3.Error as e:  # the job is recorded and runs: only its request is lost
+            log.warning("could not keep the native request of %s: %s", rec.handle, e)
 
     def _forget(self, rec: JobRecord) -> None:
         """Removes the record of a job that never ran; one the store cannot remove now (a full
@@ -345,7 +349,6 @@ class JobService:
         submitted: Submitted,
         request_id: str | None,
         digests: dict[str, str] | None = None,
-        native_request: NativeRequest | None = None,
     ) -> JobRecord:
         """Records the job under a handle no job ever had (never overwriting a record)."""
         app_id = submitted.app_id
@@ -364,7 +367,7 @@ class JobService:
             )
             StatusCache.fill_identity(rec, rec.status)  # as List shows it until it changes
             try:
-                self.store.insert(rec, native_request)
+                self.store.insert(rec)
                 self.cache.flush()  # the store takes writes: those it could not take too
                 return rec
             except sqlite3.IntegrityError:

@@ -446,23 +446,17 @@ class JobStore:
         the state dir over, and this one must not write to it again."""
         self._db.execute("PRAGMA query_only = 1")
 
-    def insert(self, rec: JobRecord, native_request: NativeRequest | None = None) -> None:
-        """Records a job and, if given, its native request: one transaction."""
-        if native_request is None:
-            self._db.execute(_INSERT, _row(rec))
-            return
-        self._db.execute("BEGIN")
-        try:
-            self._db.execute(_INSERT, _row(rec))
-            self._db.execute(
-                "INSERT INTO native_requests (handle, size, body) VALUES (?, ?, ?)",
-                (rec.handle, native_request.size, native_request.body),
-            )
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:  # a failed COMMIT (a full disk) already rolled back
-                self._db.execute("ROLLBACK")
-            raise
+    def insert(self, rec: JobRecord) -> None:
+        self._db.execute(_INSERT, _row(rec))
+
+    def put_native_request(self, handle: str, native_request: NativeRequest) -> None:
+        """Keeps a job's native request, while the job is recorded (one deleted meanwhile gets
+        none)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO native_requests (handle, size, body) "
+            "SELECT handle, ?, ? FROM jobs WHERE handle = ?",
+            (native_request.size, native_request.body, handle),
+        )
 
     def native_request(self, handle: str) -> str | None:
         """The native request recorded with a job; None if none was (a job recorded before
@@ -501,26 +495,10 @@ class JobStore:
             self._db.execute("ROLLBACK")
             raise
 
-    def update_native(
-        self, handle: str, native: dict[str, Any], native_request: NativeRequest | None = None
-    ) -> None:
-        """The job's native facts and, if given, its native request: one transaction."""
-        self._db.execute("BEGIN")
-        try:
-            self._db.execute(
-                "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
-            )
-            if native_request is not None:
-                self._db.execute(  # only for a job still recorded
-                    "INSERT OR REPLACE INTO native_requests (handle, size, body) "
-                    "SELECT handle, ?, ? FROM jobs WHERE handle = ?",
-                    (native_request.size, native_request.body, handle),
-                )
-            self._db.execute("COMMIT")
-        except BaseException:
-            if self._db.in_transaction:  # a failed COMMIT (a full disk) already rolled back
-                self._db.execute("ROLLBACK")
-            raise
+    def update_native(self, handle: str, native: dict[str, Any]) -> None:
+        self._db.execute(
+            "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
+        )
 
     def delete(self, handle: str) -> None:
         self._db.execute("DELETE FROM jobs WHERE handle = ?", (handle,))

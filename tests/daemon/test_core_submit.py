@@ -102,7 +102,7 @@ async def test_a_submission_that_cannot_be_recorded_is_cancelled(
 ) -> None:
     c, sched = core
 
-    def broken_insert(rec: Any, native_request: Any = None) -> None:
+    def broken_insert(rec: Any) -> None:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(c.store, "insert", broken_insert)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,3 +104,25 @@ async def test_a_request_that_cannot_be_rendered_leaves_the_job_without_one(
     assert c.store.get(handle) is not None
     assert "could not render the rend request of broken" in caplog.text
     assert "ValueError: cannot render" in caplog.text
+
+
+async def test_a_request_the_store_cannot_take_leaves_the_job_recorded(
+    core: tuple[JobService, Rendering],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kept after the job is recorded: a store that refuses the request (a full disk) loses
+    only the request, never the job, which runs on."""
+    c, _ = core
+
+    def full(handle: str, native_request: Any) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(c.store, "put_native_request", full)
+    with caplog.at_level(logging.WARNING, logger="txd.daemon.core"):
+        handle, _ = await c.run(_run("job"))
+    assert c.store.get(handle) is not None
+    assert c.native_request(c.lookup(handle)) is None
+    assert f"could not keep the native request of {handle}: database or disk is full" in (
+        caplog.text
+    )

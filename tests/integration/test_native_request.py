@@ -115,9 +115,13 @@ def test_migration_adds_the_table_and_deleting_a_job_removes_its_request(
         fields = V0.RECORDS[0]
         store.delete(fields["handle"])
         text = "#!/bin/sh\n" + "".join(f"srun --het-group={i} 'caf\udce9'\n" for i in range(50))
-        store.insert(jobstore.JobRecord(**fields), NativeRequest.of(text))
+        store.insert(jobstore.JobRecord(**fields))
+        store.put_native_request(fields["handle"], NativeRequest.of(text))
         assert store.native_request(fields["handle"]) == text
         store.delete_many([fields["handle"]])
+        assert store.native_request(fields["handle"]) is None
+        # A job deleted before its request is kept gets none.
+        store.put_native_request(fields["handle"], NativeRequest.of(text))
         assert store.native_request(fields["handle"]) is None
     finally:
         store.close()
