@@ -352,8 +352,11 @@ class AsyncClient:
         finally:
             call.cancel()
 
-    async def describe(self, handle: str) -> pb.DescribeResponse:
-        return await self._call("Describe", pb.DescribeRequest(app_handle=handle))
+    async def describe(self, handle: str, *, native: bool = False) -> pb.DescribeResponse:
+        """The job as submitted; with `native`, also its backend request as txd rendered it
+        at submit time (`.native`: `.recorded`, `.text`, or `.missing` saying why none)."""
+        req = pb.DescribeRequest(app_handle=handle, native=native)
+        return await self._call("Describe", req)
 
     async def list(
         self,

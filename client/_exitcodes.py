@@ -15,7 +15,9 @@ BACKEND = 4  # the daemon answered; the scheduler's backend (its commands, login
 DEADLINE = 5  # the call's --timeout ran out
 EXHAUSTED = 6  # the daemon refused for want of a resource (e.g. a message over its size limit)
 WAIT_TIMEOUT = 7  # --wait-timeout ran out; the job goes on
-INCOMPLETE = 8  # `logs`: a replica's log could not be read (stderr says which); the rest was
+# `logs`: a replica's log could not be read (stderr says which); the rest was.
+# `describe --native`: txd kept no native request for the job (stderr says why)
+INCOMPLETE = 8
 INTERNAL = 70  # a bug in txctl or txd (TXD_DEBUG=1 shows the traceback)
 INTERRUPTED = 130  # Ctrl-C
 
@@ -34,7 +36,8 @@ exit codes:
        message size limit)
   {WAIT_TIMEOUT:<3}  --wait-timeout ran out; the job goes on
   {INCOMPLETE:<3}  logs: a replica's log could not be read (its container was removed
-       outside txd; stderr says which): the other replicas' logs were printed
+       outside txd; stderr says which): the other replicas' logs were printed;
+       describe --native: txd kept no native request for the job (stderr says why)
   {INTERNAL:<3}  internal error: a bug (TXD_DEBUG=1 prints the traceback)
   {INTERRUPTED:<3}  interrupted (Ctrl-C); the job goes on unless --cancel-on-interrupt
 """

@@ -155,11 +155,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("component", nargs="?", help="component name, then its arguments")
     run.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    for name, help in (
-        ("status", "show a job's status"),
-        ("describe", "show a job's AppDef, options and status"),
-    ):
-        cmd(name, help).add_argument("handle")
+    cmd("status", "show a job's status").add_argument("handle")
+    describe = cmd("describe", "show a job's AppDef, options and status")
+    describe.add_argument("handle")
+    describe.add_argument(
+        "--native",
+        action="store_true",
+        help="print the backend request as submitted (sbatch script, Kubernetes objects, ...) "
+        f"instead; exit {exits.INCOMPLETE} if txd kept none for the job",
+    )
     wait = cmd("wait", "wait until a job ends; exit 0 only if it succeeded")
     wait.add_argument("handle")
     wait.add_argument(
@@ -854,9 +858,15 @@ async def _cmd_describe(client: Any, args: argparse.Namespace) -> int:
     from txd.cfgvalue import from_cfg_value
     from txd.client._format import app_text, status_text, to_dict
 
-    resp = await client.describe(args.handle)
+    resp = await client.describe(args.handle, native=args.native)
+    kept = resp.native.recorded or not args.native
     if args.json:
         _out(to_dict(resp), True)
+        return 0 if kept else exits.INCOMPLETE
+    if args.native:
+        if not kept:
+            raise CliError(f"{resp.status.app_handle}: {resp.native.missing}", exits.INCOMPLETE)
+        sys.stdout.write(resp.native.text)  # as submitted: not a character added
         return 0
     cfg = "\n".join(f"  {k} = {from_cfg_value(v)!r}" for k, v in sorted(resp.cfg.items()))
     print(f"{app_text(resp.app)}\noptions:\n{cfg or '  (none)'}\n{status_text(resp.status)}")

@@ -23,13 +23,13 @@ from txd.daemon import config, logs, submission, validate
 from txd.daemon.backends import Backends, SettingsError
 from txd.daemon.cache import Shown, StatusCache, unknown
 from txd.daemon.events import EventHub, EventSettings, EventSettingsError
-from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.jobstore import JobRecord, JobStore, NativeRequest
 from txd.daemon.listing import ListQuery
 from txd.daemon.pacing import Pacer
 from txd.daemon.tasks import Tasks
 from txd.handle import Handle
 from txd.schedulers import options, plugins
-from txd.schedulers.api import Job, Scheduler, SubmitContext, Submitted
+from txd.schedulers.api import DryRunInfo, Job, Scheduler, SubmitContext, Submitted, num_replicas
 from txd.schedulers.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -58,6 +58,15 @@ PRUNE_BATCH = 1000
 # DryRun's native request is cut to this many characters: with one entry per replica it can
 # outgrow the response limit (txd.defaults.MAX_RESPONSE_BYTES, 64 MiB) even for a valid app.
 MAX_DRYRUN_TEXT = 8 << 20
+# Describe's word for a job recorded without its native request.
+NO_NATIVE_REQUEST = (
+    "txd kept no native request for this job: it was submitted by a txd that did not keep "
+    "them yet, or it could not be kept (its scheduler could not render it, the job store "
+    "could not take it, or the daemon stopped first; the daemon's log says which)"
+)
+# The native request of an app of at most this many replicas is rendered on the loop (about
+# 0.2 ms a replica for local_cwd's table, the slowest), of a bigger one in a thread.
+RENDER_INLINE_REPLICAS = 16
 # Submissions that start their work in one turn of the event loop (daemon.pacing): a wave of
 # Runs goes through a few at a time, every other call answered between them.
 SUBMITS_PER_TURN = 4
@@ -195,7 +204,7 @@ class JobService:
         with backend_calls(req.scheduler or self.default_scheduler):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx)
-        return info.app, name, _cut_text(info.text, MAX_DRYRUN_TEXT), info.workspace
+        return info.app, name, cut_text(info.text), info.workspace
 
     async def run(self, req: RunRequest) -> tuple[str, str]:
         """Submits and records a job; returns (handle, app_id). Idempotent per request_id: the
@@ -313,7 +322,26 @@ class JobService:
         # Statuses reported while schedule() ran found no followed job: look now. A polled
         # scheduler is only nudged: its next poll, batched with every other job's, tells.
         await self.schedulers.feed(name).refresh([job], wait=False)
+        await self._keep_native_request(rec, info)
         return rec
+
+    async def _keep_native_request(self, rec: JobRecord, info: DryRunInfo[Any]) -> None:
+        """Keeps the job's native request, rendered once submitted: schedule() completes what
+        it submits (Slurm's and LSF's checks before queueing, LSF's rank-0 host), which DryRun
+        renders as it would be. After the job is recorded, so rendering widens no window in
+        which a crash loses a job that runs. A big app is rendered in a thread (10,000
+        local_cwd replicas take about 2 s, which the loop must not wait out), a small one at
+        once, where the thread's hop costs more than the rendering."""
+        if sum(num_replicas(r) for r in info.app.roles) <= RENDER_INLINE_REPLICAS:
+            native_request = _rendered(info, rec.scheduler)
+        else:
+            native_request = await asyncio.to_thread(_rendered, info, rec.scheduler)
+        if native_request is None:
+            return
+        try:
+            self.store.put_native_request(rec.handle, native_request)
+        except sqlite3.Error as e:  # the job is recorded and runs: only its request is lost
+            log.warning("could not keep the native request of %s: %s", rec.handle, e)
 
     def _forget(self, rec: JobRecord) -> None:
         """Removes the record of a job that never ran; one the store cannot remove now (a full
@@ -404,6 +432,12 @@ class JobService:
         if rec is None:
             raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
         return rec
+
+    def native_request(self, rec: JobRecord) -> str | None:
+        """The job's native request as recorded at submit time, cut as DryRun cuts it; None for
+        a job recorded without one."""
+        text = self.store.native_request(rec.handle)
+        return None if text is None else cut_text(text)
 
     def status(self, handle: str) -> AppStatus:
         return self.lookup(handle).status
@@ -517,7 +551,17 @@ class JobService:
                 yield msg
 
 
-def _cut_text(text: str, limit: int) -> str:
+def _rendered(info: DryRunInfo[Any], scheduler: str) -> NativeRequest | None:
+    """The native request as DryRun would show it, compressed for the store; None, logged, if
+    the scheduler cannot render it: the job is submitted all the same, without it."""
+    try:
+        return NativeRequest.of(info.text)
+    except Exception:
+        log.exception("could not render the %s request of %s to keep it", scheduler, info.app.name)
+        return None
+
+
+def cut_text(text: str, limit: int = MAX_DRYRUN_TEXT) -> str:
     """text, or its first `limit` characters and a line saying how much was left out."""
     if len(text) <= limit:
         return text

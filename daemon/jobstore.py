@@ -29,6 +29,7 @@ import sqlite3
 import struct
 import sys
 import time
+import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,9 +114,29 @@ def _to_v4(db: sqlite3.Connection) -> None:
     db.execute("INSERT INTO meta (name, value) VALUES ('events_floor_at', 0.0)")
 
 
+def _to_v5(db: sqlite3.Connection) -> None:
+    """Each job's native request as its scheduler rendered it at submit time (what DryRun
+    shows), kept for as long as the job is known. A table of its own, so that list and status,
+    which read `jobs`, never read it (a 10,000-replica request is megabytes of text); stored
+    zlib-compressed. A job recorded before has no row. The trigger removes a job's request with
+    the job, in the same transaction, whichever statement deletes it."""
+    db.execute(
+        """CREATE TABLE native_requests (
+            handle TEXT PRIMARY KEY,  -- jobs.handle
+            size   INTEGER NOT NULL,  -- characters of the text
+            body   BLOB NOT NULL      -- the text, UTF-8 (surrogatepass), zlib-compressed
+        )"""
+    )
+    db.execute(
+        """CREATE TRIGGER jobs_delete_native_request AFTER DELETE ON jobs BEGIN
+            DELETE FROM native_requests WHERE handle = OLD.handle;
+        END"""
+    )
+
+
 # _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
 # edit one that has shipped.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3, _to_v4]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3, _to_v4, _to_v5]
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
@@ -376,6 +397,23 @@ class StoredEvent:
 _EVENT_COLUMNS = "seq, at, kind, handle, scheduler, state, status"
 
 
+@dataclass(frozen=True)
+class NativeRequest:
+    """A native request as the store keeps it: compressed (see _to_v5)."""
+
+    size: int
+    body: bytes
+
+    @classmethod
+    def of(cls, text: str) -> NativeRequest:
+        # Level 1: the fastest; rendered requests repeat themselves and shrink well at any level.
+        return cls(len(text), zlib.compress(text.encode("utf-8", "surrogatepass"), 1))
+
+    @property
+    def text(self) -> str:
+        return zlib.decompress(self.body).decode("utf-8", "surrogatepass")
+
+
 @dataclass(frozen=True, order=True)
 class Cursor:
     """A job's place in the list order, newest first: by `created`, then by `handle`."""
@@ -487,6 +525,23 @@ class JobStore:
 
     def insert(self, rec: JobRecord) -> None:
         self.insert_many([rec])
+
+    def put_native_request(self, handle: str, native_request: NativeRequest) -> None:
+        """Keeps a job's native request, while the job is recorded (one deleted meanwhile gets
+        none)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO native_requests (handle, size, body) "
+            "SELECT handle, ?, ? FROM jobs WHERE handle = ?",
+            (native_request.size, native_request.body, handle),
+        )
+
+    def native_request(self, handle: str) -> str | None:
+        """The native request recorded with a job; None if none was (a job recorded before
+        txd kept them, or one whose request could not be rendered)."""
+        row = self._db.execute(
+            "SELECT size, body FROM native_requests WHERE handle = ?", (handle,)
+        ).fetchone()
+        return None if row is None else NativeRequest(row["size"], row["body"]).text
 
     def insert_many(self, recs: Iterable[JobRecord]) -> None:
         """Inserts every record or, if one fails, none: one transaction, one commit."""

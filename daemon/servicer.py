@@ -17,7 +17,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from txd.daemon import wire
 from txd.daemon.cache import Shown
-from txd.daemon.core import JobService, cfg_values
+from txd.daemon.core import NO_NATIVE_REQUEST, JobService, cfg_values
 from txd.daemon.events import Acks
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
@@ -242,7 +242,15 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     @_mapped
     async def Describe(self, request: pb.DescribeRequest, context: Any) -> pb.DescribeResponse:
         rec = self.service.lookup(request.app_handle)
-        return pb.DescribeResponse(app=rec.app, status=rec.status, cfg=cfg_values(rec.cfg))
+        resp = pb.DescribeResponse(app=rec.app, status=rec.status, cfg=cfg_values(rec.cfg))
+        if request.native:
+            text = self.service.native_request(rec)
+            resp.native.recorded = text is not None
+            if text is not None:
+                resp.native.text = text
+            else:
+                resp.native.missing = NO_NATIVE_REQUEST
+        return resp
 
     @_mapped
     async def List(self, request: pb.ListRequest, context: Any) -> pb.ListResponse:

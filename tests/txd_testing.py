@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import select
 import shlex
 import shutil
@@ -655,3 +656,35 @@ def job_replicas(state_dir: Path, handle: str) -> list[dict[str, Any]]:
 
 __all__ = [*__all__, "Gate", "Gates", "job_replicas", "recorded_native"]
 __all__ = [*__all__, "Watched", "is_fresh_running", "is_stale", "watching"]
+
+
+# -- native requests --------------------------------------------------------------------------
+
+_UNIQUE_SUFFIX = "[bcdfghjklmnpqrstvwxz][bcdfghjklmnpqrstvwxz012345679]{11}"  # api.make_unique
+
+
+def unique_names(text: str, name: str) -> set[str]:
+    """The names make_unique gave `name` that `text` holds."""
+    return set(re.findall(rf"{re.escape(name)}-{_UNIQUE_SUFFIX}", text))
+
+
+def with_name_of(dryrun_text: str, kept: str, name: str) -> str:
+    """A DryRun's native request with its random job name (make_unique's `name-xxxx`) replaced
+    by the one in `kept`: DryRun names each request anew, so this is the text the DryRun would
+    have shown had it drawn the submitted job's name. A request with no drawn name (an sbatch
+    script: Slurm numbers the job) is returned as it is."""
+    drawn, submitted = unique_names(dryrun_text, name), unique_names(kept, name)
+    if not drawn and not submitted:
+        return dryrun_text
+    ((drawn_name,), (submitted_name,)) = (drawn, submitted)
+    return dryrun_text.replace(drawn_name, submitted_name)
+
+
+def native_request_rows(state_dir: Path) -> set[str]:
+    """The handles of the jobs whose native request the job store holds."""
+    path = state_dir / "jobs.db"
+    with contextlib.closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+        return {row[0] for row in db.execute("SELECT handle FROM native_requests")}
+
+
+__all__ = [*__all__, "native_request_rows", "unique_names", "with_name_of"]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from txd.schedulers.api import (
@@ -116,12 +117,20 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
         check_request(app, opts)
         app_id = clean_name(make_unique(app.name))
         req = build_request(app_id, app, opts, None)  # the rank-0 host is picked at submit
-        label = self.hosts.get(req.target).label
+        info = DryRunInfo(app=app, request=req, opts=opts)
+        info.render = self._renderer(info)
+        return info
+
+    def _renderer(self, info: DryRunInfo[BsubRequest]) -> Callable[[], str]:
+        """The text of info's request as it is when called: schedule() replaces the request
+        by the one it submits (the rank-0 host picked), which the job keeps (issue 21)."""
+        label = self.hosts.get(info.request.target).label
 
         def render() -> str:
+            req = info.request
             return f"{req.script}{render_checks(req.checks or [], label)}\n"
 
-        return DryRunInfo(app=app, request=req, opts=opts, render=render)
+        return render
 
     async def _precheck(self, info: DryRunInfo[BsubRequest], *, dry: bool) -> list[Check]:
         """hpc.lsf_precheck's checks. The rank-0 host is checked here only in a dry run: a
@@ -155,12 +164,16 @@ class LsfScheduler(BatchScheduler[LsfOpts, BsubRequest]):
 
     async def schedule(self, dryrun: DryRunInfo[BsubRequest]) -> Submitted:
         req = dryrun.request
+        checks = None
         if req.opts.precheck:
             where = self.hosts.get(req.target).label
-            refuse_failed(await self._precheck(dryrun, dry=False), where)
+            checks = await self._precheck(dryrun, dry=False)
+            refuse_failed(checks, where)
         if req.rank0_host is None:
             rank0_host = await self._rank0_host(req.app.roles[0], req.opts)
             req = build_request(req.app_id, req.app, req.opts, rank0_host)
+        req.checks = checks
+        dryrun.request = req  # what is submitted, for its text (see _renderer)
         host = self.hosts.get(req.target)
         result = await host.run(["/bin/bash", "-s"], input=req.script.encode())
         ids = submitted_ids(result.text)

@@ -331,6 +331,7 @@ class SlurmScheduler(BatchScheduler[SlurmOpts, SbatchRequest]):
         env = req.env or None
         if dryrun.opts.precheck:  # which makes an explicit job_dir too
             checks = await self._precheck(dryrun, dry=False)
+            req.checks = checks  # the request's text shows them, as a dry run's does
             try:
                 refuse_failed(checks, host.label)
             except InvalidArgument:

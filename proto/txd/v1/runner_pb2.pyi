@@ -132,13 +132,15 @@ class WatchResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
-    __slots__ = ("app_handle",)
+    __slots__ = ("app_handle", "native")
     APP_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_FIELD_NUMBER: _ClassVar[int]
     app_handle: str
-    def __init__(self, app_handle: _Optional[str] = ...) -> None: ...
+    native: bool
+    def __init__(self, app_handle: _Optional[str] = ..., native: _Optional[bool] = ...) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("app", "status", "cfg")
+    __slots__ = ("app", "status", "cfg", "native")
     class CfgEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,10 +151,12 @@ class DescribeResponse(_message.Message):
     APP_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CFG_FIELD_NUMBER: _ClassVar[int]
+    NATIVE_FIELD_NUMBER: _ClassVar[int]
     app: _app_pb2.AppDef
     status: _app_pb2.AppStatus
     cfg: _containers.MessageMap[str, _scheduler_pb2.CfgValue]
-    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ...) -> None: ...
+    native: NativeRequest
+    def __init__(self, app: _Optional[_Union[_app_pb2.AppDef, _Mapping]] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., cfg: _Optional[_Mapping[str, _scheduler_pb2.CfgValue]] = ..., native: _Optional[_Union[NativeRequest, _Mapping]] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("scheduler", "backend", "page_size", "page_token", "states", "created_since")
@@ -392,3 +396,13 @@ class EventsResponse(_message.Message):
     time: _timestamp_pb2.Timestamp
     window: int
     def __init__(self, kind: _Optional[_Union[EventsResponse.Kind, str]] = ..., cursor: _Optional[str] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window: _Optional[int] = ...) -> None: ...
+
+class NativeRequest(_message.Message):
+    __slots__ = ("recorded", "text", "missing")
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    MISSING_FIELD_NUMBER: _ClassVar[int]
+    recorded: bool
+    text: str
+    missing: str
+    def __init__(self, recorded: _Optional[bool] = ..., text: _Optional[str] = ..., missing: _Optional[str] = ...) -> None: ...

@@ -75,9 +75,7 @@ async def run(ctx: Context) -> None:
         many = 10 if ctx.quick else 100
         part = min(n, 10_000)  # each replays the newest `part` (100 x 100,000 took 400 s)
         t0 = time.perf_counter()
-        await asyncio.gather(
-            *(_replay(d, f"v1.{store_id}.{n - part}", part) for _ in range(many))
-        )
+        await asyncio.gather(*(_replay(d, f"v1.{store_id}.{n - part}", part) for _ in range(many)))
         wall = time.perf_counter() - t0
         ctx.res.add(
             f"events replayed to {many} subscribers at once (total)",

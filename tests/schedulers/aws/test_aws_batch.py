@@ -21,7 +21,7 @@ from aws_proxy import AwsProxy
 from docker_testing import BUSYBOX
 from moto_testing import LOG_GROUP, Moto, Queue, client, make_batch_daemon, put_lines
 from txd.v1 import AppDef, AppState, AppStatus, Resource, Role
-from txd_testing import Daemon, read_logs, recorded_native, remove_tree
+from txd_testing import Daemon, read_logs, recorded_native, remove_tree, with_name_of
 
 pytestmark = pytest.mark.timeout(120)
 SCHED = "aws_batch"
@@ -365,3 +365,17 @@ async def test_one_stream_alone_is_unimplemented(batch_client: Any, batch_queue:
     await batch_client.wait(handle, timeout=60)
     with pytest.raises(UnimplementedError, match="stdout"):
         await read_logs(batch_client, handle, streams="stdout")
+
+
+async def test_describe_native_is_the_submitted_request(
+    batch_daemon: Daemon, batch_client: Any, batch_queue: Queue
+) -> None:
+    """txd keeps the job definition and submit request it sent (issue 21), equal to DryRun's
+    but for the drawn name."""
+    app = sh_app("echo up", "kept", replicas=2)
+    handle = await batch_client.run(app, SCHED, cfg(batch_queue))
+    dry = await batch_client.dryrun(app, SCHED, cfg(batch_queue))
+    assert (await batch_client.wait(handle, timeout=60)).state == AppState.SUCCEEDED
+    out = batch_daemon.txctl("describe", "--native", handle, check=True).stdout
+    assert out == with_name_of(dry.request, out, "kept")
+    assert batch_queue.name in out

@@ -22,7 +22,7 @@ from moto_testing import Moto, aws_env, client, put_lines
 from sagemaker_standin import StandIn
 from txd.v1 import AppState
 from txd.v1.app_pb2 import AppDef, Resource, Role
-from txd_testing import Daemon, log_alarms, remove_tree, short_tmpdir
+from txd_testing import Daemon, log_alarms, remove_tree, short_tmpdir, with_name_of
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -266,3 +266,17 @@ async def test_the_training_job_carries_torchxs_tags_and_txds(
     assert tags["txd.dev/scheduler"] == "aws_sagemaker" and tags["txd.dev/app-name"] == "train"
     assert not [k for k in tags if k.startswith("torchx.pytorch.org/")]
     assert (await sm_client.wait(h, timeout=WAIT)).state == AppState.SUCCEEDED
+
+
+async def test_describe_native_is_the_create_training_job_request(
+    sm_daemon: Daemon, sm_client: Any
+) -> None:
+    """txd keeps the CreateTrainingJob request it sent (issue 21), equal to DryRun's but for
+    the drawn name."""
+    app = trainer(0)
+    h = await sm_client.run(app, "aws_sagemaker", CFG)
+    dry = await sm_client.dryrun(app, "aws_sagemaker", CFG)
+    await _until(sm_client, h, AppState.SUCCEEDED)
+    out = sm_daemon.txctl("describe", "--native", h, check=True).stdout
+    assert out == with_name_of(dry.request, out, "train")
+    assert ROLE_ARN in out

@@ -32,7 +32,7 @@ from txd.v1 import (
     Role,
     VolumeMount,
 )
-from txd_testing import Daemon, read_logs, read_logs_by_replica
+from txd_testing import Daemon, read_logs, read_logs_by_replica, with_name_of
 
 NONE = {"network": "none"}
 
@@ -401,3 +401,20 @@ async def test_bad_input_is_a_one_line_error_naming_it(
     with pytest.raises(Exception) as e:
         await docker_client.dryrun(app, scheduler="local_docker", cfg=cfg)
     assert wanted in str(e.value), e.value
+
+
+async def test_describe_native_is_the_create_bodies_sent(
+    docker_daemon: Daemon, docker_client: Any, engine: EngineClient
+) -> None:
+    """txd keeps the create requests it sent (issue 21), equal to DryRun's but for the drawn
+    name."""
+    app = AppDef(name="kept", roles=[sh_role("main", "echo up", replicas=2)])
+    handle = await docker_client.run(app, scheduler="local_docker", cfg=NONE)
+    dry = await docker_client.dryrun(app, scheduler="local_docker", cfg=NONE)
+    assert (await docker_client.wait(handle, timeout=60)).state == AppState.SUCCEEDED
+    kept = (await docker_client.describe(handle, native=True)).native
+    assert kept.recorded
+    assert kept.text == with_name_of(dry.request, kept.text, "kept")
+    assert kept.text.count('"Image"') == 2, kept.text
+    out = docker_daemon.txctl("describe", "--native", app_id(handle), check=True).stdout
+    assert out == kept.text

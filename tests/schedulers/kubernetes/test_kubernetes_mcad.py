@@ -17,7 +17,7 @@ from k8s_testing import K8S_CFG, Cluster, sh_role
 from txd.schedulers.kubernetes import kubernetes_mcad
 from txd.schedulers.kubernetes.client import Kube
 from txd.v1 import AppDef, AppState
-from txd_testing import read_logs_by_replica
+from txd_testing import read_logs_by_replica, with_name_of
 
 SCHED = "kubernetes_mcad"
 
@@ -205,3 +205,24 @@ async def test_delete_removes_the_wrapper_and_what_it_wrapped(
         == []
     )
     (gate / "go").touch()
+
+
+async def test_describe_native_is_the_appwrapper_submitted_after_it_is_gone(
+    k8s_daemon: Any, k8s_client: Any, k8s_cluster: Cluster, kube: Kube
+) -> None:
+    """txd keeps the AppWrapper it created (issue 21), equal to DryRun's but for the drawn
+    name, also once the wrapper was deleted outside txd."""
+    app = AppDef(name="awkept", roles=[sh_role("main", "true", replicas=2)])
+    cfg = {**K8S_CFG, "appwrapper_version": V1BETA2}
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=cfg)
+    dry = await k8s_client.dryrun(app, scheduler=SCHED, cfg=cfg)
+    aw = controller(kube, handle, V1BETA2)
+    try:
+        assert (await aw.get())["metadata"]["name"] == aw.name
+        k8s_cluster.kubectl("delete", "appwrappers.workload.codeflare.dev", "-n", aw.ns, aw.name)
+        out = k8s_daemon.txctl("describe", "--native", handle, check=True).stdout
+        assert out == with_name_of(dry.request, out, "awkept")
+        (wrapper,) = yaml.safe_load_all(out)
+        assert (wrapper["kind"], wrapper["metadata"]["name"]) == ("AppWrapper", aw.name)
+    finally:
+        await k8s_client.delete(handle)

@@ -114,6 +114,23 @@ async def test_dryrun_without_precheck_asks_lsf_nothing_and_the_submit_picks_the
     assert RANK0_PLACEHOLDER.encode() not in script
 
 
+async def test_once_submitted_the_text_is_the_script_submitted_with_its_checks(
+    sched: LsfScheduler, local: FakeHost
+) -> None:
+    """The daemon keeps info.text after schedule() (issue 21): the script bsub ran, rank-0
+    host picked, and the checks made before queueing, not the dry run's placeholder."""
+    app = make_app("ddp", {"trainer": 2}, cpu=8, gpu=2)
+    info = await sched.submit_dryrun(app, cfg(lsf_queue="normal"), CTX)
+    assert RANK0_PLACEHOLDER in info.text
+    await sched.schedule(info)
+    [(_, script)] = [run for run in local.runs if run[0][0] == "/bin/bash"]
+    assert script is not None
+    kept, _, checks = info.text.partition("# precheck on ")
+    assert kept == script.decode()
+    assert "-m gpu-node-01" in kept and RANK0_PLACEHOLDER not in info.text
+    assert "lsf_queue: " in checks, checks
+
+
 async def test_dryrun_lowercases_the_app_id(
     sched: LsfScheduler, monkeypatch: pytest.MonkeyPatch
 ) -> None:
