@@ -57,6 +57,9 @@ class LiveJob:
     record: JobRecord
     pulse: Pulse = field(default_factory=Pulse)
     followed: bool = True  # False once nothing can change: waiters return, watchers end
+    # Changes the backend pushed for this job: a describe that began before one is older than
+    # it, and is not applied (the job's status would go back, RUNNING -> PENDING, say).
+    pushes: int = 0
     _shown: Shown | None = None  # the latest status shown to Watch streams
 
     @property

@@ -85,6 +85,7 @@ class Feed(abc.ABC):
         """One describe_many for `jobs`, applied to the cache; never raises a backend error."""
         if not jobs:
             return
+        pushes = [j.pushes for j in jobs]
         try:
             found = await self.sched.describe_many([j.job for j in jobs])
         except TxdError as e:
@@ -95,7 +96,8 @@ class Feed(abc.ABC):
             log.exception("%s: status query raised", self.name)
             self.cache.mark_stale(list(jobs), self.name, f"internal error: {e!r}")
             return
-        self._apply(jobs, found)
+        # A change pushed while the backend was asked is newer than its answer.
+        self._apply([j for j, n in zip(jobs, pushes, strict=True) if j.pushes == n], found)
 
     def _apply(self, jobs: Sequence[LiveJob], found: Mapping[str, Described]) -> None:
         for job in jobs:
@@ -175,6 +177,7 @@ class ChangeFeed(Feed):
                             self._unclaimed.clear()  # pushed before: maybe missed since
                             await self._describe(self.cache.followed(self.name))
                         elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
+                            job.pushes += 1
                             self._apply([job], {item.app_id: item.status})
                         else:
                             self._keep_unclaimed(item.app_id, item.status)
