@@ -485,7 +485,8 @@ class JobStore:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite rolls back itself on some errors (a full disk)
+                self._db.execute("ROLLBACK")
             raise
 
     def close(self) -> None:
@@ -506,7 +507,8 @@ class JobStore:
             self._db.execute("COMMIT")
         except BaseException:
             self._pending = []
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite rolls back itself on some errors (a full disk)
+                self._db.execute("ROLLBACK")
             raise
         events, self._pending = self._pending, []
         if events and self.on_events is not None:

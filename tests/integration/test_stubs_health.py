@@ -103,9 +103,10 @@ def test_reflection_lists_and_describes_runner(channel: Any, service: str) -> No
         "Schedulers",
         "RunOpts",
         "Where",
+        "Events",
     }
     streaming = {m.name for m in service.method if m.server_streaming}
-    assert streaming == {"Watch", "Logs"}
+    assert streaming == {"Watch", "Logs", "Events"}
 
 
 def test_reflection_describes_v1_itself(channel: Any) -> None:
