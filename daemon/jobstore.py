@@ -616,17 +616,9 @@ class JobStore:
         handles: Collection[str] = (),
     ) -> list[StoredEvent]:
         """Up to `limit` events after number `seq`, in commit order, matching the filters."""
-        where: list[str] = ["seq > ?"]
-        args: list[object] = [seq]
-        if scheduler:
-            where.append("scheduler = ?")
-            args.append(scheduler)
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args += list(states)
-        if handles:
-            where.append(f"handle IN ({','.join('?' * len(handles))})")
-            args += list(handles)
+        where, args = _filters(scheduler, states, handles)
+        where.insert(0, "seq > ?")
+        args.insert(0, seq)
         rows = self._db.execute(
             f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?",
             (*args, limit),
@@ -638,17 +630,7 @@ class JobStore:
     ) -> list[StoredEvent]:
         """Every matching job's current status, oldest job first, as events numbered 0 with
         no time (a snapshot's)."""
-        where: list[str] = []
-        args: list[object] = []
-        if scheduler:
-            where.append("scheduler = ?")
-            args.append(scheduler)
-        if states:
-            where.append(f"state IN ({','.join('?' * len(states))})")
-            args += list(states)
-        if handles:
-            where.append(f"handle IN ({','.join('?' * len(handles))})")
-            args += list(handles)
+        where, args = _filters(scheduler, states, handles)
         rows = self._db.execute(
             f"SELECT handle, scheduler, state, status FROM jobs WHERE {' AND '.join(where) or 1} "
             "ORDER BY created, handle",
@@ -818,3 +800,22 @@ def _int64(ns: int) -> int:
     """A time bound SQLite can take: its integers are 64-bit, which in nanoseconds ends in
     2262 (the API allows years 1 to 9999; a bound past the ends is the same as the end)."""
     return max(-(2**63), min(ns, 2**63 - 1))
+
+
+def _filters(
+    scheduler: str, states: Collection[int], handles: Collection[str]
+) -> tuple[list[str], list[object]]:
+    """SQL conditions and their arguments for the events' and snapshots' filters (both tables
+    have scheduler, state and handle columns)."""
+    where: list[str] = []
+    args: list[object] = []
+    if scheduler:
+        where.append("scheduler = ?")
+        args.append(scheduler)
+    if states:
+        where.append(f"state IN ({','.join('?' * len(states))})")
+        args += list(states)
+    if handles:
+        where.append(f"handle IN ({','.join('?' * len(handles))})")
+        args += list(handles)
+    return where, args
