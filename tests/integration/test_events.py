@@ -1,6 +1,7 @@
 """The events stream (Events RPC) of a real txd over its socket, local_cwd jobs: every status
 change in commit order with a durable cursor; replay then live with no gap and no duplicate,
-also across a kill -9; snapshot + live; bookmarks; retention; a reader that stops reading."""
+also across a kill -9; snapshot + live; bookmarks; retention (a reader that stops reading:
+test_events_load.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from txd.client import (
     InvalidArgumentError,
@@ -26,7 +26,6 @@ from txd.client import (
 )
 from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1 import runner_pb2 as pb
-from txd.v1.runner_pb2_grpc import RunnerStub
 from txd_testing import TXCTL, Daemon, Gates, sh_app
 
 Kind = pb.EventsResponse.Kind
@@ -244,46 +243,6 @@ async def test_a_filter_matching_little_still_gets_bookmarks(daemon: Daemon) -> 
                     assert e.kind == Kind.BOOKMARK or seq(e.cursor) == last
                     break
         await stream.aclose()
-
-
-async def test_a_reader_that_stops_is_ended_and_resumes_from_its_cursor(
-    unstarted_daemon: Daemon,
-) -> None:
-    """A window of 5 responses beyond the last acknowledged, a buffer of 20 live events: a
-    reader that stops acknowledging is sent 5 more, and once 20 more events committed the
-    daemon ends its stream; it resumes from the last cursor it received, from the store."""
-    d = unstarted_daemon
-    d.args = ["--set", "events.buffer=20", "--set", "events.window=5"]
-    d.start()
-    async with d.client() as c:
-        start = await head(c)
-    # A connection of its own: cancelling its call leaves the clients' shared one alone.
-    local = [("grpc.use_local_subchannel_pool", 1)]
-    async with grpc.aio.insecure_channel(f"unix://{d.socket}", options=local) as channel:
-        call = RunnerStub(channel).Events()
-        await call.write(pb.EventsRequest(since_cursor=start, follow=True))
-        async with asyncio.timeout(LIMIT):
-            first = await call.read()
-        assert first.kind == Kind.SYNCED
-        await call.write(pb.EventsRequest(received=1))
-        async with d.client() as c:  # 30 jobs: some 100 events while the reader reads none
-            jobs = await asyncio.gather(*(c.run(sh_app("true")) for _ in range(30)))
-            for h in jobs:
-                await c.wait(h)
-        deadline = time.monotonic() + LIMIT
-        while "ending an events stream that stopped reading" not in d.log():
-            assert time.monotonic() < deadline, d.log()
-            await asyncio.sleep(0.1)
-        got = []
-        async with asyncio.timeout(LIMIT):
-            for _ in range(5):  # the window: sent before the daemon waited
-                got.append(await call.read())
-        call.cancel()
-    async with d.client() as c:
-        rest = [e async for e in c.events(since=got[-1].cursor, follow=False)]
-    held = stored(d, seq(start))
-    assert triples(got) + triples(rest) == held
-    assert len(held) >= 90
 
 
 def test_txctl_events_prints_a_line_per_change_and_resumes_from_its_cursor(

@@ -3,7 +3,10 @@
 
 Its "backend" is its state dir: a job is the file `jobs/<app_id>` holding its state's name, and
 whoever rewrites that file (a test) moves the job on. A role whose args are `["block"]` runs
-until then; `["exit", "N"]` ends at once, SUCCEEDED for 0, else FAILED.
+until then; `["exit", "N"]` ends at once, SUCCEEDED for 0, else FAILED. A job file rewritten
+to `CHURN N` stands for a backend streaming a burst of changes: the change stream pushes N
+RUNNING statuses (messages `tick 1` to `tick N`) as fast as the daemon takes them, then the
+job SUCCEEDS.
 
 The backend is unreachable while a file `down` exists in the state dir: every call raises
 BackendUnavailable then, an open change stream ends with it, and so does `shutdown` (as a
@@ -39,6 +42,7 @@ from txd.schedulers.options import opt
 from txd.v1 import AppDef, AppState, AppStatus, Capabilities
 
 SCAN = 0.02
+CHURN = "CHURN"  # a job file's "CHURN N": see above
 
 
 @dataclass
@@ -76,8 +80,10 @@ class FakePush(Scheduler[PushOpts, PushRequest]):
         return {p.name: p.read_text() for p in self.jobs.iterdir()}
 
     @staticmethod
-    def _status(app_id: str, state: str) -> AppStatus:
-        return AppStatus(app_id=app_id, state=AppState.Value(state))
+    def _status(app_id: str, state: str, msg: str = "") -> AppStatus:
+        if state.startswith(CHURN):
+            return AppStatus(app_id=app_id, state=AppState.RUNNING, msg=msg or "churning")
+        return AppStatus(app_id=app_id, state=AppState.Value(state), msg=msg)
 
     async def _submit_dryrun(
         self, app: AppDef, opts: PushOpts, ctx: SubmitContext
@@ -115,8 +121,15 @@ class FakePush(Scheduler[PushOpts, PushRequest]):
             self._check_up()
             now = self._states()
             for app_id, state in now.items():
-                if seen.get(app_id) != state:
+                if seen.get(app_id) == state:
+                    continue
+                if not state.startswith(CHURN):
                     yield Change(app_id, self._status(app_id, state))
+                    continue
+                for i in range(1, int(state.split()[1]) + 1):
+                    yield Change(app_id, self._status(app_id, state, f"tick {i}"))
+                    await asyncio.sleep(0)  # each its own commit, as separate pushes
+                (self.jobs / app_id).write_text("SUCCEEDED")
             for app_id in seen.keys() - now.keys():
                 yield Change(app_id, None)
             seen = now
@@ -128,7 +141,7 @@ class FakePush(Scheduler[PushOpts, PushRequest]):
     async def cancel(self, job: Job) -> None:
         self._check_up()
         path = self.jobs / job.app_id
-        if path.exists() and not is_terminal(AppState.Value(path.read_text())):
+        if path.exists() and not is_terminal(self._status(job.app_id, path.read_text()).state):
             path.write_text("CANCELLED")
 
     async def delete(self, job: Job) -> None:
