@@ -67,10 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         from txd.daemon import token_cli
 
         return token_cli.main(argv[1:])
+    if argv[:1] == ["unit"]:
+        from txd.daemon import unit_cli
+
+        return unit_cli.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="txd",
         description="the txd job launcher daemon",
-        epilog="txd token {create,revoke,list}: the tokens --listen accepts (txd token --help)",
+        epilog="txd token {create,revoke,list}: the tokens --listen accepts (txd token --help); "
+        "txd unit {install,show,uninstall}: txd as a systemd user service (txd unit --help)",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('txd')}")
     parser.add_argument(
