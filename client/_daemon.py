@@ -54,6 +54,9 @@ def spawn(
     arguments (the daemon keeps its pid). The one way txd is started: txctl's autostart and
     the tests' (and the bench's) daemons alike."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # A txctl run by a systemd service of its own (a CI runner, say) has NOTIFY_SOCKET: the
+    # daemon it starts must not speak for that service.
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "NOTIFY_SOCKET"}
     read_end, write_end = os.pipe()
     try:
         try:

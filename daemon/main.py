@@ -210,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     socket_path = defaults.socket_path(args.socket)
     state_dir = defaults.state_dir(args.state_dir)
 
-    def ready() -> None:  # the gRPC server answers on its socket: txctl's pipe and systemd
-        pipe.ready()
+    def ready() -> None:  # the gRPC server answers on its socket: systemd and txctl's pipe
         notifier.ready(f"serving on {socket_path} (state in {state_dir})")
+        pipe.ready()
 
     try:
         asyncio.run(

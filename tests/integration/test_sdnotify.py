@@ -190,3 +190,25 @@ def test_notifier_takes_the_variable_out(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(ENV, "@txd-test-removed")
     assert Notifier().address == "@txd-test-removed"
     assert ENV not in os.environ
+
+
+def test_autostarted_daemon_does_not_notify_txctls_service() -> None:
+    """A txctl run by a notify service of its own (NOTIFY_SOCKET set) starts a txd that does
+    not speak for that service. txd notifies before it answers its --ready-fd pipe, so by the
+    time spawn() returns "ready" a datagram would be there already."""
+    from txd.client._daemon import spawn
+
+    root = short_tmpdir("txdt-notify-")
+    listener = Listener(root, abstract=False)
+    listener.sock.setblocking(False)
+    env = clean_env(NOTIFY_SOCKET=listener.env_value, HOME=str(root))
+    proc, line = spawn(root / "txd.sock", root / "state", root / "txd.log", env=env, cwd=root)
+    try:
+        assert line == "ready", (root / "txd.log").read_text()
+        with pytest.raises(BlockingIOError):
+            listener.sock.recv(4096)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(WAIT)
+        listener.close()
+        remove_tree(root)
