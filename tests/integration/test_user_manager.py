@@ -321,3 +321,18 @@ def test_unit_that_cannot_start_says_why(manager: UserManager) -> None:
     finally:
         manager.systemctl("stop", "txd")
         os.kill(_daemon_pid(other), signal.SIGTERM)
+
+
+def test_odd_paths_reach_txd_as_written(manager: UserManager) -> None:
+    """'%' and '$' in the socket's path are systemd's specifier and variable syntax: the unit
+    escapes them, so the manager runs txd on the path as written (and txctl, reading the unit
+    back, finds it is the one it wants)."""
+    odd = manager.root / "a %i $HOME dir" / "txd.sock"
+    installed = manager.txd_unit("install", "--socket", str(odd))
+    assert installed.returncode == 0, installed.stderr
+    assert manager.systemctl("daemon-reload").returncode == 0
+    started = manager.txctl("--socket", str(odd), "where")
+    assert started.returncode == 0, started.stderr
+    assert "with systemctl --user start txd" in started.stderr, started.stderr
+    cmdline = Path(f"/proc/{manager.main_pid()}/cmdline").read_bytes().split(b"\0")
+    assert str(odd).encode() in cmdline, cmdline
