@@ -196,3 +196,27 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+def fill_store(state_dir: Any, jobs: int, name: str = "many") -> list[str]:
+    """`jobs` finished local_cwd jobs written into a (stopped) daemon's job store as the daemon
+    writes them (txd's JobStore, each with its events), created a second apart, the last
+    newest; their handles, oldest first."""
+    from txd.daemon.jobstore import JobRecord, JobStore
+    from txd.v1 import AppDef, AppState, AppStatus, Role
+
+    app = AppDef(name=name, roles=[Role(name="r", entrypoint="true")])
+    now = time.time() - jobs
+    store = JobStore.in_state_dir(state_dir)
+    try:
+        recs = []
+        for i in range(jobs):
+            app_id = f"{name}-{i:06d}"
+            handle = f"local_cwd://txd/{app_id}"
+            st = AppStatus(state=AppState.SUCCEEDED, app_handle=handle, app_id=app_id, name=name)
+            st.created.FromSeconds(int(now) + i)
+            recs.append(JobRecord(handle, "local_cwd", app_id, int(now) + i, app, st, {}, {}))
+        store.insert_many(recs)
+    finally:
+        store.close()
+    return [r.handle for r in recs]

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from dashboard_testing import Dashboard
+from dashboard_testing import Dashboard, fill_store
 from txd_testing import Gates
 
 # Set to a folder (docs/img) to save the screenshots the README shows.
@@ -60,7 +60,7 @@ def test_the_table_follows_state_changes_without_a_reload(
         handle = run(daemon, f"echo started; {gate.wait}; echo finished", "--num_replicas", "2")
         # A new job appears at the top, and goes to RUNNING, while its gate holds it there.
         page.wait_for_selector(f'{row(handle)}[data-state="RUNNING"]')
-        assert page.locator("#rows tr").first.get_attribute("data-handle") == handle
+        assert page.locator("#rows tr[data-handle]").first.get_attribute("data-handle") == handle
         page.wait_for_function(
             'h => document.querySelector(`#rows tr[data-handle="${h}"]`)'
             ".textContent.includes('2 running')",
@@ -70,13 +70,15 @@ def test_the_table_follows_state_changes_without_a_reload(
         assert cells[:4] == [handle, "sh", "local_cwd", "RUNNING"], cells
         # The filters: by state, by scheduler, by text.
         page.select_option("#f-state", "RUNNING")
-        assert page.locator("#rows tr").count() == 1
+        assert page.locator("#rows tr[data-handle]").count() == 1
         page.select_option("#f-state", "")
         page.fill("#f-text", done.rsplit("/", 1)[1])
-        assert [r.get_attribute("data-handle") for r in page.locator("#rows tr").all()] == [done]
+        assert [
+            r.get_attribute("data-handle") for r in page.locator("#rows tr[data-handle]").all()
+        ] == [done]
         page.fill("#f-text", "")
         page.select_option("#f-scheduler", "local_cwd")
-        assert page.locator("#rows tr").count() == 3
+        assert page.locator("#rows tr[data-handle]").count() == 3
         assert page.inner_text("#count") == "3 of 3 jobs"
         shot(page, "dashboard-table.png")
         gate.open()
@@ -136,3 +138,41 @@ def test_the_log_view_shows_lines_as_the_job_prints_them(
     page.click("text=Native request")
     assert handle.rsplit("/", 1)[1] in page.inner_text("#job-native")
     assert page.evaluate("window.__sameDocument") is True
+
+
+def test_a_thousand_jobs_render_as_a_window_that_follows_the_scroll(
+    unstarted_daemon: Any, page: Any, tmp_path: Path
+) -> None:
+    handles = fill_store(unstarted_daemon.state_dir, 1000)
+    daemon = unstarted_daemon.start()
+    dash = Dashboard.of(daemon)
+    try:
+        loaded(page, dash)
+        assert page.inner_text("#count") == "1000 of 1000 jobs"
+        # Newest first; only the rows near the viewport are in the page.
+        first = page.locator("#rows tr[data-handle]").first.get_attribute("data-handle")
+        assert first == handles[-1]
+        assert 10 < page.locator("#rows tr[data-handle]").count() < 200
+        assert page.locator(row(handles[0])).count() == 0
+        # Scrolled to the end, the oldest job is there; the page is as tall as 1000 rows.
+        page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+        page.wait_for_selector(row(handles[0]))
+        assert page.locator(row(handles[-1])).count() == 0
+        assert page.locator(row(handles[0])).is_visible()
+        # A job changing out of view is there, changed, when scrolled back to.
+        with Gates(tmp_path) as gates:
+            gate = gates.new("go")
+            handle = run(daemon, gate.wait)
+            page.wait_for_function(
+                "document.getElementById('count').textContent === '1001 of 1001 jobs'"
+            )
+            assert page.locator(row(handle)).count() == 0
+            gate.open()
+            page.evaluate("window.scrollTo(0, 0)")
+            page.wait_for_selector(f'{row(handle)}[data-state="SUCCEEDED"]')
+        page.fill("#f-text", handles[500].rsplit("/", 1)[1])
+        assert [
+            r.get_attribute("data-handle") for r in page.locator("#rows tr[data-handle]").all()
+        ] == [handles[500]]
+    finally:
+        dash.close()

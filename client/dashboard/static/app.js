@@ -56,9 +56,19 @@ function matches(r) {
 
 const newestFirst = (a, b) => b.created - a.created || (a.handle < b.handle ? -1 : 1);
 
+// The table is windowed: `shown` holds every row that passes the filters, newest first, and
+// the DOM only the rows in and near the viewport, between two spacer rows that stand for the
+// rest. A snapshot of 10,000 jobs is one sort and a few dozen <tr>; a change re-renders at most
+// that window, so neither depends on how many jobs the store holds.
+let shown = [];
+let rowHeight = 0; // measured on the first rows rendered
+const OVERSCAN = 20; // rows rendered beyond each edge of the viewport
+let windowStart = 0;
+let windowEnd = 0;
+
 function count() {
-  $("count").textContent = `${trs.size} of ${jobs.size} jobs`;
-  $("empty").hidden = trs.size > 0;
+  $("count").textContent = `${shown.length} of ${jobs.size} jobs`;
+  $("empty").hidden = shown.length > 0;
 }
 
 function addScheduler(name) {
@@ -70,15 +80,60 @@ function addScheduler(name) {
   sel.add(opt, after || null);
 }
 
-// The whole table in one go: one string, one innerHTML (10,000 rows paint in one layout).
-function renderAll() {
-  const shown = [...jobs.values()].filter(matches).sort(newestFirst);
+function visibleRange() {
   const tbody = $("rows");
-  tbody.innerHTML = shown.map(rowHtml).join("");
+  const h = rowHeight || 32;
+  const top = tbody.getBoundingClientRect().top; // the viewport's offset from the first row
+  const first = Math.max(0, Math.floor(-top / h) - OVERSCAN);
+  const last = Math.min(shown.length, Math.ceil((window.innerHeight - top) / h) + OVERSCAN);
+  return [first, Math.max(first, last)];
+}
+
+function spacer(rows) {
+  const tr = document.createElement("tr");
+  tr.className = "spacer";
+  const td = document.createElement("td");
+  td.colSpan = 6;
+  tr.append(td);
+  tr.style.height = `${rows * (rowHeight || 32)}px`;
+  if (!rows) tr.hidden = true;
+  return tr;
+}
+
+// The rows of the window, in one innerHTML of one string.
+function renderWindow() {
+  const tbody = $("rows");
+  [windowStart, windowEnd] = visibleRange();
+  tbody.innerHTML = shown.slice(windowStart, windowEnd).map(rowHtml).join("");
   trs.clear();
   for (const tr of tbody.rows) trs.set(tr.dataset.handle, tr);
+  if (!rowHeight && tbody.rows.length) {
+    rowHeight = tbody.rows[0].getBoundingClientRect().height;
+    [windowStart, windowEnd] = visibleRange(); // measured: the window may be another
+    tbody.innerHTML = shown.slice(windowStart, windowEnd).map(rowHtml).join("");
+    trs.clear();
+    for (const tr of tbody.rows) trs.set(tr.dataset.handle, tr);
+  }
+  tbody.prepend(spacer(windowStart));
+  tbody.append(spacer(shown.length - windowEnd));
+}
+
+function renderAll() {
+  shown = [...jobs.values()].filter(matches).sort(newestFirst);
   for (const r of jobs.values()) addScheduler(r.scheduler);
+  renderWindow();
   count();
+}
+
+let scrollPending = false;
+function onScroll() {
+  if (scrollPending || $("jobs-view").hidden) return;
+  scrollPending = true;
+  requestAnimationFrame(() => {
+    scrollPending = false;
+    const [first, last] = visibleRange();
+    if (first !== windowStart || last !== windowEnd) renderWindow();
+  });
 }
 
 function stamp(tr) {
@@ -87,38 +142,52 @@ function stamp(tr) {
   requestAnimationFrame(() => { tr.dataset.shown = String(Date.now()); });
 }
 
+// Where a row goes in `shown` (binary search on the sort order).
+function position(r) {
+  let lo = 0;
+  let hi = shown.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (newestFirst(shown[mid], r) < 0) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
 function changed(r) {
+  const old = jobs.get(r.handle);
   jobs.set(r.handle, r);
   addScheduler(r.scheduler);
-  let tr = trs.get(r.handle);
-  if (!matches(r)) {
-    if (tr) { tr.remove(); trs.delete(r.handle); }
-  } else if (tr) {
-    tr.innerHTML = cells(r);
-    tr.dataset.state = r.state;
-    tr.dataset.committed = String(r.committed);
-    stamp(tr);
-  } else {
-    const tbody = $("rows");
-    const first = tbody.rows[0];
-    if (first && newestFirst(r, jobs.get(first.dataset.handle)) > 0) {
-      renderAll(); // rare: a job older than the newest shown appears (a filter let it in)
-      tr = trs.get(r.handle);
-    } else {
-      tbody.insertAdjacentHTML("afterbegin", rowHtml(r));
-      tr = tbody.rows[0];
-      trs.set(r.handle, tr);
+  const at = old && matches(old) ? position(old) : -1;
+  const tr = trs.get(r.handle);
+  if (matches(r) && at >= 0 && shown[at].handle === r.handle) {
+    shown[at] = r; // in place: the sort key (created, handle) does not change
+    if (tr) {
+      tr.innerHTML = cells(r);
+      tr.dataset.state = r.state;
+      tr.dataset.committed = String(r.committed);
+      stamp(tr);
     }
-    if (tr) stamp(tr);
+  } else {
+    if (at >= 0 && shown[at].handle === r.handle) shown.splice(at, 1);
+    if (matches(r)) shown.splice(position(r), 0, r);
+    renderWindow();
+    const added = trs.get(r.handle);
+    if (added) stamp(added);
   }
   count();
   if (r.handle === current) describe();
 }
 
 function deleted(handle) {
+  const old = jobs.get(handle);
   jobs.delete(handle);
-  const tr = trs.get(handle);
-  if (tr) { tr.remove(); trs.delete(handle); }
+  if (old && matches(old)) {
+    const at = position(old);
+    if (shown[at] && shown[at].handle === handle) {
+      shown.splice(at, 1);
+      renderWindow();
+    }
+  }
   count();
   if (handle === current) {
     $("job-note").textContent = "This job was deleted.";
@@ -299,6 +368,7 @@ function route() {
     current = null;
     $("job-view").hidden = true;
     $("jobs-view").hidden = false;
+    onScroll(); // the window for where the page is scrolled now
   }
 }
 
@@ -312,6 +382,8 @@ function init() {
   $("delete").addEventListener("click", () => change("delete"));
   $("log-replica").addEventListener("change", followLogs);
   window.addEventListener("hashchange", route);
+  window.addEventListener("scroll", onScroll, { passive: true });
+  window.addEventListener("resize", onScroll);
   setInterval(() => {
     for (const [handle, tr] of trs) tr.cells[4].textContent = age(jobs.get(handle).created);
   }, 10_000);
