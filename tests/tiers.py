@@ -64,7 +64,7 @@ ENGINES = {
 # every container when it ends: two lanes cannot share one). kubernetes, the longest tier, has a
 # lane of its own, with its cluster's kubelet on a dockerd of its own; the other lane holds the
 # rest. One core: a single lane of them all, every dockerd tier on one engine.
-LANES = (("unit", "kubernetes", "remote", "dashboard"), ("daemon", "docker", "aws", "slurm"))
+LANES = (("unit", "kubernetes", "remote"), ("daemon", "docker", "aws", "slurm", "dashboard"))
 ON_DOCKERD = set(ENGINES["docker_engine"])
 DURATIONS = "--durations=25"
 # How long a tier's pytest may take to tear its engines down after Ctrl-C.

@@ -176,3 +176,18 @@ def test_a_thousand_jobs_render_as_a_window_that_follows_the_scroll(
         ] == [handles[500]]
     finally:
         dash.close()
+
+
+def test_the_table_goes_on_across_a_daemon_restart(daemon: Any, dash: Dashboard, page: Any) -> None:
+    before = run(daemon, "echo before")
+    loaded(page, dash)
+    page.wait_for_selector(f'{row(before)}[data-state="SUCCEEDED"]')
+    daemon.stop()
+    daemon.restart()
+    # The dashboard's events stream resumes from its cursor (txd.client's resume): a job run
+    # after the restart appears on the same page, which was never reloaded.
+    after = run(daemon, "echo after")
+    page.wait_for_selector(f'{row(after)}[data-state="SUCCEEDED"]', timeout=60_000)
+    assert page.inner_text("#count") == "2 of 2 jobs"
+    assert page.evaluate("window.__sameDocument") is True
+    dash.wait_stderr("reconnect|resum")
