@@ -35,6 +35,7 @@ def dash(daemon: Any) -> Iterator[Dashboard]:
     finally:
         d.close()
     assert not [line for line in d.err if "Traceback" in line or "internal error" in line], d.err
+    assert d.proc.returncode == 0, d.err  # SIGTERM stops it cleanly
 
 
 @pytest.fixture
