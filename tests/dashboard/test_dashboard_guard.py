@@ -184,3 +184,17 @@ def test_without_aiohttp_it_says_what_to_install(daemon: Any, tmp_path: Path) ->
     assert out.returncode == 2, out
     assert "pip install 'txd[dashboard]'" in out.stderr
     assert out.stdout == ""
+
+
+def test_a_port_in_use_is_a_clear_error(daemon: Any) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = daemon.txctl("dashboard", "--no-open", "--port", str(port), timeout=30)
+    assert out.returncode == 2, out
+    assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
+    bad = daemon.txctl("dashboard", "--port", "70000")
+    assert bad.returncode == 2 and "expected a port, 0 to 65535" in bad.stderr
