@@ -11,6 +11,7 @@ Server-Sent Events streams, each a thin use of the daemon's API through an Async
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import sys
 from collections.abc import Awaitable, Callable
@@ -93,8 +94,6 @@ async def _stream(request: web.Request) -> web.StreamResponse:
 
 
 async def _events(request: web.Request) -> web.StreamResponse:
-    import asyncio
-
     feed = request.app[FEED]
     await feed.synced.wait()
     response = await _stream(request)
