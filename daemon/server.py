@@ -143,7 +143,8 @@ async def create_server(
     service: JobService, socket_path: Path, about: About
 ) -> tuple[grpc.aio.Server, HealthServicer]:
     server = grpc.aio.server(
-        interceptors=[access.AccessInterceptor(access.UNIX)], options=SERVER_OPTIONS
+        interceptors=[access.AccessInterceptor(access.UNIX, service.metrics)],
+        options=SERVER_OPTIONS,
     )
     health = HealthServicer()
     _add_services(server, service, health, about)
@@ -166,7 +167,9 @@ async def create_tcp_server(
     service: JobService, health: HealthServicer, listen: tcp.TcpListen, about: About
 ) -> grpc.aio.Server:
     """The same services as the Unix socket's, behind TLS and the token check."""
-    server = tcp.server(listen, TCP_SERVER_OPTIONS, access.AccessInterceptor(access.TCP))
+    server = tcp.server(
+        listen, TCP_SERVER_OPTIONS, access.AccessInterceptor(access.TCP, service.metrics)
+    )
     _add_services(server, service, health, about)
     bound = tcp.bind(server, listen)
     await server.start()
