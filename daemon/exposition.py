@@ -93,10 +93,12 @@ async def _listen(metrics: Metrics, path: Path) -> asyncio.Server:
             async with asyncio.timeout(READ_TIMEOUT):
                 head = await reader.readuntil(b"\r\n\r\n")
             status, body, ctype = _answer(metrics, head)
+            # HEAD: the headers GET would get, no body.
+            shown = b"" if head.startswith(b"HEAD ") else body
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
+                + shown
             )
             await writer.drain()
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
@@ -132,7 +134,7 @@ def _answer(metrics: Metrics, head: bytes) -> tuple[str, bytes, str]:
             accept = value
     fmt = OPENMETRICS if "application/openmetrics-text" in accept else PROMETHEUS
     body, ctype = metrics.render(fmt)
-    return "200 OK", b"" if method == "HEAD" else body, ctype
+    return "200 OK", body, ctype
 
 
 def _claim(path: Path) -> None:

@@ -246,7 +246,7 @@ def test_the_textfile_is_replaced_whole(served: Served) -> None:
     assert not path.exists()  # a stopped daemon's numbers are not current
 
 
-def _http(path: Path, request: bytes) -> tuple[str, dict[str, str], bytes]:
+def _http(path: Path, request: bytes, head_only: bool = False) -> tuple[str, dict[str, str], bytes]:
     with socket.socket(socket.AF_UNIX) as s:
         s.settimeout(TIMEOUT)
         s.connect(str(path))
@@ -257,7 +257,10 @@ def _http(path: Path, request: bytes) -> tuple[str, dict[str, str], bytes]:
     head, _, body = data.partition(b"\r\n\r\n")
     status, *lines = head.decode().split("\r\n")
     headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
-    assert int(headers["content-length"]) == len(body)
+    if head_only:
+        assert body == b"" and int(headers["content-length"]) > 0
+    else:
+        assert int(headers["content-length"]) == len(body)
     return status, headers, body
 
 
@@ -273,6 +276,8 @@ def test_http_on_the_unix_socket(served: Served) -> None:
     status, headers, body = _http(sock, b"GET /metrics HTTP/1.1\r\n" + accept + b"\r\n")
     assert headers["content-type"].startswith("application/openmetrics-text")
     assert body.endswith(b"# EOF\n") and samples(body.decode(), openmetrics=True)
+    status, headers, _ = _http(sock, b"HEAD /metrics HTTP/1.1\r\n\r\n", head_only=True)
+    assert status == "HTTP/1.1 200 OK" and headers["content-type"].startswith("text/plain")
     status, _, _ = _http(sock, b"GET /jobs HTTP/1.1\r\n\r\n")
     assert status == "HTTP/1.1 404 Not Found"
     status, _, _ = _http(sock, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
