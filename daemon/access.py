@@ -165,6 +165,9 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, door: str, observer: Observer | None = None) -> None:
         self.door = door
         self.observer = observer or Observer()
+        # The wrapped handler of each method txd serves, made once: gRPC's generic handler
+        # hands out the same handler for a method every time.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
         self,
@@ -178,8 +181,15 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             call.code = grpc.StatusCode.UNIMPLEMENTED
             write_line(call, 0.0)
             return handler
-        observer = self.observer if method in KNOWN else Observer()
-        return _wrap(handler, method, self.door, observer)
+        if method not in KNOWN:
+            return _wrap(handler, method, self.door, Observer())
+        made = self._wrapped.get(method)
+        if made is None or made[0] is not handler:  # the first call, or a refusal's handler
+            made = self._wrapped[method] = (
+                handler,
+                _wrap(handler, method, self.door, self.observer),
+            )
+        return made[1]
 
 
 def _wrap(

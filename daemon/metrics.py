@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import grpc
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -124,6 +125,7 @@ class Metrics(access.Observer):
             registry=r,
         )
         ProcessCollector(registry=r)  # process_*: CPU, memory, open fds, start time
+        self._rpcs: dict[tuple[str, str, str], _Rpc] = {}  # each method's series (KNOWN only)
         self._sources: Sources | None = None
         r.register(_Gauges(self))
 
@@ -132,19 +134,26 @@ class Metrics(access.Observer):
 
     # -- the access interceptor's hooks ------------------------------------------------------
 
+    def _rpc(self, call: access.Call) -> _Rpc:
+        key = (call.kind, call.service, call.method)
+        rpc = self._rpcs.get(key)
+        if rpc is None:
+            rpc = self._rpcs[key] = _Rpc(self, key)
+        return rpc
+
     def started(self, call: access.Call) -> None:
-        self.rpc_started.labels(call.kind, call.service, call.method).inc()
+        self._rpc(call).started.inc()
 
     def received(self, call: access.Call) -> None:
-        self.msg_received.labels(call.kind, call.service, call.method).inc()
+        self._rpc(call).received.inc()
 
     def sent(self, call: access.Call) -> None:
-        self.msg_sent.labels(call.kind, call.service, call.method).inc()
+        self._rpc(call).sent.inc()
 
     def handled(self, call: access.Call, seconds: float) -> None:
-        rpc = (call.kind, call.service, call.method)
-        self.rpc_handled.labels(*rpc, _go_code(call.code.name)).inc()
-        self.handling.labels(*rpc).observe(seconds)
+        rpc = self._rpc(call)
+        rpc.handled(call.code).inc()
+        rpc.handling.observe(seconds)
 
     # -- txd's own --------------------------------------------------------------------------
 
@@ -181,6 +190,25 @@ def failed(e: BaseException) -> bool:
     if isinstance(e, BackendUnavailable):
         return True
     return isinstance(e, Exception) and not isinstance(e, TxdError)
+
+
+class _Rpc:
+    """One method's series, looked up once (labels() costs microseconds a call)."""
+
+    def __init__(self, metrics: Metrics, key: tuple[str, str, str]) -> None:
+        self.key = key
+        self.started = metrics.rpc_started.labels(*key)
+        self.received = metrics.msg_received.labels(*key)
+        self.sent = metrics.msg_sent.labels(*key)
+        self.handling = metrics.handling.labels(*key)
+        self._counter = metrics.rpc_handled
+        self._handled: dict[grpc.StatusCode, Any] = {}
+
+    def handled(self, code: grpc.StatusCode) -> Any:
+        child = self._handled.get(code)
+        if child is None:
+            child = self._handled[code] = self._counter.labels(*self.key, _go_code(code.name))
+        return child
 
 
 class _Gauges(Collector):
