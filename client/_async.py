@@ -32,7 +32,8 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", defaults.MAX_REQUEST_BYTES),
     ("grpc.max_receive_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
-EVENTS_ACK_EVERY = 100  # most Events responses taken between acknowledgements
+EVENTS_ACK_EVERY = 100  # most events taken between acknowledgements
+EVENTS_BATCH = 64  # events per response at most (one write of the daemon's for many changes)
 _STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
 
 
@@ -294,6 +295,7 @@ class AsyncClient:
             follow=follow,
             scheduler=scheduler,
             app_handles=list(handles),
+            batch=EVENTS_BATCH,
         )
         req.states.extend(int(s) for s in states)  # type: ignore[misc]
         if isinstance(since, str):
@@ -330,10 +332,14 @@ class AsyncClient:
             acking = True
             while (msg := await call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
                 window = msg.window
+                more = list(msg.more)
                 msg.ClearField("window")  # the protocol's, not the caller's
+                msg.ClearField("more")
                 yield msg
-                # The caller took it: acknowledge, so the daemon sends on (its window).
-                taken += 1
+                for m in more:
+                    yield m
+                # The caller took them: acknowledge, so the daemon sends on (its window).
+                taken += 1 + len(more)
                 if msg.kind == pb.EventsResponse.SYNCED and not follow:
                     # The daemon ends the stream once we half-close: no acknowledgement after.
                     acking = False

@@ -54,6 +54,9 @@ def spawn(
     arguments (the daemon keeps its pid). The one way txd is started: txctl's autostart and
     the tests' (and the bench's) daemons alike."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    # A txctl run by a systemd service of its own (a CI runner, say) has NOTIFY_SOCKET: the
+    # daemon it starts must not speak for that service.
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "NOTIFY_SOCKET"}
     read_end, write_end = os.pipe()
     try:
         try:
@@ -120,6 +123,73 @@ def start_daemon(path: Path, state_dir: Path, *, timeout: float = START_TIMEOUT)
     code = proc.poll()
     state = f"exited with code {code}" if code is not None else f"is not ready after {timeout}s"
     raise RuntimeError(f"txd {state}; see {log_path}")
+
+
+def unit_systemctl(path: Path, state_dir: Path) -> str | None:
+    """systemctl, when txctl should start the daemon through the user unit: `txd unit install`
+    wrote it for this very socket and state dir, and the user's systemd manager answers. None
+    otherwise (no unit, one for another socket, no manager): txctl starts txd itself."""
+    from txd import userunit
+
+    try:
+        text = userunit.unit_path().read_text(errors="replace")
+    except OSError:
+        return None
+    served = userunit.served_paths(text)
+    if served is None or served != (os.path.abspath(path), os.path.abspath(state_dir)):
+        return None
+    if userunit.manager_problem():
+        return None
+    return userunit.systemctl()
+
+
+def start_unit(systemctl: str, path: Path, *, timeout: float = START_TIMEOUT) -> int | None:
+    """`systemctl --user start txd.service`, which returns once txd said READY=1 (it serves
+    `path`; Type=notify), so the daemon runs in the user manager's scope, not this session's.
+    Returns its pid; None when another daemon serves `path` instead (the unit's txd found it
+    busy). Raises RuntimeError with systemd's reason."""
+    from txd import userunit
+
+    unit = userunit.NAME
+    try:
+        done = subprocess.run(
+            [systemctl, "--user", "start", unit],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"`systemctl --user start {unit}` did not return within {timeout:g}s; see "
+            f"`systemctl --user status {unit}`"
+        ) from None
+    if done.returncode != 0:
+        if is_listening(path):  # the unit's txd found another daemon serving here: use it
+            return None
+        said = _unit_property(systemctl, "StatusText")  # txd's own "cannot start: ..."
+        why = said or done.stderr.strip() or f"exit code {done.returncode}"
+        raise RuntimeError(
+            f"systemd could not start {unit}: {why} (see `systemctl --user status {unit}` and "
+            f"`journalctl --user -u {unit}`; after repeated failures, `systemctl --user "
+            f"reset-failed {unit}`)"
+        )
+    pid = _unit_property(systemctl, "MainPID")
+    return int(pid) if pid.isdigit() and pid != "0" else None
+
+
+def _unit_property(systemctl: str, name: str) -> str:
+    from txd import userunit
+
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        return subprocess.run(
+            [systemctl, "--user", "show", "--property", name, "--value", userunit.NAME],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    return ""
 
 
 def _read_line(fd: int, timeout: float) -> str:

@@ -603,7 +603,13 @@ async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, 
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:
     from txd import defaults
-    from txd.client._daemon import connect_error, start_daemon, until_back
+    from txd.client._daemon import (
+        connect_error,
+        start_daemon,
+        start_unit,
+        unit_systemctl,
+        until_back,
+    )
 
     path = defaults.socket_path(args.socket)
     error = connect_error(path)
@@ -629,12 +635,19 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
         )
     if not autostart:
         raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
+    # Where `txd unit install` put a unit for this socket and systemd's user manager runs,
+    # the daemon is started by it: outside this (SSH) session's scope, so logout spares it.
+    systemctl = unit_systemctl(path, state_dir)
     try:
-        pid = start_daemon(path, state_dir, timeout=timeout)
+        if systemctl is not None:
+            pid = start_unit(systemctl, path, timeout=timeout)
+        else:
+            pid = start_daemon(path, state_dir, timeout=timeout)
     except RuntimeError as e:
         raise CliError(f"cannot start txd: {e}", exits.NO_DAEMON) from None
     if pid is not None:
-        print(f"txctl: started txd (pid {pid}) on {path}", file=sys.stderr)
+        how = " with systemctl --user start txd" if systemctl is not None else ""
+        print(f"txctl: started txd (pid {pid}) on {path}{how}", file=sys.stderr)
     return str(path)
 
 

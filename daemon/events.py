@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 Kind = pb.EventsResponse.Kind
 REPLAY_PAGE = 1000  # events read from the store per query while replaying
 MAX_HANDLES = 1000
+MAX_BATCH = 256  # events per response at most, whatever the client asks
+# EventsResponse.more's tag: a batch is its first event's bytes and then, per further event,
+# this tag, a length and the event's bytes (each serialized once for every subscriber).
+_MORE_TAG = bytes([pb.EventsResponse.MORE_FIELD_NUMBER << 3 | 2])
 MIN_BOOKMARK = 0.1
 SWEEP_PERIOD = 1.0  # seconds between looks for stuck subscribers and retention
 
@@ -123,6 +127,23 @@ class _Entry:
         return self._wire
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def packed(wires: list[bytes]) -> bytes:
+    """One response carrying these serialized events: the first, the rest in its `more`."""
+    parts = [wires[0]]
+    for w in wires[1:]:
+        parts += (_MORE_TAG, _varint(len(w)), w)
+    return b"".join(parts)
+
+
 def response(
     store_id: str, e: StoredEvent, kind: Any = None, cursor: int = -1
 ) -> pb.EventsResponse:
@@ -175,9 +196,10 @@ class _Subscriber:
     acks: Acks = field(default_factory=lambda: Acks())
     waiting: bool = False  # for the client's acknowledgement
     write_mark: int = 0  # the buffer's end when that wait began
-    sent: int = 0  # responses written
-    acked: int = 0  # responses the client said it took
-    unacked: deque[int] = field(default_factory=deque)  # numbers of those written since
+    sent: int = 0  # events written (a batched response: each of its events)
+    acked: int = 0  # events the client said it took
+    # (sent after it, the number of its last event) of each response written since
+    unacked: deque[tuple[int, int]] = field(default_factory=deque)
     cut_off: bool = field(default=False)
 
     def cut(self) -> None:
@@ -314,12 +336,14 @@ class EventHub:
         sub = _Subscriber(pos=self._end, delivered=start or 0, acks=acks)
         self._subs.add(sub)
 
-        async def send(data: bytes, seq: int) -> None:
+        batch = max(1, min(req.batch, MAX_BATCH, self.settings.window))
+
+        async def send(data: bytes, seq: int, events: int = 1) -> None:
             while True:
                 gen = acks.pulse.gen
-                for _ in range(min(acks.count, sub.sent) - sub.acked):
-                    sub.delivered = max(sub.delivered, sub.unacked.popleft())
-                    sub.acked += 1
+                sub.acked = min(acks.count, sub.sent)
+                while sub.unacked and sub.unacked[0][0] <= sub.acked:
+                    sub.delivered = max(sub.delivered, sub.unacked.popleft()[1])
                 if sub.sent - sub.acked < self.settings.window:
                     break
                 if sub.cut_off:
@@ -339,8 +363,15 @@ class EventHub:
                 await acks.pulse.wait_past(gen)
             sub.waiting = False
             await write(data + self._window_field)
-            sub.sent += 1
-            sub.unacked.append(seq)
+            sub.sent += events
+            sub.unacked.append((sub.sent, seq))
+
+        async def send_events(entries: list[_Entry]) -> None:
+            """Writes `entries` in responses of at most `batch` events."""
+            for i in range(0, len(entries), batch):
+                part = entries[i : i + batch]
+                wires = [entry.wire(self.store_id) for entry in part]
+                await send(packed(wires), part[-1].event.seq, len(part))
 
         async def replay(after: int) -> int:
             while True:
@@ -359,8 +390,7 @@ class EventHub:
                 )
                 if not page:
                     return max(after, self.store.last_seq())
-                for e in page:
-                    await send(_Entry(e).wire(self.store_id), e.seq)
+                await send_events([_Entry(e) for e in page])
                 after = page[-1].seq
 
         try:
@@ -369,9 +399,12 @@ class EventHub:
                 rows = self.store.statuses(
                     scheduler=flt.scheduler, states=flt.states, handles=flt.handles
                 )
-                for e in rows:
-                    snap = response(self.store_id, e, Kind.SNAPSHOT, last)
-                    await send(snap.SerializeToString(), 0)
+                for i in range(0, len(rows), batch):
+                    wires = [
+                        response(self.store_id, e, Kind.SNAPSHOT, last).SerializeToString()
+                        for e in rows[i : i + batch]
+                    ]
+                    await send(packed(wires), 0, len(wires))
                 sub.delivered = last
             elif start is not None:
                 # Subscribed above, before reading the store: what commits from now on is in
@@ -387,7 +420,7 @@ class EventHub:
                 # acknowledgements, whose write then fails its call (grpcio).
                 await _closed(acks, CLOSE_WAIT)
                 return
-            await self._live(sub, last, flt, interval, send, replay)
+            await self._live(sub, last, flt, interval, batch, send, send_events, replay)
         finally:
             self._subs.discard(sub)
 
@@ -397,7 +430,9 @@ class EventHub:
         last: int,
         flt: Filter,
         interval: float,
+        batch: int,
         send: Callable[[bytes, int], Awaitable[None]],
+        send_events: Callable[[list[_Entry]], Awaitable[None]],
         replay: Callable[[int], Awaitable[int]],
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -412,14 +447,19 @@ class EventHub:
                     last = await replay(last)
                     quiet_since = loop.time()
                     continue
-                entry = self._ring[sub.pos - self._base]
-                sub.pos += 1
-                e = entry.event
-                if e.seq <= last:
-                    continue
-                last = e.seq
-                if flt.match(e):
-                    await send(entry.wire(self.store_id), e.seq)
+                # What is in the buffer now, up to a batch, without an await between.
+                taken: list[_Entry] = []
+                while sub.pos < self._end and len(taken) < batch:
+                    entry = self._ring[sub.pos - self._base]
+                    sub.pos += 1
+                    e = entry.event
+                    if e.seq <= last:
+                        continue
+                    last = e.seq
+                    if flt.match(e):
+                        taken.append(entry)
+                if taken:
+                    await send_events(taken)
                     quiet_since = loop.time()
             if self.pulse.gen != gen:
                 continue

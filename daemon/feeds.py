@@ -68,6 +68,11 @@ class Feed(abc.ABC):
         finally:
             self._task = None
             self._ended()
+            # A job followed after _run saw none left but before it returned (closing a change
+            # stream awaits) found this task still there and started none: start one for it.
+            task = asyncio.current_task()
+            if not (task and task.cancelling()) and self.cache.any_followed(self.name):
+                self.start()
 
     @abc.abstractmethod
     async def _run(self) -> None:

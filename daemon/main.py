@@ -13,6 +13,7 @@ import warnings
 
 from txd import defaults
 from txd.daemon import config, logsetup
+from txd.daemon.sdnotify import Notifier
 
 
 def _use_pidfd_child_watcher() -> None:
@@ -66,10 +67,15 @@ def main(argv: list[str] | None = None) -> int:
         from txd.daemon import token_cli
 
         return token_cli.main(argv[1:])
+    if argv[:1] == ["unit"]:
+        from txd.daemon import unit_cli
+
+        return unit_cli.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="txd",
         description="the txd job launcher daemon",
-        epilog="txd token {create,revoke,list}: the tokens --listen accepts (txd token --help)",
+        epilog="txd token {create,revoke,list}: the tokens --listen accepts (txd token --help); "
+        "txd unit {install,show,uninstall}: txd as a systemd user service (txd unit --help)",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version('txd')}")
     parser.add_argument(
@@ -150,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
     pipe = _ReadyPipe(args.ready_fd)
+    notifier = Notifier()  # takes NOTIFY_SOCKET out of the environment the jobs inherit
     if args.heartbeat is None:
         try:
             args.heartbeat = float(os.environ.get("TXD_HEARTBEAT") or 5.0)
@@ -205,31 +212,40 @@ def main(argv: list[str] | None = None) -> int:
     from txd.daemon.server import AlreadyRunning, SocketBlocked, SocketNotPrivate, serve
 
     _use_pidfd_child_watcher()
+    socket_path = defaults.socket_path(args.socket)
+    state_dir = defaults.state_dir(args.state_dir)
+
+    def ready() -> None:  # the gRPC server answers on its socket: systemd and txctl's pipe
+        notifier.ready(f"serving on {socket_path} (state in {state_dir})")
+        pipe.ready()
+
     try:
         asyncio.run(
             serve(
-                defaults.socket_path(args.socket),
-                defaults.state_dir(args.state_dir),
+                socket_path,
+                state_dir,
                 args.session,
                 args.grace,
-                pipe.ready,
+                ready,
                 settings,
                 listen,
                 args.heartbeat,
+                on_stopping=notifier.stopping,
             )
         )
     except AlreadyRunning as e:
-        return _fatal(pipe, "busy" if e.serving_here else "error", e, 1)
+        return _fatal(pipe, notifier, "busy" if e.serving_here else "error", e, 1)
     except JobStoreError as e:
-        return _fatal(pipe, "error", e, 1)
+        return _fatal(pipe, notifier, "error", e, 1)
     except (SettingsError, SocketNotPrivate, SocketBlocked, tcp.ListenError) as e:
-        return _fatal(pipe, "error", e, 2)
+        return _fatal(pipe, notifier, "error", e, 2)
     return 0
 
 
-def _fatal(pipe: _ReadyPipe, kind: str, e: Exception, code: int) -> int:
+def _fatal(pipe: _ReadyPipe, notifier: Notifier, kind: str, e: Exception, code: int) -> int:
     print(f"txd: {e}", file=sys.stderr)
     pipe.send(f"{kind}: {e}")
+    notifier.send(STATUS=f"cannot start: {e}")  # `systemctl --user status txd` shows why
     return code
 
 

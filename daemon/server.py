@@ -190,6 +190,8 @@ async def serve(
     settings: dict[str, dict[str, Any]] | None = None,
     listen: tcp.TcpListen | None = None,
     heartbeat: float = serving.PERIOD,
+    *,
+    on_stopping: Callable[[], object] | None = None,
 ) -> None:
     """Runs until SIGTERM or SIGINT (or until another host's daemon took the state dir over
     from this one, stalled past the serving record's staleness limit), then shuts down in
@@ -211,7 +213,7 @@ async def serve(
                 try:
                     service = JobService.open(state_dir, session, settings, tasks=tasks)
                     tasks.create_task(hold.heartbeat(), name="serving record heartbeat")
-                    await _serve(service, hold, socket_path, grace, on_ready, listen)
+                    await _serve(service, hold, socket_path, grace, on_ready, listen, on_stopping)
                 finally:
                     tasks.cancel_all()
         except BaseExceptionGroup as group_error:
@@ -239,6 +241,7 @@ async def _serve(
     grace: float,
     on_ready: Callable[[], None] | None,
     listen: tcp.TcpListen | None = None,
+    on_stopping: Callable[[], object] | None = None,
 ) -> None:
     state_dir = hold.state_dir
     await service.start(moved_from=hold.took_over_from)
@@ -267,6 +270,8 @@ async def _serve(
         if hold.lost.is_set():
             service.store.fence()  # the new daemon's job store now: nothing more is written to it
         log.info("shutting down")
+        if on_stopping is not None:  # systemd: STOPPING=1
+            on_stopping()
         try:
             await listeners.enter_graceful_shutdown()
             await service.shutdown(grace)

@@ -78,7 +78,8 @@ class FakeScheduler(Scheduler[NoOpts, None]):
 
 class FakePusher(FakeScheduler):
     """Pushes what the test puts in `items` (a Change, SUBSCRIBED, an exception to raise, or
-    None to end the stream); counts the streams opened and closed."""
+    None to end the stream); counts the streams opened and closed. A stream's close waits for
+    `closing` while the test holds it (a backend slow to close its watches)."""
 
     name = "fakepush"
 
@@ -87,6 +88,7 @@ class FakePusher(FakeScheduler):
         self.items: asyncio.Queue[Change | Subscribed | BaseException | None] = asyncio.Queue()
         self.opened = 0
         self.closed = 0
+        self.closing: asyncio.Event | None = None
         self._opens: asyncio.Queue[int] = asyncio.Queue()
 
     async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
@@ -98,6 +100,8 @@ class FakePusher(FakeScheduler):
                     raise item
                 yield item
         finally:
+            if self.closing is not None:
+                await self.closing.wait()
             self.closed += 1
 
     async def next_open(self) -> int:

@@ -255,6 +255,31 @@ async def test_changes_are_recorded_for_followed_jobs_only(
     assert len(sched.calls) == 1
 
 
+async def test_a_job_followed_while_the_ending_feed_closes_its_stream_gets_a_new_feed(
+    cache: StatusCache, store: JobStore, tasks: Tasks
+) -> None:
+    """The last job ends, and while the stream closes (awaits) a new job is followed: its
+    refresh finds the old task still there, so the feed must start again as it ends."""
+    sched, feed = change_feed(cache, tasks)
+    [a] = follow(cache, store, 1, "fakepush")
+    feed.start()
+    assert await sched.next_open() == 1
+    sched.items.put_nowait(SUBSCRIBED)
+    sched.closing = asyncio.Event()
+    sched.items.put_nowait(Change(a.record.app_id, AppStatus(state=AppState.SUCCEEDED)))
+    await settle()
+    assert a.status.state == AppState.SUCCEEDED and sched.closed == 0  # closing, held
+    [b] = follow(cache, store, 1, "fakepush")
+    await feed.refresh([b])
+    sched.closing.set()
+    assert await sched.next_open() == 2
+    sched.closing = None
+    sched.items.put_nowait(SUBSCRIBED)
+    sched.items.put_nowait(Change(b.record.app_id, AppStatus(state=AppState.FAILED)))
+    await feed_ended(tasks)
+    assert b.status.state == AppState.FAILED
+
+
 async def test_a_pushed_no_answer_marks_the_job_stale_with_no_resync(
     cache: StatusCache, store: JobStore, tasks: Tasks
 ) -> None:

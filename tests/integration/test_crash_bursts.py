@@ -96,7 +96,10 @@ class Burst:
             while True:
                 await self.up.wait()
                 try:
-                    async with self.d.client(timeout=20) as c:
+                    # A connection of its own per try: the process-wide one may still be in
+                    # gRPC's reconnect backoff from a kill, failing at once with UNAVAILABLE
+                    # while the daemon is up, and no kill would come to wake this client.
+                    async with self.d.client(timeout=20, own_connection=True) as c:
                         self.handles[rid] = await c.run(self.app(rid), request_id=rid, cwd="/")
                     break
                 except UnavailableError:

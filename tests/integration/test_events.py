@@ -285,12 +285,12 @@ def _until_pane(session: str, want: Callable[[str], bool]) -> str:
     return text
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 async def _submit(d: Daemon, app: Any) -> str:
     async with d.client(own_connection=True) as c:
         return str(await c.run(app))
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_list_watch_redraws_in_a_terminal_as_jobs_change(daemon: Daemon, tmp_path: Path) -> None:
     session = f"txdt-{os.getpid()}"
     env = daemon.txctl_env()

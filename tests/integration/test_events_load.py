@@ -159,3 +159,60 @@ async def test_many_feeds_committing_at_once_keep_commit_order(plugins_daemon: D
         assert seen[-1] in TERMINAL_STATES, (h, seen)
         assert all(s not in TERMINAL_STATES for s in seen[:-1]), (h, seen)
     assert {states[h][-1] for h in local} == {AppState.SUCCEEDED, AppState.FAILED}
+
+
+async def raw_events(d: Daemon, req: pb.EventsRequest) -> list[pb.EventsResponse]:
+    """The responses of one Events call that ends at SYNCED, acknowledging as it reads."""
+    local = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(f"unix://{d.socket}", options=local) as channel:
+        call = RunnerStub(channel).Events()
+        await call.write(req)
+        got: list[pb.EventsResponse] = []
+        taken = 0
+        async with asyncio.timeout(LIMIT):
+            while (msg := await call.read()) is not grpc.aio.EOF:  # type: ignore[attr-defined]
+                got.append(msg)
+                taken += 1 + len(msg.more)
+                if msg.kind == Kind.SYNCED:
+                    await call.done_writing()
+                else:
+                    await call.write(pb.EventsRequest(received=taken))
+        return got
+
+
+def flat(responses: list[pb.EventsResponse]) -> list[pb.EventsResponse]:
+    return [e for r in responses for e in (r, *r.more)]
+
+
+async def test_a_batching_client_takes_many_events_a_response_and_misses_none(
+    plugins_daemon: Daemon,
+) -> None:
+    """A replay of 2,000 changes, with batch=50 and without: the same events in the same
+    order; batched, 50 to a response, without, one each. A snapshot of 301 jobs asked in
+    batches of 500 comes in the daemon's most, 256, and the rest."""
+    d = plugins_daemon
+    async with d.client() as c:
+        start = await head(c)
+        handle = await pusher(c)
+        churn(d, handle, 2_000)
+        await read_until_ended(c, start, {handle})
+    replay = pb.EventsRequest(since_cursor=start)
+    one = await raw_events(d, replay)
+    replay.batch = 50
+    many = await raw_events(d, replay)
+    held = stored(d, seq(start))
+    assert triples(one) == triples(flat(many)) == held
+    assert all(not r.more for r in one)
+    changes = [r for r in many if r.kind == Kind.CHANGED]
+    assert len(changes) == -(-len(held) // 50)
+    assert [len(r.more) for r in changes[:-1]] == [49] * (len(changes) - 1)
+    assert all(e.cursor and not e.more and not e.window for r in many for e in r.more)
+    exits = AppDef(name="e", roles=[Role(name="r", entrypoint="x", args=["exit", "0"])])
+    async with d.client() as c:
+        ended = await asyncio.gather(*(c.run(exits, "fakepush", cwd="/") for _ in range(300)))
+    snaps = await raw_events(d, pb.EventsRequest(snapshot=True, batch=500))  # capped at 256
+    assert [1 + len(r.more) for r in snaps if r.kind == Kind.SNAPSHOT] == [256, 45]
+    assert {e.status.app_handle for e in flat(snaps) if e.kind == Kind.SNAPSHOT} == {
+        handle,
+        *ended,
+    }

@@ -9,10 +9,12 @@ slurm and lsf extras); the module is skipped where it is missing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,9 +32,11 @@ from txd.v1.runner_pb2_grpc import RunnerStub
 from txd_testing import (
     TXCTL,
     Daemon,
+    Gates,
     clean_env,
     log_alarms,
     remove_tree,
+    sh_app,
     short_tmpdir,
 )
 
@@ -495,3 +499,113 @@ def test_a_port_in_use_is_a_clear_refusal(tcpd: TcpDaemon, pki: Pki, tmp_path: P
     assert f"cannot listen on {tcpd.url}" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "txd.sock").exists()  # removed on the way out
+
+
+# -- resuming over TCP ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def killable_tcp_daemon(pki: Pki, prefix: str) -> Iterator[TcpDaemon]:
+    """A TCP daemon of the test's own (it gets killed), started again on the same port."""
+    root = short_tmpdir(prefix)
+    t = start_tcp_daemon(root, pki, names=("ci",))
+    # A restart listens where the clients connect: the port the first start was given.
+    t.daemon.args[t.daemon.args.index("tcp://127.0.0.1:0")] = t.url
+    try:
+        yield t
+    finally:
+        t.daemon.close()
+        remove_tree(root)
+
+
+def _seq(cursor: str) -> int:
+    return int(cursor.rsplit(".", 1)[1])
+
+
+def _changes(events: list[Any]) -> list[tuple[int, str, int]]:
+    kinds = (pb.EventsResponse.Kind.CHANGED, pb.EventsResponse.Kind.DELETED)
+    return [
+        (_seq(e.cursor), e.status.app_handle, e.status.state) for e in events if e.kind in kinds
+    ]
+
+
+def _stored(d: Daemon, after: int) -> list[tuple[int, str, int]]:
+    with contextlib.closing(sqlite3.connect(d.state_dir / "jobs.db")) as db:
+        rows = db.execute(
+            "SELECT seq, handle, state FROM events WHERE seq > ? ORDER BY seq", (after,)
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+
+async def test_python_client_events_resume_over_tcp_across_a_kill_9(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """One events() iterator over TLS with a token rides out a kill -9 and restart of the
+    daemon (same state dir, port and token): it carries on from its last cursor, and what it
+    yields equals what the store holds, once each."""
+    from txd.client import AsyncClient
+    from txd.v1 import TERMINAL_STATES
+
+    Kind = pb.EventsResponse.Kind
+    with killable_tcp_daemon(pki, "txdt-tcp-resume-") as t, Gates(tmp_path) as gates:
+        gate = gates.new("end")
+        async with AsyncClient(t.url, token=t.tokens["ci"], ca=pki.ca) as c:
+            start = ""
+            async for e in c.events(snapshot=True, follow=False, handles=["none://x/none"]):
+                start = e.cursor if e.kind == Kind.SYNCED else start
+            handles = {await c.run(sh_app(f"{gate.wait}; true")) for _ in range(3)}
+            got: list[Any] = []
+            pid = t.daemon.pid
+            async with asyncio.timeout(TIMEOUT):
+                async for e in c.events(since=start):
+                    got.append(e)
+                    if t.daemon.pid == pid and len(_changes(got)) == 3:  # every job submitted
+                        t.daemon.kill()
+                        t.daemon.restart()
+                        for _ in handles:
+                            gate.open()
+                    ended = {h for _, h, s in _changes(got) if s in TERMINAL_STATES}
+                    if ended >= handles:
+                        break
+        assert t.daemon.pid != pid, "never killed"
+        both = _changes(got)
+        assert both == _stored(t.daemon, _seq(start))[: len(both)]
+        assert len({s for s, _, _ in both}) == len(both)
+        assert "Traceback" not in t.daemon.log()
+
+
+def test_txctl_wait_resumes_over_tcp_across_a_kill_9(pki: Pki) -> None:
+    """`txctl wait` over TLS with a token file rides out a kill -9 and restart: it says it
+    reconnects, and prints the status the restarted daemon holds."""
+    with killable_tcp_daemon(pki, "txdt-tcp-wait-") as t:
+        run = t.txctl("run", "utils.sh", "sleep", "300", token_file=t.token_file("ci"))
+        assert run.returncode == 0, run.stderr
+        handle = run.stdout.strip().splitlines()[-1]
+        wait = subprocess.Popen(
+            [*TXCTL, "--host", t.url, "--token-file", str(t.token_file("ci")), "wait", handle],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=t.daemon.txctl_env(TXD_CA=str(pki.ca)),
+        )
+        try:
+            assert wait.stderr is not None
+            err: list[str] = []
+            for line in wait.stderr:  # ends with txctl; the test's timeout ends the rest
+                err.append(line)
+                if "RUNNING" in line:  # its Watch is open
+                    break
+            t.daemon.kill()
+            t.daemon.restart()
+            out, rest = wait.communicate(timeout=TIMEOUT)
+        finally:
+            if wait.poll() is None:
+                wait.kill()
+                wait.wait()
+        stderr = "".join(err) + rest
+        assert "connection to the daemon lost" in stderr and "reconnected" in stderr, stderr
+        final = t.txctl("status", "--json", handle, token_file=t.token_file("ci"))
+        state = json.loads(final.stdout)["state"]
+        assert state in ("CANCELLED", "FAILED"), final.stdout
+        assert f"  state:    {state}\n" in out, out
+        assert wait.returncode != 0

@@ -348,7 +348,7 @@ class ReplicaOffset(_message.Message):
     def __init__(self, role: _Optional[str] = ..., replica: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class EventsRequest(_message.Message):
-    __slots__ = ("since_cursor", "since_time", "snapshot", "scheduler", "states", "app_handles", "follow", "bookmark_interval", "received")
+    __slots__ = ("since_cursor", "since_time", "snapshot", "scheduler", "states", "app_handles", "follow", "bookmark_interval", "received", "batch")
     SINCE_CURSOR_FIELD_NUMBER: _ClassVar[int]
     SINCE_TIME_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
@@ -358,6 +358,7 @@ class EventsRequest(_message.Message):
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     BOOKMARK_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     since_cursor: str
     since_time: _timestamp_pb2.Timestamp
     snapshot: bool
@@ -367,10 +368,11 @@ class EventsRequest(_message.Message):
     follow: bool
     bookmark_interval: _duration_pb2.Duration
     received: int
-    def __init__(self, since_cursor: _Optional[str] = ..., since_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[bool] = ..., scheduler: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppStatus.State, str]]] = ..., app_handles: _Optional[_Iterable[str]] = ..., follow: _Optional[bool] = ..., bookmark_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., received: _Optional[int] = ...) -> None: ...
+    batch: int
+    def __init__(self, since_cursor: _Optional[str] = ..., since_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[bool] = ..., scheduler: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppStatus.State, str]]] = ..., app_handles: _Optional[_Iterable[str]] = ..., follow: _Optional[bool] = ..., bookmark_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., received: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
 
 class EventsResponse(_message.Message):
-    __slots__ = ("kind", "cursor", "status", "time", "window")
+    __slots__ = ("kind", "cursor", "status", "time", "window", "more")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[EventsResponse.Kind]
@@ -390,12 +392,14 @@ class EventsResponse(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     kind: EventsResponse.Kind
     cursor: str
     status: _app_pb2.AppStatus
     time: _timestamp_pb2.Timestamp
     window: int
-    def __init__(self, kind: _Optional[_Union[EventsResponse.Kind, str]] = ..., cursor: _Optional[str] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window: _Optional[int] = ...) -> None: ...
+    more: _containers.RepeatedCompositeFieldContainer[EventsResponse]
+    def __init__(self, kind: _Optional[_Union[EventsResponse.Kind, str]] = ..., cursor: _Optional[str] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window: _Optional[int] = ..., more: _Optional[_Iterable[_Union[EventsResponse, _Mapping]]] = ...) -> None: ...
 
 class NativeRequest(_message.Message):
     __slots__ = ("recorded", "text", "missing")

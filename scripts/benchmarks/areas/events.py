@@ -1,8 +1,10 @@
 """events: the events stream (Events RPC). A fresh daemon on a state dir whose job store was
 filled first with N status changes (through txd's own JobStore, as the daemon writes them:
-each with its event): replayed events per second to one subscriber and to 100 at once; the
-store's bytes per event, and after retention dropped them; then job end -> event at a
-following subscriber (the job stamps its end time as its last action, as in `latency`)."""
+each with its event): replayed events per second to one subscriber and to 100 at once; live
+delivery to 100 following subscribers and the daemon's CPU per status change against their
+number (events_fanout); job end -> event at a following subscriber (the job stamps its end time
+as its last action, as in `latency`); then the store's growth per change and what retention
+does to the file (events_store, a daemon of its own)."""
 
 from __future__ import annotations
 
@@ -11,35 +13,23 @@ import sys
 import time
 
 from txd.client import AsyncClient
-from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.jobstore import JobStore
 from txd.v1 import AppState
 from txd.v1 import runner_pb2 as pb
-from txd.v1.app_pb2 import AppDef, AppStatus, Role
 
+from benchmarks.areas import events_fanout, events_store
+from benchmarks.areas.events_store import change_all, insert_jobs
 from benchmarks.areas.latency import STAMP
 from benchmarks.common import fmt_ms, log, median, trivial_app
 from benchmarks.context import Context
 from benchmarks.daemons import stop
 
 Kind = pb.EventsResponse.Kind
-STATES = (AppState.PENDING, AppState.RUNNING, AppState.SUCCEEDED)
 
 
 def fill(store: JobStore, jobs: int) -> int:
     """`jobs` finished jobs, each with SUBMITTED, PENDING, RUNNING, SUCCEEDED: 4 events each."""
-    app = AppDef(name="bench", roles=[Role(name="r", entrypoint="true")])
-    now = time.time()
-    for k in range(0, jobs, 1000):
-        recs = []
-        for i in range(k, min(k + 1000, jobs)):
-            handle = f"local_cwd://bench/bench-{i:07d}"
-            st = AppStatus(state=AppState.SUBMITTED, app_handle=handle, app_id=f"bench-{i:07d}")
-            recs.append(JobRecord(handle, "local_cwd", st.app_id, now, app, st, {}, {}))
-        store.insert_many(recs)
-        for state in STATES:
-            store.update_statuses(
-                [(r.handle, AppStatus(state=state, app_handle=r.handle)) for r in recs]
-            )
+    change_all(store, insert_jobs(store, jobs))
     return store.last_seq()
 
 
@@ -60,7 +50,6 @@ async def run(ctx: Context) -> None:
     n = fill(store, jobs)
     store_id = store.store_id
     store.close()
-    size = sum(p.stat().st_size for p in d.state_dir.glob("jobs.db*"))
     ctx.daemons.start(d)
     try:
         start = f"v1.{store_id}.0"
@@ -82,7 +71,10 @@ async def run(ctx: Context) -> None:
             f"{many * part / wall:,.0f}/s",
             note=f"{part:,} events each, {wall:.1f} s",
         )
-        ctx.res.add("job store bytes per event (jobs.db, WAL, with the jobs)", f"{size / n:.0f}")
+        log(f"events: live delivery to {many} following subscribers")
+        await events_fanout.live(ctx, d, many, min(jobs - 500, 5_000))
+        counts = (0, 1, 10) if ctx.quick else (0, 1, 10, 100)
+        await events_fanout.cost(ctx, d, counts, 20 if ctx.quick else 100, 1 if ctx.quick else 2)
         log("events: job end -> event at a following subscriber")
         lat = await _end_to_event(ctx, d, 8 if ctx.quick else 20)
         m = median(lat)
@@ -95,6 +87,7 @@ async def run(ctx: Context) -> None:
         )
     finally:
         stop(d)
+    await events_store.run(ctx)
 
 
 async def _end_to_event(ctx: Context, d: object, runs: int) -> list[float]:
