@@ -263,6 +263,18 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
     prune.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
+    dash = cmd(
+        "dashboard",
+        "serve a live web page of the jobs on 127.0.0.1, its URL holding a random token "
+        "(needs the extra txd[dashboard])",
+        json=False,
+    )
+    dash.add_argument(
+        "--port", type=_port, default=0, help="the port to listen on (default: a free one)"
+    )
+    dash.add_argument(
+        "--no-open", action="store_true", help="only print the URL; do not open a browser"
+    )
     cmd(
         "completion",
         'print a shell completion script: eval "$(txctl completion bash)", '
@@ -325,6 +337,18 @@ def _positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number, not {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"expected a port, 0 to 65535 (0: a free one), not {text!r}"
+        )
     return value
 
 
@@ -419,6 +443,11 @@ async def _dispatch(args: argparse.Namespace) -> int:
         names = components.builtins()
         _out({"builtins": names} if args.json else "\n".join(names), args.json)
         return 0
+    if args.command == "dashboard":
+        from txd.client.dashboard import missing_extra
+
+        if why := missing_extra():  # before a daemon is started or a tunnel opened
+            raise CliError(why)
     if args.command == "run":
         # Resolve the component first: a bad one (or --help) needs no daemon.
         args.submission = _submission(args)
@@ -1028,6 +1057,13 @@ async def _cmd_events(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_dashboard(client: Any, args: argparse.Namespace) -> int:
+    from txd.client.dashboard._serve import serve
+
+    await client.probe(args.timeout)  # a daemon that does not answer fails here, not in a tab
+    return await serve(client, args.port, open_browser=not args.no_open)
+
+
 async def _cmd_prune(client: Any, args: argparse.Namespace) -> int:
     """Prunes a batch at a time (the daemon's limit) until none is left or one removes
     nothing (its jobs' schedulers failing); prints the removed jobs as `list` does."""
@@ -1212,6 +1248,7 @@ _COMMANDS = {
     "runopts": _cmd_runopts,
     "schedulers": _cmd_schedulers,
     "logs": _cmd_logs,
+    "dashboard": _cmd_dashboard,
     "where": _cmd_where,
     "metrics": _cmd_metrics,
 }

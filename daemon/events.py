@@ -163,6 +163,10 @@ class Filter:
     states: frozenset[int] = frozenset()
     handles: frozenset[str] = frozenset()
 
+    @property
+    def narrows(self) -> bool:
+        return bool(self.scheduler or self.states or self.handles)
+
     def match(self, e: StoredEvent) -> bool:
         return (
             (not self.scheduler or e.scheduler == self.scheduler)
@@ -201,6 +205,11 @@ class _Subscriber:
     # (sent after it, the number of its last event) of each response written since
     unacked: deque[tuple[int, int]] = field(default_factory=deque)
     cut_off: bool = field(default=False)
+    # A subscriber whose filter narrows is woken by a commit only if an event matches it
+    # (`pending` says one did since it last looked), else by its bookmark's time.
+    flt: Filter = field(default_factory=Filter)
+    wake: Pulse = field(default_factory=Pulse)
+    pending: bool = False
 
     def cut(self) -> None:
         self.cut_off = True
@@ -217,6 +226,7 @@ class EventHub:
         self.pulse = Pulse()
         self._subs: set[_Subscriber] = set()
         self.committed_count = 0  # since the daemon started (txd_events_committed_total)
+        self._narrow: set[_Subscriber] = set()  # those of _subs whose filter narrows
         self._closing = ""
         self._last_prune = 0.0
         store.on_events = self.committed
@@ -239,11 +249,18 @@ class EventHub:
             self._ring.popleft()
         self._base += max(over, 0)
         self.pulse.fire()
+        # Matching here costs far less than waking each subscriber's task to match.
+        for sub in self._narrow:
+            if not sub.pending and any(sub.flt.match(e) for e in events):
+                sub.pending = True
+                sub.wake.fire()
 
     def close(self, reason: str) -> None:
         """The daemon stops: live streams end with ShuttingDown(reason)."""
         self._closing = reason
         self.pulse.fire()
+        for sub in self._narrow:
+            sub.wake.fire()
 
     @property
     def subscribers(self) -> int:
@@ -333,8 +350,10 @@ class EventHub:
             asked = req.bookmark_interval.ToNanoseconds() / 1e9
             interval = max(asked, MIN_BOOKMARK) if asked > 0 else interval
         start = self._start(req)
-        sub = _Subscriber(pos=self._end, delivered=start or 0, acks=acks)
+        sub = _Subscriber(pos=self._end, delivered=start or 0, acks=acks, flt=flt)
         self._subs.add(sub)
+        if flt.narrows:
+            self._narrow.add(sub)
 
         batch = max(1, min(req.batch, MAX_BATCH, self.settings.window))
 
@@ -423,6 +442,7 @@ class EventHub:
             await self._live(sub, last, flt, interval, batch, send, send_events, replay)
         finally:
             self._subs.discard(sub)
+            self._narrow.discard(sub)
 
     async def _live(
         self,
@@ -437,12 +457,17 @@ class EventHub:
     ) -> None:
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
+        narrow = flt.narrows
+        pulse = sub.wake if narrow else self.pulse
         while True:
             if self._closing:
                 raise ShuttingDown(self._closing)
-            gen = self.pulse.gen
+            gen = pulse.gen
+            matched, sub.pending = sub.pending or not narrow, False
             while sub.pos < self._end:
-                if sub.pos < self._base:  # the buffer moved past it: catch up from the store
+                if sub.pos < self._base and not (matched or sub.pending):
+                    sub.pos = self._base  # what the buffer dropped meanwhile matched nothing
+                elif sub.pos < self._base:  # the buffer moved past it: catch up from the store
                     sub.pos = self._end
                     last = await replay(last)
                     quiet_since = loop.time()
@@ -461,7 +486,7 @@ class EventHub:
                 if taken:
                     await send_events(taken)
                     quiet_since = loop.time()
-            if self.pulse.gen != gen:
+            if pulse.gen != gen:
                 continue
             wait = quiet_since + interval - loop.time()
             if wait <= 0:
@@ -471,6 +496,6 @@ class EventHub:
                 continue
             try:
                 async with asyncio.timeout(wait):
-                    await self.pulse.wait_past(gen)
+                    await pulse.wait_past(gen)
             except TimeoutError:
                 pass

@@ -48,9 +48,10 @@ TIERS = (
     ("compat/", "daemon"),
     ("load/", "daemon"),
     ("remote/", "remote"),
+    ("dashboard/", "dashboard"),
     ("", "unit"),
 )
-NAMES = ("unit", "daemon", "slurm", "docker", "aws", "kubernetes", "remote")
+NAMES = ("unit", "daemon", "slurm", "docker", "aws", "kubernetes", "remote", "dashboard")
 # The session fixtures that start an engine, and the tiers whose process may start it.
 ENGINES = {
     "slurm_cluster": ("slurm",),
@@ -63,7 +64,7 @@ ENGINES = {
 # every container when it ends: two lanes cannot share one). kubernetes, the longest tier, has a
 # lane of its own, with its cluster's kubelet on a dockerd of its own; the other lane holds the
 # rest. One core: a single lane of them all, every dockerd tier on one engine.
-LANES = (("unit", "kubernetes", "remote"), ("daemon", "docker", "aws", "slurm"))
+LANES = (("unit", "kubernetes", "remote"), ("daemon", "docker", "aws", "slurm", "dashboard"))
 ON_DOCKERD = set(ENGINES["docker_engine"])
 DURATIONS = "--durations=25"
 # How long a tier's pytest may take to tear its engines down after Ctrl-C.

@@ -25,6 +25,10 @@ module each under areas/:
           --quick): replayed events/s to one subscriber (all of them) and to 100 at once (the
           newest 10,000 each); job store bytes per event;
           job end -> event at a following subscriber
+  dashboard  `txctl dashboard` in Debian's headless Chromium over a job store of 10,000 jobs:
+          first contentful paint, DOMContentLoaded and the whole table on screen (read from
+          the browser's timeline); a job's state change committed -> its row shown (median
+          and p95, goal under 100 ms; read in the browser)
   slurm   on a real Slurm test cluster (scripts/slurm-up): submit -> RUNNING through txctl vs
           plain sbatch + squeue polled at the same interval, and squeue calls per minute with
           1, 10 and 100 clients watching

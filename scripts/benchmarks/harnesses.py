@@ -21,6 +21,7 @@ DIRS = (
     "tests/schedulers/kubernetes",  # k8s_testing: a single-node Kubernetes
     "tests/schedulers/aws",  # moto_testing: moto_server
     "tests/remote",  # ssh_testing: the SSH login nodes
+    "tests/dashboard",  # dashboard_testing: txctl dashboard and its browser
 )
 
 

@@ -21,6 +21,7 @@ from txd.client import AsyncClient
 from benchmarks.areas import (
     aws,
     cli,
+    dashboard,
     docker,
     events,
     k8s,
@@ -54,6 +55,7 @@ ALL = (
     "rss",
     "watchmem",
     "events",
+    "dashboard",
     "slurm",
     "docker",
     "k8s",
@@ -93,6 +95,10 @@ async def amain(ctx: Context) -> None:
         log("events: the events stream, a fresh daemon over a filled job store")
         with res.section():
             await events.run(ctx)
+    if "dashboard" in only:
+        log("dashboard: txctl dashboard in headless Chromium, a fresh daemon over 10,000 jobs")
+        with res.section():
+            await dashboard.run(ctx)
     if "slurm" in only:
         log("slurm: a real test cluster (scripts/slurm-up)")
         await slurm.run(ctx)

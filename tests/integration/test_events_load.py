@@ -216,3 +216,44 @@ async def test_a_batching_client_takes_many_events_a_response_and_misses_none(
         handle,
         *ended,
     }
+
+
+@pytest.fixture
+def tiny_buffer_daemon() -> Iterator[Daemon]:
+    """A buffer of 50 live events: every burst below wraps it many times."""
+    yield from make_daemon("--set", "events.buffer=50")
+
+
+async def test_a_narrow_filter_gets_exactly_its_events_across_buffer_wraps(
+    tiny_buffer_daemon: Daemon,
+) -> None:
+    """A subscriber filtered to one job is woken only by that job's events (daemon.events):
+    1,000 changes of another job wrap the buffer past it, then its job's 1,000 changes
+    (wrapping it again while it reads) and the other's interleaved: it gets exactly its
+    job's events, in order, as the store holds them; one following all gets all."""
+    d = tiny_buffer_daemon
+    async with d.client() as c:
+        start = await head(c)
+        mine, other, third = [await pusher(c, n) for n in ("mine", "other", "third")]
+        narrow: list[Any] = []
+
+        async def follow_mine() -> None:
+            async with asyncio.timeout(LIMIT):
+                async for e in c.events(since=start, handles=[mine], bookmark_interval=0.1):
+                    narrow.append(e)
+                    if e.kind == Kind.CHANGED and e.status.state in TERMINAL_STATES:
+                        return
+
+        reader = asyncio.create_task(follow_mine())
+        churn(d, other, 1_000)
+        await read_until_ended(c, start, {other})
+        churn(d, mine, 1_000)
+        churn(d, third, 1_000)
+        every = await read_until_ended(c, start, {mine, third})
+        await reader
+    held = stored(d, seq(start))
+    assert triples(every)[: len(held)] == held
+    assert triples(narrow) == [t for t in held if t[1] == mine]
+    assert len(triples(narrow)) > 1_000
+    cursors = [seq(e.cursor) for e in narrow]
+    assert cursors == sorted(cursors)

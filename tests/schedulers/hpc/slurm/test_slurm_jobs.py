@@ -208,14 +208,18 @@ async def test_one_squeue_per_interval_however_many_watch(
 
     clients = [slurm_daemon.client() for _ in range(20)]
     seen: list[list[int]] = [[] for _ in clients]
+    watching = [asyncio.Event() for _ in clients]
 
     async def watch(k: int, c: Any) -> None:
         async with c:
             async for status in c.watch(handles[k % len(handles)]):
                 seen[k].append(status.state)
+                watching[k].set()
 
     loop = asyncio.get_running_loop()
     watchers = [loop.create_task(watch(k, c)) for k, c in enumerate(clients)]
+    # Counted once every watch is open: what opening them costs is not what is counted.
+    await asyncio.wait_for(asyncio.gather(*(w.wait() for w in watching)), 60)
     before, t0 = await squeue_calls(), loop.time()
     await asyncio.sleep(3)  # the span over which calls are counted, not a wait for an event
     calls, elapsed = await squeue_calls() - before, loop.time() - t0
