@@ -550,6 +550,12 @@ class AsyncClient:
         and uptime."""
         return await self._call("Where", pb.WhereRequest())
 
+    async def metrics(self, *, prometheus: bool = False) -> pb.MetricsResponse:
+        """The daemon's metrics: `.text` in the OpenMetrics text format, or with `prometheus`
+        in Prometheus's text format 0.0.4; `.content_type` names it."""
+        kind = pb.MetricsRequest.PROMETHEUS if prometheus else pb.MetricsRequest.OPENMETRICS
+        return await self._call("Metrics", pb.MetricsRequest(format=kind))
+
 
 def _appdef(app: AppDef) -> AppDef:
     """app itself, or the txd AppDef of a torchx.specs.AppDef (torchx loaded only then)."""

@@ -139,4 +139,5 @@ class Client:
     # -- the daemon ------------------------------------------------------------------------
 
     where = _blocking(AsyncClient.where)
+    metrics = _blocking(AsyncClient.metrics)
     probe = _blocking(AsyncClient.probe)

@@ -283,6 +283,14 @@ def _parser() -> argparse.ArgumentParser:
     ).add_argument("shell", choices=["bash", "zsh"])
     cmd("schedulers", "list the schedulers and what they can do")
     cmd("where", "show which daemon answers: host, socket, state dir, version, pid, uptime")
+    metrics = cmd("metrics", "print the daemon's metrics (OpenMetrics text)", json=False)
+    metrics.add_argument(
+        "--format",
+        choices=["openmetrics", "prometheus"],
+        default="openmetrics",
+        help="openmetrics (default), or Prometheus's text format 0.0.4, as node_exporter's "
+        "textfile collector and `promtool check metrics` read it",
+    )
     cmd("builtins", "list the builtin components")
     host = cmd("host", "manage saved remote endpoints (ssh://): add, rm, use, list", json=False)
     host_sub = host.add_subparsers(dest="host_command", metavar="ACTION", required=True)
@@ -1122,6 +1130,12 @@ async def _cmd_where(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_metrics(client: Any, args: argparse.Namespace) -> int:
+    resp = await client.metrics(prometheus=args.format == "prometheus")
+    sys.stdout.write(resp.text)
+    return 0
+
+
 async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
     from txd.client._waiting import interruptible
 
@@ -1236,6 +1250,7 @@ _COMMANDS = {
     "logs": _cmd_logs,
     "dashboard": _cmd_dashboard,
     "where": _cmd_where,
+    "metrics": _cmd_metrics,
 }
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")

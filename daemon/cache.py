@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from txd.daemon.jobstore import JobRecord, JobStore
+from txd.daemon.metrics import Metrics
 from txd.schedulers.api import Job, is_terminal
 from txd.schedulers.errors import ShuttingDown
 from txd.schedulers.pulse import Pulse
@@ -119,8 +120,10 @@ def _same_but_updated(a: AppStatus, b: AppStatus) -> bool:
 
 
 class StatusCache:
-    def __init__(self, store: JobStore) -> None:
+    def __init__(self, store: JobStore, metrics: Metrics | None = None) -> None:
         self._store = store
+        # Counts state transitions here, and the feeds' backend calls (daemon.feeds).
+        self.metrics = metrics or Metrics()
         self._followed: dict[str, LiveJob] = {}  # by handle
         self._by_app: dict[tuple[str, str], LiveJob] = {}  # by (scheduler, app_id)
         self._count: Counter[str] = Counter()  # followed jobs by scheduler
@@ -194,6 +197,12 @@ class StatusCache:
     def any_followed(self, scheduler: str) -> bool:
         return self._count[scheduler] > 0
 
+    def stale_counts(self) -> Counter[str]:
+        """Followed jobs whose status is stale, by scheduler (for the metrics)."""
+        return Counter(
+            j.record.scheduler for j in self._followed.values() if j.status.HasField("stale_since")
+        )
+
     # -- writers (the feeds) ----------------------------------------------------------------
 
     def record(self, job: LiveJob, status: AppStatus) -> None:
@@ -210,6 +219,8 @@ class StatusCache:
                 self._save(job.record)
                 job.pulse.fire()
             return
+        if old.state != status.state:
+            self.metrics.transition(job.record.scheduler, status.state)
         if old.state != status.state or not old.HasField("updated"):
             status.updated.CopyFrom(now())
         else:
@@ -259,6 +270,7 @@ class StatusCache:
         final.CopyFrom(job.status)
         if not is_terminal(final.state):
             final.state = AppState.CANCELLED
+            self.metrics.transition(job.record.scheduler, final.state)
         final.msg = msg
         job.record.status = final
         self._unfollow(job)

@@ -14,6 +14,9 @@ CONFIG_ENV = "TXD_CONFIG"
 # The daemon's events settings (daemon.events.EventSettings): the config file's [events]
 # table, or `--set events.KEY=VALUE`; kept apart from the schedulers' sections.
 EVENTS = "events"
+# The metrics' opt-in exposition (daemon.metrics.MetricsSettings): the [metrics] table, or
+# `--set metrics.KEY=VALUE`.
+METRICS = "metrics"
 
 
 class ConfigError(Exception):
@@ -51,10 +54,11 @@ def _read(file: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"cannot read the config file {file}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{file}: {e}") from None
-    unknown = set(data) - {"schedulers", EVENTS}
+    unknown = set(data) - {"schedulers", EVENTS, METRICS}
     if unknown:
         raise ConfigError(
-            f"{file}: unknown table(s) {', '.join(sorted(unknown))} (known: schedulers, events)"
+            f"{file}: unknown table(s) {', '.join(sorted(unknown))} "
+            "(known: schedulers, events, metrics)"
         )
     sections = data.get("schedulers", {})
     if not isinstance(sections, dict) or not all(isinstance(v, dict) for v in sections.values()):
@@ -67,4 +71,9 @@ def _read(file: Path) -> dict[str, dict[str, Any]]:
         raise ConfigError(f"{file}: [events] must be a table, e.g. retention = 604800")
     if events:
         out[EVENTS] = dict(events)
+    metrics = data.get(METRICS, {})
+    if not isinstance(metrics, dict):
+        raise ConfigError(f'{file}: [metrics] must be a table, e.g. textfile = "/path/txd.prom"')
+    if metrics:
+        out[METRICS] = dict(metrics)
     return out

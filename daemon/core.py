@@ -19,12 +19,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from txd.daemon import config, logs, submission, validate
+from txd.daemon import config, exposition, logs, submission, validate
 from txd.daemon.backends import Backends, SettingsError
 from txd.daemon.cache import Shown, StatusCache, unknown
 from txd.daemon.events import EventHub, EventSettings, EventSettingsError
 from txd.daemon.jobstore import JobRecord, JobStore, NativeRequest
 from txd.daemon.listing import ListQuery
+from txd.daemon.metrics import Metrics, MetricsSettings
 from txd.daemon.pacing import Pacer
 from txd.daemon.tasks import Tasks
 from txd.handle import Handle
@@ -85,6 +86,7 @@ class JobService:
         schedulers: Backends,
         tasks: Tasks,
         events: EventSettings | None = None,
+        metrics: MetricsSettings | None = None,
     ) -> None:
         self.session = session
         self.default_scheduler = DEFAULT_SCHEDULER
@@ -98,6 +100,9 @@ class JobService:
         self._submitting: set[asyncio.Future[JobRecord]] = set()
         self._pacer = Pacer(SUBMITS_PER_TURN)
         self.events = EventHub(store, events or EventSettings())
+        self.metrics: Metrics = cache.metrics
+        self.metrics.bind(self)
+        self.metrics_settings = metrics or MetricsSettings()
 
     @classmethod
     def open(
@@ -114,16 +119,17 @@ class JobService:
         settings = dict(settings or {})
         try:
             events = EventSettings.parse(settings.pop(config.EVENTS, {}))
-        except EventSettingsError as e:
+            metrics = MetricsSettings.parse(settings.pop(config.METRICS, {}))
+        except (EventSettingsError, ValueError) as e:
             raise SettingsError(str(e)) from None
         store = JobStore.in_state_dir(state_dir)
         try:
-            cache = StatusCache(store)
+            cache = StatusCache(store, Metrics())
             backends = Backends(session, state_dir, settings, cache, tasks, entries)
         except BaseException:
             store.close()
             raise
-        return cls(session, store, cache, backends, tasks, events)
+        return cls(session, store, cache, backends, tasks, events, metrics)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -148,6 +154,8 @@ class JobService:
                         "reach the job: its outcome is unknown (look on that host)"
                     )
                     self.store.update_statuses([(r.handle, _lost(r.status, why)) for r in recs])
+                    for _ in recs:
+                        self.metrics.transition(name, AppState.FAILED)
                     log.warning("%d %s job(s) of host %s lost", len(recs), name, moved_from)
                     continue
                 settled = await sched.recover([(r.job, r.status) for r in recs])
@@ -155,6 +163,7 @@ class JobService:
                 for rec in recs:
                     lost = unknown(rec.status, f"cannot follow the job after a restart: {e}")
                     self.store.update_status(rec.handle, lost)
+                    self.metrics.transition(name, AppState.UNKNOWN)
                 continue
             for rec in recs:
                 job = self.cache.follow(rec)
@@ -164,6 +173,7 @@ class JobService:
             if self.cache.followed(name):
                 self.schedulers.feed(name).start()
         self.tasks.create_task(self.events.upkeep(), name="events upkeep")
+        await exposition.start(self.metrics, self.metrics_settings, self.tasks)
         self.started = True
 
     async def shutdown(self, grace: float) -> None:
@@ -185,6 +195,27 @@ class JobService:
         self.cache.flush()  # the statuses of the last turn, written at its end otherwise
         self.store.close()
 
+    # -- metrics (daemon.metrics.Sources) ---------------------------------------------------
+
+    def job_counts(self) -> builtins.list[tuple[str, int, int]]:
+        return self.store.counts()
+
+    def stale_counts(self) -> builtins.list[tuple[str, int]]:
+        return sorted(self.cache.stale_counts().items())
+
+    def events_committed(self) -> int:
+        return self.events.committed_count
+
+    def event_subscribers(self) -> int:
+        return self.events.subscribers
+
+    @contextlib.contextmanager
+    def _backend(self, scheduler: str, op: str) -> Iterator[None]:
+        """A backend operation: counted (and its failure) in the metrics, and its scheduler
+        named as the backend of a BackendUnavailable (backend_calls)."""
+        with self.metrics.backend(scheduler, op), backend_calls(scheduler):
+            yield
+
     # -- schedulers -------------------------------------------------------------------------
 
     async def scheduler_infos(self, *, check: bool = False) -> list[SchedulerInfo]:
@@ -193,7 +224,7 @@ class JobService:
     async def run_opts(self, name: str) -> list[RunOpt]:
         validate.check_scheduler("scheduler", name)
         name = name or self.default_scheduler
-        with backend_calls(name):
+        with self._backend(name, "run_opts"):
             return (await self.schedulers.get(name)).run_opts()
 
     # -- submission -------------------------------------------------------------------------
@@ -201,7 +232,7 @@ class JobService:
     async def dryrun(self, req: RunRequest) -> tuple[AppDef, str, str, str]:
         """(the app as it would be submitted, the scheduler, the native request, what would be
         done with the workspace); nothing is submitted, built or copied."""
-        with backend_calls(req.scheduler or self.default_scheduler):
+        with self._backend(req.scheduler or self.default_scheduler, "dryrun"):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx)
         return info.app, name, cut_text(info.text), info.workspace
@@ -287,7 +318,7 @@ class JobService:
         await self._pacer.turn()
         rid = req.request_id or None
         digests = submission.digests(req) if rid else None
-        with backend_calls(req.scheduler or self.default_scheduler):
+        with self._backend(req.scheduler or self.default_scheduler, "submit"):
             name, sched, app, ctx = await self._prepare(req)
             info = await sched.submit_dryrun(app, req.cfg, ctx, build_workspace=True)
             cfg = {k: options.from_cfg_value(v) for k, v in options.as_cfg(info.opts).items()}
@@ -379,6 +410,7 @@ class JobService:
             try:
                 self.store.insert(rec)
                 self.cache.flush()  # the store takes writes: those it could not take too
+                self.metrics.transition(name, rec.status.state)
                 return rec
             except sqlite3.IntegrityError:
                 if self.store.get(rec.handle) is None:
@@ -460,7 +492,7 @@ class JobService:
             return [self._latest(s) for s in statuses], token
         if not scheduler:
             raise InvalidArgument("scheduler", "listing from the backend needs a scheduler")
-        with backend_calls(scheduler):
+        with self._backend(scheduler, "list"):
             sched = await self.schedulers.get(scheduler)
             if not sched.capabilities.list:
                 raise Unsupported(f"{scheduler} cannot list jobs")
@@ -482,7 +514,7 @@ class JobService:
         job = self.cache.get(rec.handle)
         if job is None:  # nothing can change any more
             return rec.status
-        with backend_calls(rec.scheduler):
+        with self._backend(rec.scheduler, "cancel"):
             sched = await self.schedulers.get(rec.scheduler)
             if not sched.capabilities.cancel:
                 raise Unsupported(f"{rec.scheduler} cannot cancel jobs")
@@ -532,7 +564,7 @@ class JobService:
     async def _delete_in_backend(self, rec: JobRecord) -> None:
         """What Delete does before forgetting the job: the scheduler cancels it if live and
         removes what it keeps (local logs included); waiters get a final status."""
-        with backend_calls(rec.scheduler):
+        with self._backend(rec.scheduler, "delete"):
             await (await self.schedulers.get(rec.scheduler)).delete(rec.job)
         self.cache.drop(rec.handle, "deleted")
 
@@ -541,7 +573,7 @@ class JobService:
     async def logs(self, req: LogsRequest) -> AsyncIterator[LogsResponse]:
         logs.check(req)
         rec = self.lookup(req.app_handle)
-        with backend_calls(rec.scheduler):
+        with self._backend(rec.scheduler, "logs"):
             sched = await self.schedulers.get(rec.scheduler)
 
             async def ended() -> None:

@@ -225,6 +225,7 @@ class EventHub:
         self._base = 0  # the buffer position of _ring[0]
         self.pulse = Pulse()
         self._subs: set[_Subscriber] = set()
+        self.committed_count = 0  # since the daemon started (txd_events_committed_total)
         self._narrow: set[_Subscriber] = set()  # those of _subs whose filter narrows
         self._closing = ""
         self._last_prune = 0.0
@@ -241,6 +242,7 @@ class EventHub:
 
     def committed(self, events: list[StoredEvent]) -> None:
         """The job store committed these events (in this order)."""
+        self.committed_count += len(events)
         self._ring.extend(_Entry(e) for e in events)
         over = len(self._ring) - self.settings.buffer
         for _ in range(max(over, 0)):

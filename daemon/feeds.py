@@ -92,7 +92,8 @@ class Feed(abc.ABC):
             return
         pushes = [j.pushes for j in jobs]
         try:
-            found = await self.sched.describe_many([j.job for j in jobs])
+            with self.cache.metrics.backend(self.name, "describe"):
+                found = await self.sched.describe_many([j.job for j in jobs])
         except TxdError as e:
             log.warning("%s: status query failed, keeping the last statuses: %s", self.name, e)
             self.cache.mark_stale(list(jobs), self.name, str(e))
@@ -176,18 +177,20 @@ class ChangeFeed(Feed):
     async def _run(self) -> None:
         while self.cache.any_followed(self.name):
             try:
-                async with contextlib.aclosing(self.sched.changes()) as changes:
-                    async for item in changes:
-                        if isinstance(item, Subscribed):
-                            self._unclaimed.clear()  # pushed before: maybe missed since
-                            await self._describe(self.cache.followed(self.name))
-                        elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
-                            job.pushes += 1
-                            self._apply([job], {item.app_id: item.status})
-                        else:
-                            self._keep_unclaimed(item.app_id, item.status)
-                        if not self.cache.any_followed(self.name):
-                            return
+                # One subscription is one backend call; one that ends in an error, a failure.
+                with self.cache.metrics.backend(self.name, "changes"):
+                    async with contextlib.aclosing(self.sched.changes()) as changes:
+                        async for item in changes:
+                            if isinstance(item, Subscribed):
+                                self._unclaimed.clear()  # pushed before: maybe missed since
+                                await self._describe(self.cache.followed(self.name))
+                            elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
+                                job.pushes += 1
+                                self._apply([job], {item.app_id: item.status})
+                            else:
+                                self._keep_unclaimed(item.app_id, item.status)
+                            if not self.cache.any_followed(self.name):
+                                return
                 reason = "its change stream ended"
             except TxdError as e:
                 reason = str(e)

@@ -705,6 +705,13 @@ class JobStore:
         count: int = self._db.execute(f"SELECT count(*) FROM jobs WHERE {sql}", args).fetchone()[0]
         return count
 
+    def counts(self) -> list[tuple[str, int, int]]:
+        """(scheduler, state, jobs) for every scheduler and state the store holds jobs of."""
+        rows = self._db.execute(
+            "SELECT scheduler, state, COUNT(*) FROM jobs GROUP BY scheduler, state"
+        ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
     def live(self) -> list[JobRecord]:
         marks = ",".join("?" * len(TERMINAL_STATES))
         rows = self._db.execute(f"{_SELECT} WHERE state NOT IN ({marks})", tuple(TERMINAL_STATES))

@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from txd import defaults
-from txd.daemon import config
+from txd.daemon import config, logsetup
 from txd.daemon.sdnotify import Notifier
 
 
@@ -146,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         "dir over once it is 3 of them old (env TXD_HEARTBEAT; default 5)",
     )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--log-format",
+        choices=logsetup.FORMATS,
+        default="text",
+        help="stderr's format: text lines, or one JSON object per line with one access line "
+        "per RPC at INFO (in text they are at DEBUG) (default %(default)s)",
+    )
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
     pipe = _ReadyPipe(args.ready_fd)
@@ -198,9 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.tls_cert or args.tls_key or args.client_ca:
         pipe.send("error: --tls-cert, --tls-key and --client-ca are for --listen")
         parser.error("--tls-cert, --tls-key and --client-ca are for --listen")
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s txd %(levelname)s %(name)s: %(message)s"
-    )
+    logsetup.configure(args.log_level, args.log_format)
     logging.getLogger("grpc._cython.cygrpc").addFilter(_client_left)
     from txd.daemon.backends import SettingsError
     from txd.daemon.jobstore import JobStoreError

@@ -16,7 +16,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from txd import defaults
-from txd.daemon import reflection, serving, tcp, wire
+from txd.daemon import access, reflection, serving, tcp, wire
 from txd.daemon.core import JobService
 from txd.daemon.servicer import About, RunnerServicer
 from txd.daemon.sockwatch import Listeners
@@ -142,7 +142,10 @@ def _add_services(
 async def create_server(
     service: JobService, socket_path: Path, about: About
 ) -> tuple[grpc.aio.Server, HealthServicer]:
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(
+        interceptors=[access.AccessInterceptor(access.UNIX, service.metrics)],
+        options=SERVER_OPTIONS,
+    )
     health = HealthServicer()
     _add_services(server, service, health, about)
     server.add_insecure_port(f"unix:{socket_path}")
@@ -164,7 +167,9 @@ async def create_tcp_server(
     service: JobService, health: HealthServicer, listen: tcp.TcpListen, about: About
 ) -> grpc.aio.Server:
     """The same services as the Unix socket's, behind TLS and the token check."""
-    server = tcp.server(listen, TCP_SERVER_OPTIONS)
+    server = tcp.server(
+        listen, TCP_SERVER_OPTIONS, access.AccessInterceptor(access.TCP, service.metrics)
+    )
     _add_services(server, service, health, about)
     bound = tcp.bind(server, listen)
     await server.start()

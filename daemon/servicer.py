@@ -19,6 +19,7 @@ from txd.daemon import wire
 from txd.daemon.cache import Shown
 from txd.daemon.core import NO_NATIVE_REQUEST, JobService, cfg_values
 from txd.daemon.events import Acks
+from txd.daemon.metrics import OPENMETRICS, PROMETHEUS
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
 from txd.v1 import runner_pb2 as pb
@@ -293,3 +294,9 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
     @_mapped
     async def Where(self, request: pb.WhereRequest, context: Any) -> pb.WhereResponse:
         return self.about.response()
+
+    @_mapped
+    async def Metrics(self, request: pb.MetricsRequest, context: Any) -> pb.MetricsResponse:
+        fmt = PROMETHEUS if request.format == pb.MetricsRequest.PROMETHEUS else OPENMETRICS
+        text, content_type = self.service.metrics.render(fmt)
+        return pb.MetricsResponse(text=text.decode(), content_type=content_type)

@@ -104,10 +104,15 @@ def _read(path: str, flag: str) -> bytes:
     return data
 
 
-def server(listen: TcpListen, options: list[tuple[str, int]]) -> grpc.aio.Server:
-    """A server whose every call goes through the token check; its services are added by the
-    caller, its ports by bind()."""
-    return grpc.aio.server(interceptors=[BearerAuth(listen.tokens)], options=options)
+def server(
+    listen: TcpListen,
+    options: list[tuple[str, int]],
+    outer: grpc.aio.ServerInterceptor | None = None,
+) -> grpc.aio.Server:
+    """A server whose every call goes through the token check, after `outer` (the access log,
+    which sees refused calls too); its services are added by the caller, its ports by bind()."""
+    interceptors = [outer] if outer is not None else []
+    return grpc.aio.server(interceptors=[*interceptors, BearerAuth(listen.tokens)], options=options)
 
 
 def bind(srv: grpc.aio.Server, listen: TcpListen) -> list[str]:

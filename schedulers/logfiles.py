@@ -61,6 +61,17 @@ def index_path(base: Path) -> Path:
     return Path(f"{base}.idx")
 
 
+class _Lost:
+    """Bytes lost by every LogWriter of this process since it started (the daemon's metrics
+    read it: txd_log_bytes_lost_total)."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
+LOST = _Lost()
+
+
 class LogWriter:
     """Writes one replica's stdout and stderr. Fed from the event loop's pipe callbacks (not
     thread-safe). `pulse` fires after every write and at close.
@@ -98,6 +109,7 @@ class LogWriter:
                 self._gap_stream = stream
             self._gap += len(data)
             self.lost += len(data)
+            LOST.bytes += len(data)
             if self._gap == len(data) and self._on_loss is not None:
                 self._on_loss()
         self.pulse.fire()

@@ -104,6 +104,7 @@ def test_reflection_lists_and_describes_runner(channel: Any, service: str) -> No
         "RunOpts",
         "Where",
         "Events",
+        "Metrics",
     }
     streaming = {m.name for m in service.method if m.server_streaming}
     assert streaming == {"Watch", "Logs", "Events"}

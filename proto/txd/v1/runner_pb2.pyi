@@ -410,3 +410,25 @@ class NativeRequest(_message.Message):
     text: str
     missing: str
     def __init__(self, recorded: _Optional[bool] = ..., text: _Optional[str] = ..., missing: _Optional[str] = ...) -> None: ...
+
+class MetricsRequest(_message.Message):
+    __slots__ = ("format",)
+    class Format(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        FORMAT_UNSPECIFIED: _ClassVar[MetricsRequest.Format]
+        OPENMETRICS: _ClassVar[MetricsRequest.Format]
+        PROMETHEUS: _ClassVar[MetricsRequest.Format]
+    FORMAT_UNSPECIFIED: MetricsRequest.Format
+    OPENMETRICS: MetricsRequest.Format
+    PROMETHEUS: MetricsRequest.Format
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    format: MetricsRequest.Format
+    def __init__(self, format: _Optional[_Union[MetricsRequest.Format, str]] = ...) -> None: ...
+
+class MetricsResponse(_message.Message):
+    __slots__ = ("text", "content_type")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    content_type: str
+    def __init__(self, text: _Optional[str] = ..., content_type: _Optional[str] = ...) -> None: ...

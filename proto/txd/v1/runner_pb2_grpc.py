@@ -113,6 +113,11 @@ class RunnerStub:
                 request_serializer=txd_dot_v1_dot_runner__pb2.EventsRequest.SerializeToString,
                 response_deserializer=txd_dot_v1_dot_runner__pb2.EventsResponse.FromString,
                 _registered_method=True)
+        self.Metrics = channel.unary_unary(
+                '/txd.v1.Runner/Metrics',
+                request_serializer=txd_dot_v1_dot_runner__pb2.MetricsRequest.SerializeToString,
+                response_deserializer=txd_dot_v1_dot_runner__pb2.MetricsResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServicer:
@@ -235,6 +240,15 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Metrics(self, request, context):
+        """The daemon's metrics as Prometheus reads them: gRPC server metrics under
+        go-grpc-prometheus's names, and txd's own (jobs by scheduler and state, state transitions,
+        backend calls and failures, stale statuses, log bytes lost, events). See MetricsRequest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -312,6 +326,11 @@ def add_RunnerServicer_to_server(servicer, server):
                     servicer.Events,
                     request_deserializer=txd_dot_v1_dot_runner__pb2.EventsRequest.FromString,
                     response_serializer=txd_dot_v1_dot_runner__pb2.EventsResponse.SerializeToString,
+            ),
+            'Metrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.Metrics,
+                    request_deserializer=txd_dot_v1_dot_runner__pb2.MetricsRequest.FromString,
+                    response_serializer=txd_dot_v1_dot_runner__pb2.MetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -723,6 +742,33 @@ class Runner:
             '/txd.v1.Runner/Events',
             txd_dot_v1_dot_runner__pb2.EventsRequest.SerializeToString,
             txd_dot_v1_dot_runner__pb2.EventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Metrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/txd.v1.Runner/Metrics',
+            txd_dot_v1_dot_runner__pb2.MetricsRequest.SerializeToString,
+            txd_dot_v1_dot_runner__pb2.MetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,
