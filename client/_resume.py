@@ -102,11 +102,20 @@ class Resumer:
         connection or reconnecting is off; raises UnavailableError after `policy.total`
         seconds of failed tries. `what`: the call that was interrupted, for the messages;
         `generation`: self.generation when that call began."""
-        if not is_lost(error) or self.policy.total <= 0:
+        if self.policy.total <= 0:
+            raise error
+        # Another call's reconnect closes the channel under this one, which then ends
+        # CANCELLED ("Locally cancelled by application!"), not UNAVAILABLE: a call begun
+        # before a reconnect, or failing while one runs, waits for it and goes on.
+        cut = generation != self.generation or self._lock.locked()
+        if not (is_lost(error) or cut):
             raise error
         async with self._lock:
-            if generation == self.generation:  # else another call reconnected meanwhile
-                await self._reconnect(error, what)
+            if generation != self.generation:  # another call reconnected meanwhile
+                return
+            if not is_lost(error):  # that reconnect failed: this call's error stands
+                raise error
+            await self._reconnect(error, what)
 
     async def _reconnect(self, error: TxdError, what: str) -> None:
         self.say(f"connection to the daemon lost ({error.message}) during {what}; reconnecting")
