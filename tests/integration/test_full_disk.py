@@ -115,6 +115,10 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             # Every byte the job wrote is in the log or counted as lost.
             assert len(kept) + sum(counts) == WRITTEN + 1 + len(last)
             assert f"output lost: r/0 {sum(counts)} bytes" in final.msg
+            # The daemon's metric counts the same bytes.
+            text = (await c.metrics(prometheus=True)).text
+            found = re.search(r"^txd_log_bytes_lost_total (\S+)$", text, re.M)
+            assert found and float(found[1]) == sum(counts), text
 
             # And new work is recorded again.
             again = await c.run(sh_app("echo fine", name="after"), cwd=str(d.root))
