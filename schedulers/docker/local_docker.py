@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 import typing
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -143,6 +144,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         url = resolved.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
         self.engine = Engine(url, resolved.engine_timeout)
         self._deleted: OrderedDict[str, None] = OrderedDict()  # see RECENT_DELETED
+        self._events_seen = 0  # ns: the last event's time, or the first stream's (changes())
 
     # -- submission -------------------------------------------------------------------------
 
@@ -305,7 +307,15 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
 
     async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
         filters = {"type": ["container"], "label": [SCHEDULER_LABEL], "event": EVENTS}
-        async with self.engine.events(filters) as reads:
+        # A stream after the first starts where the last one's events stopped: the engine
+        # replays what it still holds since (after its own restart, what came since it is
+        # back), so an exit between the two streams is pushed. The daemon's resync after
+        # SUBSCRIBED cannot be trusted with it: the engine's listing shows an exit only a
+        # while after its die event.
+        since = self._events_seen
+        opened = time.time_ns()
+        async with self.engine.events(filters, since) as reads:
+            self._events_seen = self._events_seen or opened
             yield SUBSCRIBED
             # Exit codes from die events, by container id, kept until the app is terminal: the
             # engine's listing shows an exit only a while after its die event.
@@ -319,6 +329,7 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
                 for event in events:
                     batch.add(event)
                     told.add(event)
+                    self._events_seen = max(self._events_seen, int(event.get("timeNano", 0)))
                 for container in batch.restarted:
                     died.pop(container, None)
                 died.update(batch.codes)

@@ -200,16 +200,18 @@ class Engine:
 
     @contextlib.asynccontextmanager
     async def events(
-        self, filters: Mapping[str, list[str]]
+        self, filters: Mapping[str, list[str]], since_ns: int = 0
     ) -> AsyncIterator[AsyncIterator[list[dict[str, Any]]]]:
         """The engine's event stream, subscribed once this is entered (the engine subscribes
         before it sends its response's headers): the events of each read, as dicts (a burst
         that arrived while the consumer was busy comes as one list), until the stream drops,
-        or raising BackendUnavailable once the engine stops answering pings."""
+        or raising BackendUnavailable once the engine stops answering pings. `since_ns`: first
+        the events the engine still holds from then on (ns since the epoch), then live ones."""
+        params = {"filters": json.dumps(dict(filters))}
+        if since_ns:
+            params["since"] = f"{since_ns // 10**9}.{since_ns % 10**9:09d}"
         async with self._call("events"):
-            cm = self._client()._query(
-                "events", params={"filters": json.dumps(dict(filters))}, timeout=_STREAM_TIMEOUT
-            )
+            cm = self._client()._query("events", params=params, timeout=_STREAM_TIMEOUT)
             resp = await cm.__aenter__()
         try:
             yield _batches(self, resp)

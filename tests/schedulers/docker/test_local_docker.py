@@ -21,6 +21,7 @@ from docker_testing import BUSYBOX, Engine, EngineClient
 from txd.schedulers.api import SUBSCRIBED, Change, Job, NoAnswer, SubmitContext
 from txd.schedulers.docker.local_docker import REMOVED, create_scheduler
 from txd.v1 import (
+    TERMINAL_STATES,
     AppDef,
     AppState,
     AppStatus,
@@ -306,6 +307,44 @@ async def test_a_job_removed_behind_txds_back_is_pushed_as_no_answer(
                         if item.app_id == job.app_id and not isinstance(item.status, AppStatus):
                             break
             assert item.status == NoAnswer(REMOVED), item
+            await sched.delete(Job(job.app_id, job.native))
+    finally:
+        await sched.aclose()
+
+
+async def test_an_exit_between_two_change_streams_is_pushed_by_the_second(
+    docker_engine: Engine, tmp_path: Path
+) -> None:
+    """A change stream ends (the engine restarts, say) and a container exits before the next
+    one opens: the next stream pushes that end, though no event comes after it opened (the
+    engine replays what it holds since the last event the first stream saw). The daemon's
+    resync cannot be trusted with it: the engine's listing shows an exit a while after."""
+    sched = create_scheduler("between", settings={"docker_host": docker_engine.host})
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            await sched.start(tasks)
+            app = AppDef(name="between", roles=[sh_role("main", "sleep 600")])
+            ctx = SubmitContext(cwd=str(tmp_path), env={})
+            info = await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
+            async with contextlib.aclosing(sched.changes()) as first:
+                assert await anext(first) is SUBSCRIBED
+                job = await sched.schedule(info)
+                async with asyncio.timeout(30):
+                    async for item in first:
+                        status = item.status
+                        if isinstance(status, AppStatus) and status.state == AppState.RUNNING:
+                            break
+            name = job.native["containers"][0]["name"]
+            docker_engine.docker("kill", name)
+            docker_engine.docker("wait", name)  # the exit is recorded: its die event was sent
+            async with contextlib.aclosing(sched.changes()) as second:
+                assert await anext(second) is SUBSCRIBED
+                async with asyncio.timeout(30):
+                    async for item in second:
+                        status = item.status
+                        if isinstance(status, AppStatus) and status.state in TERMINAL_STATES:
+                            break
+            assert item.app_id == job.app_id and status.state == AppState.FAILED, item
             await sched.delete(Job(job.app_id, job.native))
     finally:
         await sched.aclose()
