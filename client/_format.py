@@ -236,6 +236,7 @@ def where_dict(resp: Any) -> dict[str, Any]:
         "version": resp.version,
         "started": resp.started.ToDatetime(dt.UTC).isoformat(),
         "uptime_seconds": round(resp.uptime.ToNanoseconds() / 1e9, 3),
+        "systemd_unit": resp.systemd_unit,
     }
 
 
@@ -252,5 +253,6 @@ def where_text(resp: Any) -> str:
         ("state dir", resp.state_dir),
         ("version", resp.version),
         ("started", f"{_when(resp.started)} (up {' '.join(parts)})"),
+        ("unit", resp.systemd_unit or "none (not started by systemd)"),
     ]
     return "\n".join(f"{name:<10} {value}" for name, value in rows)

@@ -51,3 +51,19 @@ class Notifier:
 
     def stopping(self) -> bool:
         return self.send(STOPPING=1, STATUS="shutting down: stopping local jobs")
+
+
+def systemd_unit() -> str:
+    """The systemd service this process runs in ("txd.service"), or "" when no service manager
+    started it: systemd sets INVOCATION_ID for its units' processes, and the unit is the last
+    part of the process's cgroup in systemd's hierarchy (v1's name=systemd, else v2's)."""
+    if not os.environ.get("INVOCATION_ID"):
+        return ""
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()  # noqa: SIM115 (one read)
+    except OSError:
+        return ""
+    paths = {c: p for _, c, p in (line.split(":", 2) for line in lines if line.count(":") >= 2)}
+    path = paths.get("name=systemd") or paths.get("", "")
+    unit = path.rstrip("/").rpartition("/")[2]
+    return unit if unit.endswith(".service") else ""

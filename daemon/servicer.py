@@ -15,7 +15,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
-from txd.daemon import wire
+from txd.daemon import sdnotify, wire
 from txd.daemon.cache import Shown
 from txd.daemon.core import NO_NATIVE_REQUEST, JobService, cfg_values
 from txd.daemon.events import Acks
@@ -132,6 +132,7 @@ class About:
     user: str
     started: float  # time.time() at start
     started_mono: float  # time.monotonic() at start
+    systemd_unit: str = ""  # the service it runs in, if systemd started it
 
     @classmethod
     def here(cls, socket_path: Path, state_dir: Path) -> About:
@@ -148,6 +149,7 @@ class About:
             user=getpass.getuser(),
             started=time.time(),
             started_mono=time.monotonic(),
+            systemd_unit=sdnotify.systemd_unit(),
         )
 
     def response(self) -> pb.WhereResponse:
@@ -158,6 +160,7 @@ class About:
             version=self.version,
             pid=self.pid,
             user=self.user,
+            systemd_unit=self.systemd_unit,
         )
         resp.started.FromNanoseconds(int(self.started * 1e9))
         resp.uptime.FromNanoseconds(int((time.monotonic() - self.started_mono) * 1e9))

@@ -215,6 +215,7 @@ def test_where_names_the_daemon(daemon: Daemon) -> None:
     assert first["version"] == version("txd")
     assert first["user"] and isinstance(first["uptime_seconds"], float)
     assert first["started"].endswith("+00:00")
+    assert first["systemd_unit"] == ""  # started by hand, not by systemd
     second = json.loads(txctl(daemon, "where", "--json").stdout)
     assert second["uptime_seconds"] >= first["uptime_seconds"]
     assert second["started"] == first["started"]
@@ -234,6 +235,7 @@ def test_where_names_the_daemon(daemon: Daemon) -> None:
         ("socket", str(daemon.socket)),
         ("state dir", str(daemon.state_dir)),
         ("version", first["version"]),
+        ("unit", "none (not started by systemd)"),
     ]:
         assert f"{name:<10} {value}\n" in text, text
     assert "(up 0h 0m" in text or "(up 0h 1m" in text, text

@@ -17,6 +17,7 @@ Skipped, saying why, where that cannot be done (not root, no unshare, no systemd
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -225,6 +226,10 @@ def test_autostart_through_the_unit(manager: UserManager) -> None:
     # The unit's cgroup, a child of the manager: not txctl's session.
     assert _cgroup_of(pid) == f"/{manager.cgroup}/app.slice/txd.service"
     assert _parent(pid) == manager.proc.pid
+    # `where` names the unit the daemon runs in.
+    where = manager.txctl("where", "--json")
+    assert where.returncode == 0, where.stderr
+    assert json.loads(where.stdout)["systemd_unit"] == "txd.service", where.stdout
     # txd's own STATUS= line, as systemctl shows it.
     status = manager.systemctl("status", "txd").stdout
     assert f"serving on {manager.socket}" in status, status

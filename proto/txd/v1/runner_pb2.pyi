@@ -318,7 +318,7 @@ class WhereRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WhereResponse(_message.Message):
-    __slots__ = ("host", "socket", "state_dir", "version", "pid", "started", "uptime", "user")
+    __slots__ = ("host", "socket", "state_dir", "version", "pid", "started", "uptime", "user", "systemd_unit")
     HOST_FIELD_NUMBER: _ClassVar[int]
     SOCKET_FIELD_NUMBER: _ClassVar[int]
     STATE_DIR_FIELD_NUMBER: _ClassVar[int]
@@ -327,6 +327,7 @@ class WhereResponse(_message.Message):
     STARTED_FIELD_NUMBER: _ClassVar[int]
     UPTIME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    SYSTEMD_UNIT_FIELD_NUMBER: _ClassVar[int]
     host: str
     socket: str
     state_dir: str
@@ -335,7 +336,8 @@ class WhereResponse(_message.Message):
     started: _timestamp_pb2.Timestamp
     uptime: _duration_pb2.Duration
     user: str
-    def __init__(self, host: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., started: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...
+    systemd_unit: str
+    def __init__(self, host: _Optional[str] = ..., socket: _Optional[str] = ..., state_dir: _Optional[str] = ..., version: _Optional[str] = ..., pid: _Optional[int] = ..., started: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., uptime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., user: _Optional[str] = ..., systemd_unit: _Optional[str] = ...) -> None: ...
 
 class ReplicaOffset(_message.Message):
     __slots__ = ("role", "replica", "offset")
