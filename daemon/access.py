@@ -14,10 +14,11 @@ a bad value). The line is at logsetup.access_level: INFO in JSON, DEBUG in text.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, cast
 
 import grpc
@@ -206,11 +207,22 @@ def _wrap(
         observer.started(call)
         return call
 
-    def end(call: Call, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
-        call.code = _outcome(context, error)
-        seconds = time.monotonic() - call.start
-        observer.handled(call, seconds)
-        write_line(call, seconds)
+    @contextlib.contextmanager
+    def observed(context: grpc.aio.ServicerContext) -> Iterator[Call]:
+        """One call from its start to its outcome (its error, if it raised): counted, timed
+        and written as its access line."""
+        call = begin(context)
+        error: BaseException | None = None
+        try:
+            yield call
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            call.code = _outcome(context, error)
+            seconds = time.monotonic() - call.start
+            observer.handled(call, seconds)
+            write_line(call, seconds)
 
     def got(call: Call) -> None:
         call.received += 1
@@ -229,18 +241,11 @@ def _wrap(
         unary = cast(Callable[..., Any], handler.unary_unary)  # grpc-stubs: the sync one
 
         async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            call = begin(context)
-            got(call)
-            error: BaseException | None = None
-            try:
+            with observed(context) as call:
+                got(call)
                 response = await unary(request, context)
                 put(call)
                 return response
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                end(call, context, error)
 
         return grpc.unary_unary_rpc_method_handler(
             unary_unary, handler.request_deserializer, handler.response_serializer
@@ -265,17 +270,10 @@ def _wrap(
     if inspect.isasyncgenfunction(behavior):
 
         async def generator(first: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            call = begin(context)
-            error: BaseException | None = None
-            try:
+            with observed(context) as call:
                 async for response in behavior(arguments(call, first, context), context):
                     yield response
                     put(call)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                end(call, context, error)
 
         wrapped: Callable[..., Any] = generator
     else:
@@ -283,19 +281,12 @@ def _wrap(
         # of a client stream).
 
         async def coroutine(first: Any, context: grpc.aio.ServicerContext) -> Any:
-            call = begin(context)
-            error: BaseException | None = None
-            counting = _Counting(context, call, observer)
-            try:
+            with observed(context) as call:
+                counting = _Counting(context, call, observer)
                 response = await behavior(arguments(call, first, context), counting)
                 if kind == CLIENT_STREAM:
                     put(call)
                 return response
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                end(call, context, error)
 
         wrapped = coroutine
 
