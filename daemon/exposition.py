@@ -20,10 +20,9 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import stat
 from pathlib import Path
 
+from txd.daemon import socketfile
 from txd.daemon.backends import SettingsError
 from txd.daemon.metrics import OPENMETRICS, PROMETHEUS, Metrics, MetricsSettings
 from txd.daemon.tasks import Tasks
@@ -139,22 +138,14 @@ def _answer(metrics: Metrics, head: bytes) -> tuple[str, bytes, str]:
 
 def _claim(path: Path) -> None:
     """Removes a stale socket of the user's at `path` (nobody listens); refuses anything else."""
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+    there = socketfile.clear_stale(path)
+    if there is not None and there.live:
+        raise SettingsError(f"settings [metrics] listen unix:{path}: another process listens there")
+    if there is not None:
         raise SettingsError(
             f"settings [metrics] listen unix:{path}: something that is not a stale socket of "
             "yours is there: txd never removes it"
         )
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()
-            return
-    raise SettingsError(f"settings [metrics] listen unix:{path}: another process listens there")
 
 
 async def _serve(server: asyncio.Server, path: Path) -> None:

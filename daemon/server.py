@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +15,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from txd import defaults
-from txd.daemon import access, reflection, serving, tcp, wire
+from txd.daemon import access, reflection, serving, socketfile, tcp, wire
 from txd.daemon.core import JobService
 from txd.daemon.servicer import About, RunnerServicer
 from txd.daemon.sockwatch import Listeners
@@ -58,21 +57,14 @@ def _claim_socket(path: Path) -> None:
         _check_private(folder)
     except OSError as e:
         raise SocketNotPrivate(f"cannot use the socket's folder {folder}: {e.strerror}") from None
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
+    there = socketfile.clear_stale(path)
+    if there is None:
         return
-    if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
+    if not there.live:
         raise SocketBlocked(
-            f"{path} is {describe(st)}, not a stale socket of yours: txd never removes "
-            "it; remove it or move it away, or choose another --socket"
+            f"{path} is {describe(there.stat)}, not a stale socket of yours: txd never "
+            "removes it; remove it or move it away, or choose another --socket"
         )
-    with socket.socket(socket.AF_UNIX) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # nobody listens: a leftover from a crash
-            return
     raise AlreadyRunning(f"a txd daemon is already listening on {path}", serving_here=True)
 
 
