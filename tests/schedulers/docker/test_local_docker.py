@@ -13,12 +13,13 @@ import contextlib
 import datetime as dt
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from docker_testing import BUSYBOX, Engine, EngineClient
-from txd.schedulers.api import SUBSCRIBED, Change, Job, NoAnswer, SubmitContext
+from txd.schedulers.api import SUBSCRIBED, Change, DryRunInfo, Job, NoAnswer, SubmitContext
 from txd.schedulers.docker.local_docker import REMOVED, create_scheduler
 from txd.v1 import (
     TERMINAL_STATES,
@@ -285,31 +286,40 @@ async def test_a_job_removed_behind_txds_back_keeps_its_last_state_marked(
         await c.delete(handle)
 
 
+@contextlib.asynccontextmanager
+async def own_scheduler(
+    engine: Engine, tmp_path: Path, name: str
+) -> AsyncIterator[tuple[Any, DryRunInfo[Any]]]:
+    """A local_docker scheduler of the test's own on `engine`, started, and the dry run of an
+    app `name` whose one container sleeps for 600 s."""
+    sched = create_scheduler(name, settings={"docker_host": engine.host})
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            await sched.start(tasks)
+            app = AppDef(name=name, roles=[sh_role("main", "sleep 600")])
+            ctx = SubmitContext(cwd=str(tmp_path), env={})
+            yield sched, await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
+    finally:
+        await sched.aclose()
+
+
 async def test_a_job_removed_behind_txds_back_is_pushed_as_no_answer(
     docker_engine: Engine, tmp_path: Path
 ) -> None:
     """The destroy event of a job's last container is answered as describe_many would answer:
     NoAnswer (removed outside txd), never a SUBSCRIBED that asks the daemon to ask again."""
-    sched = create_scheduler("removed-live", settings={"docker_host": docker_engine.host})
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            await sched.start(tasks)
-            app = AppDef(name="removed-live", roles=[sh_role("main", "sleep 600")])
-            ctx = SubmitContext(cwd=str(tmp_path), env={})
-            info = await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
-            async with contextlib.aclosing(sched.changes()) as changes:
-                assert await anext(changes) is SUBSCRIBED
-                job = await sched.schedule(info)
-                docker_engine.docker("rm", "-f", job.native["containers"][0]["name"])
-                async with asyncio.timeout(30):
-                    async for item in changes:
-                        assert isinstance(item, Change), "SUBSCRIBED again, to be asked"
-                        if item.app_id == job.app_id and not isinstance(item.status, AppStatus):
-                            break
-            assert item.status == NoAnswer(REMOVED), item
-            await sched.delete(Job(job.app_id, job.native))
-    finally:
-        await sched.aclose()
+    async with own_scheduler(docker_engine, tmp_path, "removed-live") as (sched, info):
+        async with contextlib.aclosing(sched.changes()) as changes:
+            assert await anext(changes) is SUBSCRIBED
+            job = await sched.schedule(info)
+            docker_engine.docker("rm", "-f", job.native["containers"][0]["name"])
+            async with asyncio.timeout(30):
+                async for item in changes:
+                    assert isinstance(item, Change), "SUBSCRIBED again, to be asked"
+                    if item.app_id == job.app_id and not isinstance(item.status, AppStatus):
+                        break
+        assert item.status == NoAnswer(REMOVED), item
+        await sched.delete(Job(job.app_id, job.native))
 
 
 async def test_an_exit_between_two_change_streams_is_pushed_by_the_second(
@@ -319,35 +329,27 @@ async def test_an_exit_between_two_change_streams_is_pushed_by_the_second(
     one opens: the next stream pushes that end, though no event comes after it opened (the
     engine replays what it holds since the last event the first stream saw). The daemon's
     resync cannot be trusted with it: the engine's listing shows an exit a while after."""
-    sched = create_scheduler("between", settings={"docker_host": docker_engine.host})
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            await sched.start(tasks)
-            app = AppDef(name="between", roles=[sh_role("main", "sleep 600")])
-            ctx = SubmitContext(cwd=str(tmp_path), env={})
-            info = await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
-            async with contextlib.aclosing(sched.changes()) as first:
-                assert await anext(first) is SUBSCRIBED
-                job = await sched.schedule(info)
-                async with asyncio.timeout(30):
-                    async for item in first:
-                        status = item.status
-                        if isinstance(status, AppStatus) and status.state == AppState.RUNNING:
-                            break
-            name = job.native["containers"][0]["name"]
-            docker_engine.docker("kill", name)
-            docker_engine.docker("wait", name)  # the exit is recorded: its die event was sent
-            async with contextlib.aclosing(sched.changes()) as second:
-                assert await anext(second) is SUBSCRIBED
-                async with asyncio.timeout(30):
-                    async for item in second:
-                        status = item.status
-                        if isinstance(status, AppStatus) and status.state in TERMINAL_STATES:
-                            break
-            assert item.app_id == job.app_id and status.state == AppState.FAILED, item
-            await sched.delete(Job(job.app_id, job.native))
-    finally:
-        await sched.aclose()
+    async with own_scheduler(docker_engine, tmp_path, "between") as (sched, info):
+        async with contextlib.aclosing(sched.changes()) as first:
+            assert await anext(first) is SUBSCRIBED
+            job = await sched.schedule(info)
+            async with asyncio.timeout(30):
+                async for item in first:
+                    status = item.status
+                    if isinstance(status, AppStatus) and status.state == AppState.RUNNING:
+                        break
+        name = job.native["containers"][0]["name"]
+        docker_engine.docker("kill", name)
+        docker_engine.docker("wait", name)  # the exit is recorded: its die event was sent
+        async with contextlib.aclosing(sched.changes()) as second:
+            assert await anext(second) is SUBSCRIBED
+            async with asyncio.timeout(30):
+                async for item in second:
+                    status = item.status
+                    if isinstance(status, AppStatus) and status.state in TERMINAL_STATES:
+                        break
+        assert item.app_id == job.app_id and status.state == AppState.FAILED, item
+        await sched.delete(Job(job.app_id, job.native))
 
 
 async def test_a_start_is_pushed_as_running_from_its_events_without_asking_the_engine(
@@ -355,34 +357,26 @@ async def test_a_start_is_pushed_as_running_from_its_events_without_asking_the_e
 ) -> None:
     """The create and start events of an app's every container tell its status in full: they
     are pushed as SUBMITTED and RUNNING with no listing or inspect of the engine's."""
-    sched = create_scheduler("told", settings={"docker_host": docker_engine.host})
-    try:
-        async with asyncio.TaskGroup() as tasks:
-            await sched.start(tasks)
-            app = AppDef(name="told", roles=[sh_role("main", "sleep 600")])
-            ctx = SubmitContext(cwd=str(tmp_path), env={})
-            info = await sched.submit_dryrun(app, {"network": CfgValue(str="none")}, ctx)
-            async with contextlib.aclosing(sched.changes()) as changes:
-                assert await anext(changes) is SUBSCRIBED
-                asked = sched.engine.calls.copy()
-                job = await sched.schedule(info)
-                pushed = []
-                async with asyncio.timeout(30):
-                    async for item in changes:
-                        assert isinstance(item, Change) and isinstance(item.status, AppStatus)
-                        if item.app_id == job.app_id:
-                            pushed.append(item.status.state)
-                            if item.status.state == AppState.RUNNING:
-                                break
-                calls = sched.engine.calls
-                assert (calls["containers.list"], calls["containers.inspect"]) == (
-                    asked["containers.list"],
-                    asked["containers.inspect"],
-                ), dict(calls)
-                assert pushed in ([AppState.SUBMITTED, AppState.RUNNING], [AppState.RUNNING])
-            await sched.delete(Job(job.app_id, job.native))
-    finally:
-        await sched.aclose()
+    async with own_scheduler(docker_engine, tmp_path, "told") as (sched, info):
+        async with contextlib.aclosing(sched.changes()) as changes:
+            assert await anext(changes) is SUBSCRIBED
+            asked = sched.engine.calls.copy()
+            job = await sched.schedule(info)
+            pushed = []
+            async with asyncio.timeout(30):
+                async for item in changes:
+                    assert isinstance(item, Change) and isinstance(item.status, AppStatus)
+                    if item.app_id == job.app_id:
+                        pushed.append(item.status.state)
+                        if item.status.state == AppState.RUNNING:
+                            break
+            calls = sched.engine.calls
+            assert (calls["containers.list"], calls["containers.inspect"]) == (
+                asked["containers.list"],
+                asked["containers.inspect"],
+            ), dict(calls)
+            assert pushed in ([AppState.SUBMITTED, AppState.RUNNING], [AppState.RUNNING])
+        await sched.delete(Job(job.app_id, job.native))
 
 
 async def test_dryrun_maps_resources_mounts_retries_ports_and_options(
