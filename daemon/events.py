@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -385,12 +386,12 @@ class EventHub:
             sub.sent += events
             sub.unacked.append((sub.sent, seq))
 
-        async def send_events(entries: list[_Entry]) -> None:
-            """Writes `entries` in responses of at most `batch` events."""
-            for i in range(0, len(entries), batch):
-                part = entries[i : i + batch]
-                wires = [entry.wire(self.store_id) for entry in part]
-                await send(packed(wires), part[-1].event.seq, len(part))
+        async def send_batched(events: Iterable[tuple[bytes, int]]) -> None:
+            """Writes these (serialized event, its number) in responses of at most `batch`
+            events each, serializing no further ahead than the response being written."""
+            rest = iter(events)
+            while part := list(itertools.islice(rest, batch)):
+                await send(packed([wire for wire, _ in part]), part[-1][1], len(part))
 
         async def replay(after: int) -> int:
             while True:
@@ -409,7 +410,7 @@ class EventHub:
                 )
                 if not page:
                     return max(after, self.store.last_seq())
-                await send_events([_Entry(e) for e in page])
+                await send_batched(self._wired(_Entry(e) for e in page))
                 after = page[-1].seq
 
         try:
@@ -418,12 +419,10 @@ class EventHub:
                 rows = self.store.statuses(
                     scheduler=flt.scheduler, states=flt.states, handles=flt.handles
                 )
-                for i in range(0, len(rows), batch):
-                    wires = [
-                        response(self.store_id, e, Kind.SNAPSHOT, last).SerializeToString()
-                        for e in rows[i : i + batch]
-                    ]
-                    await send(packed(wires), 0, len(wires))
+                await send_batched(
+                    (response(self.store_id, e, Kind.SNAPSHOT, last).SerializeToString(), 0)
+                    for e in rows
+                )
                 sub.delivered = last
             elif start is not None:
                 # Subscribed above, before reading the store: what commits from now on is in
@@ -439,10 +438,14 @@ class EventHub:
                 # acknowledgements, whose write then fails its call (grpcio).
                 await _closed(acks, CLOSE_WAIT)
                 return
-            await self._live(sub, last, flt, interval, batch, send, send_events, replay)
+            await self._live(sub, last, flt, interval, batch, send, send_batched, replay)
         finally:
             self._subs.discard(sub)
             self._narrow.discard(sub)
+
+    def _wired(self, entries: Iterable[_Entry]) -> Iterator[tuple[bytes, int]]:
+        """Each entry as (its serialized response, its event's number)."""
+        return ((entry.wire(self.store_id), entry.event.seq) for entry in entries)
 
     async def _live(
         self,
@@ -452,7 +455,7 @@ class EventHub:
         interval: float,
         batch: int,
         send: Callable[[bytes, int], Awaitable[None]],
-        send_events: Callable[[list[_Entry]], Awaitable[None]],
+        send_batched: Callable[[Iterable[tuple[bytes, int]]], Awaitable[None]],
         replay: Callable[[int], Awaitable[int]],
     ) -> None:
         loop = asyncio.get_running_loop()
@@ -484,7 +487,7 @@ class EventHub:
                     if flt.match(e):
                         taken.append(entry)
                 if taken:
-                    await send_events(taken)
+                    await send_batched(self._wired(taken))
                     quiet_since = loop.time()
             if pulse.gen != gen:
                 continue
