@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def systemd_unit() -> str:
     if not os.environ.get("INVOCATION_ID"):
         return ""
     try:
-        lines = open("/proc/self/cgroup").read().splitlines()  # noqa: SIM115 (one read)
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return ""
     paths = {c: p for _, c, p in (line.split(":", 2) for line in lines if line.count(":") >= 2)}
