@@ -170,58 +170,19 @@ def framework_job(
     base._hyperparameters(hyperparameters)
 
     algorithm: Request = {"TrainingImage": r.image, "TrainingInputMode": opts.input_mode}
-    if opts.metric_definitions:
-        algorithm["MetricDefinitions"] = base._metrics(opts.metric_definitions)
-    if opts.enable_sagemaker_metrics is not None:
-        algorithm["EnableSageMakerMetricsTimeSeries"] = opts.enable_sagemaker_metrics
-    if image_config := base._image_config(opts):
-        algorithm["TrainingImageConfig"] = image_config
-
-    resources: Request = {
-        "InstanceType": instance_type,
-        "InstanceCount": instances,
-        "VolumeSizeInGB": opts.volume_size,
-    }
-    if opts.volume_kms_key:
-        resources["VolumeKmsKeyId"] = opts.volume_kms_key
-    if opts.keep_alive_period_in_seconds is not None:
-        resources["KeepAlivePeriodInSeconds"] = opts.keep_alive_period_in_seconds
-
-    output: Request = {"S3OutputPath": output_path}
-    if opts.output_kms_key:
-        output["KmsKeyId"] = opts.output_kms_key
-    if opts.disable_output_compression:
-        output["CompressionType"] = "NONE"
-
-    stopping: Request = {"MaxRuntimeInSeconds": opts.max_run}
-    if opts.max_wait is not None:
-        stopping["MaxWaitTimeInSeconds"] = opts.max_wait
-
-    req: Request = {
-        "TrainingJobName": name,
-        "RoleArn": opts.role,
-        "AlgorithmSpecification": algorithm,
-        "OutputDataConfig": output,
-        "ResourceConfig": resources,
-        "StoppingCondition": stopping,
-        "HyperParameters": dict(sorted(hyperparameters.items())),
-    }
+    req = base._training_request(
+        opts,
+        name,
+        algorithm,
+        instance_type=instance_type,
+        instances=instances,
+        output_path=output_path,
+    )
+    req["HyperParameters"] = dict(sorted(hyperparameters.items()))
     channels = _channels(opts, code if isolated else "")
     if channels:
         req["InputDataConfig"] = channels
-    if opts.subnets:
-        req["VpcConfig"] = {"SecurityGroupIds": opts.security_group_ids, "Subnets": opts.subnets}
-    if isolated:
-        req["EnableNetworkIsolation"] = True
-    if opts.encrypt_inter_container_traffic:
-        req["EnableInterContainerTrafficEncryption"] = True
-    if opts.use_spot_instances:
-        req["EnableManagedSpotTraining"] = True
-    if opts.checkpoint_s3_uri:
-        checkpoint = {"S3Uri": opts.checkpoint_s3_uri}
-        if opts.checkpoint_local_path:
-            checkpoint["LocalPath"] = opts.checkpoint_local_path
-        req["CheckpointConfig"] = checkpoint
+    base._job_flags(req, opts, isolated=isolated)
     if _debugger(opts, region):
         req["DebugHookConfig"] = {"S3OutputPath": output_path, "CollectionConfigurations": []}
     if opts.disable_profiler or region in NO_PROFILER:
@@ -230,20 +191,7 @@ def framework_job(
         req["ProfilerConfig"] = {"S3OutputPath": output_path, "DisableProfiler": False}
     env = {**opts.environment, **r.env, JOB_ID_ENV: name}
     req["Environment"] = base._environment(env, opts.environment, path)
-    retries = opts.max_retry_attempts
-    if retries is None and role.max_retries > 0:
-        retries = role.max_retries
-    if retries is not None:
-        field = (
-            "cfg.max_retry_attempts"
-            if opts.max_retry_attempts is not None
-            else f"{path}.max_retries"
-        )
-        if not 1 <= retries <= 30:
-            raise InvalidArgument(field, f"SageMaker retries a job 1 to 30 times, got {retries}")
-        req["RetryStrategy"] = {"MaximumRetryAttempts": retries}
-    if opts.enable_infra_check is not None:
-        req["InfraCheckConfig"] = {"EnableInfraCheck": opts.enable_infra_check}
+    base._retries(req, opts, role, path)
     req["Tags"] = base._tags(app, opts, session=session, role=role.name)
     return TrainingJob(name=name, role=role.name, instances=instances, request=req, upload=upload)
 

@@ -254,58 +254,19 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
     }
     if r.args:
         algorithm["ContainerArguments"] = _command(list(r.args), f"{path}.args")
-    if opts.metric_definitions:
-        algorithm["MetricDefinitions"] = _metrics(opts.metric_definitions)
-    if opts.enable_sagemaker_metrics is not None:
-        algorithm["EnableSageMakerMetricsTimeSeries"] = opts.enable_sagemaker_metrics
-    if image_config := _image_config(opts):
-        algorithm["TrainingImageConfig"] = image_config
-
-    resources: Request = {
-        "InstanceType": _instance_type(opts, role.resource.capabilities),
-        "InstanceCount": instances,
-        "VolumeSizeInGB": opts.volume_size,
-    }
-    if opts.volume_kms_key:
-        resources["VolumeKmsKeyId"] = opts.volume_kms_key
-    if opts.keep_alive_period_in_seconds is not None:
-        resources["KeepAlivePeriodInSeconds"] = opts.keep_alive_period_in_seconds
-
-    output: Request = {"S3OutputPath": opts.output_path}
-    if opts.output_kms_key:
-        output["KmsKeyId"] = opts.output_kms_key
-    if opts.disable_output_compression:
-        output["CompressionType"] = "NONE"
-
-    stopping: Request = {"MaxRuntimeInSeconds": opts.max_run}
-    if opts.max_wait is not None:
-        stopping["MaxWaitTimeInSeconds"] = opts.max_wait
-
-    req: Request = {
-        "TrainingJobName": name,
-        "RoleArn": opts.role,
-        "AlgorithmSpecification": algorithm,
-        "OutputDataConfig": output,
-        "ResourceConfig": resources,
-        "StoppingCondition": stopping,
-    }
+    req = _training_request(
+        opts,
+        name,
+        algorithm,
+        instance_type=_instance_type(opts, role.resource.capabilities),
+        instances=instances,
+        output_path=opts.output_path,
+    )
     if opts.hyperparameters:
         req["HyperParameters"] = _hyperparameters(opts.hyperparameters)
     if channels := _channels(opts):
         req["InputDataConfig"] = channels
-    if opts.subnets:
-        req["VpcConfig"] = {"SecurityGroupIds": opts.security_group_ids, "Subnets": opts.subnets}
-    if opts.enable_network_isolation:
-        req["EnableNetworkIsolation"] = True
-    if opts.encrypt_inter_container_traffic:
-        req["EnableInterContainerTrafficEncryption"] = True
-    if opts.use_spot_instances:
-        req["EnableManagedSpotTraining"] = True
-    if opts.checkpoint_s3_uri:
-        checkpoint = {"S3Uri": opts.checkpoint_s3_uri}
-        if opts.checkpoint_local_path:
-            checkpoint["LocalPath"] = opts.checkpoint_local_path
-        req["CheckpointConfig"] = checkpoint
+    _job_flags(req, opts, isolated=opts.enable_network_isolation)
     if opts.debugger_hook_config:
         req["DebugHookConfig"] = {"S3OutputPath": opts.output_path}
     if opts.disable_profiler:
@@ -316,6 +277,83 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
         env.setdefault(RANK0_ENV, RANK0_HOST)
     if env:
         req["Environment"] = _environment(env, opts.environment, path)
+    _retries(req, opts, role, path)
+    req["Tags"] = _tags(app, opts, session=session, role=role.name)
+    return TrainingJob(name=name, role=role.name, instances=instances, request=req)
+
+
+# -- what both modes build alike ----------------------------------------------------------------
+
+
+def _training_request(
+    opts: SageMakerOpts,
+    name: str,
+    algorithm: Request,
+    *,
+    instance_type: str,
+    instances: int,
+    output_path: str,
+) -> Request:
+    """The request's head, from the options alike in both modes: the algorithm's metrics and
+    image settings added to `algorithm`, the output, the instances and the time limits."""
+    if opts.metric_definitions:
+        algorithm["MetricDefinitions"] = _metrics(opts.metric_definitions)
+    if opts.enable_sagemaker_metrics is not None:
+        algorithm["EnableSageMakerMetricsTimeSeries"] = opts.enable_sagemaker_metrics
+    if image_config := _image_config(opts):
+        algorithm["TrainingImageConfig"] = image_config
+
+    resources: Request = {
+        "InstanceType": instance_type,
+        "InstanceCount": instances,
+        "VolumeSizeInGB": opts.volume_size,
+    }
+    if opts.volume_kms_key:
+        resources["VolumeKmsKeyId"] = opts.volume_kms_key
+    if opts.keep_alive_period_in_seconds is not None:
+        resources["KeepAlivePeriodInSeconds"] = opts.keep_alive_period_in_seconds
+
+    output: Request = {"S3OutputPath": output_path}
+    if opts.output_kms_key:
+        output["KmsKeyId"] = opts.output_kms_key
+    if opts.disable_output_compression:
+        output["CompressionType"] = "NONE"
+
+    stopping: Request = {"MaxRuntimeInSeconds": opts.max_run}
+    if opts.max_wait is not None:
+        stopping["MaxWaitTimeInSeconds"] = opts.max_wait
+
+    return {
+        "TrainingJobName": name,
+        "RoleArn": opts.role,
+        "AlgorithmSpecification": algorithm,
+        "OutputDataConfig": output,
+        "ResourceConfig": resources,
+        "StoppingCondition": stopping,
+    }
+
+
+def _job_flags(req: Request, opts: SageMakerOpts, *, isolated: bool) -> None:
+    """The VPC, the switches and the checkpoint location, alike in both modes but for network
+    isolation, which framework mode also turns on to give the code as a channel."""
+    if opts.subnets:
+        req["VpcConfig"] = {"SecurityGroupIds": opts.security_group_ids, "Subnets": opts.subnets}
+    if isolated:
+        req["EnableNetworkIsolation"] = True
+    if opts.encrypt_inter_container_traffic:
+        req["EnableInterContainerTrafficEncryption"] = True
+    if opts.use_spot_instances:
+        req["EnableManagedSpotTraining"] = True
+    if opts.checkpoint_s3_uri:
+        checkpoint = {"S3Uri": opts.checkpoint_s3_uri}
+        if opts.checkpoint_local_path:
+            checkpoint["LocalPath"] = opts.checkpoint_local_path
+        req["CheckpointConfig"] = checkpoint
+
+
+def _retries(req: Request, opts: SageMakerOpts, role: Role, path: str) -> None:
+    """The retry strategy (max_retry_attempts, else the role's max_retries: TorchX drops
+    those) and the infrastructure check."""
     retries = opts.max_retry_attempts
     if retries is None and role.max_retries > 0:
         retries = role.max_retries
@@ -330,8 +368,6 @@ def training_job(app: AppDef, opts: SageMakerOpts, *, session: str, name: str = 
         req["RetryStrategy"] = {"MaximumRetryAttempts": retries}
     if opts.enable_infra_check is not None:
         req["InfraCheckConfig"] = {"EnableInfraCheck": opts.enable_infra_check}
-    req["Tags"] = _tags(app, opts, session=session, role=role.name)
-    return TrainingJob(name=name, role=role.name, instances=instances, request=req)
 
 
 # -- checks -------------------------------------------------------------------------------------
