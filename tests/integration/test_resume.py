@@ -27,7 +27,7 @@ from txd.client import AsyncClient, InvalidArgumentError
 from txd.client._errors import from_rpc_error
 from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
-from txd_testing import TXCTL, Daemon, Gates, PidWatch, py_app, sh_app
+from txd_testing import TXCTL, Daemon, Gate, Gates, PidWatch, py_app, sh_app
 
 TIMEOUT = 60.0
 LINES = 4000
@@ -216,6 +216,27 @@ async def test_logs_follow_survives_a_kill9_byte_for_byte(daemon: Daemon, tmp_pa
     assert len(out) >= len(known_bytes(300)) and known_bytes().startswith(out), out[-200:]
 
 
+async def _follow_across_a_cut(
+    daemon: Daemon, relay: Relay, tmp_path: Path, script: str, gate: Gate, shown: bytes, *args: str
+) -> tuple[int, bytes, str]:
+    """`txctl logs -f ARGS` of a job running `script`, through the relay: once `shown` is out,
+    the relay is killed; the job goes past `gate` and ends while nobody follows; then the relay
+    comes back and the follow finishes. Its exit code, stdout and stderr."""
+    async with daemon.client() as c:
+        handle = await c.run(sh_app(script), "local_cwd")
+        follow = Txctl(daemon, tmp_path / "out", "logs", "-f", *args, handle, socket=relay.listen)
+        try:
+            follow.until_output(len(shown))
+            relay.kill()
+            follow.until_stderr("connection to the daemon lost")
+            gate.open()  # the rest is written while nobody follows
+            assert (await c.wait(handle, timeout=TIMEOUT)).state == AppState.SUCCEEDED
+            relay.start()
+            return follow.finish()
+        finally:
+            follow.kill()
+
+
 async def test_logs_follow_resumes_at_its_byte_across_a_dropped_connection(
     daemon: Daemon, relay: Relay, tmp_path: Path
 ) -> None:
@@ -226,19 +247,7 @@ async def test_logs_follow_resumes_at_its_byte_across_a_dropped_connection(
         script = f"cat {tmp_path / 'first'}; {gate.wait}; cat {tmp_path / 'second'}"
         (tmp_path / "first").write_bytes(half)
         (tmp_path / "second").write_bytes(known_bytes()[len(half) :])
-        async with daemon.client() as c:
-            handle = await c.run(sh_app(script), "local_cwd")
-            follow = Txctl(daemon, tmp_path / "out", "logs", "-f", handle, socket=relay.listen)
-            try:
-                follow.until_output(len(half))
-                relay.kill()
-                follow.until_stderr("connection to the daemon lost")
-                gate.open()  # the rest is written while nobody follows
-                assert (await c.wait(handle, timeout=TIMEOUT)).state == AppState.SUCCEEDED
-                relay.start()
-                code, out, err = follow.finish()
-            finally:
-                follow.kill()
+        code, out, err = await _follow_across_a_cut(daemon, relay, tmp_path, script, gate, half)
     assert code == 0, err
     assert "reconnected" in err, err
     assert sha(out) == sha(known_bytes()), (len(out), len(known_bytes()))
@@ -252,21 +261,9 @@ async def test_a_tail_follow_says_it_cannot_resume_at_a_byte(
     with Gates(tmp_path) as gates:
         gate = gates.new("rest")
         script = f"echo a; echo b; echo c; {gate.wait}; echo written-while-cut-off"
-        async with daemon.client() as c:
-            handle = await c.run(sh_app(script), "local_cwd")
-            follow = Txctl(
-                daemon, tmp_path / "out", "logs", "-f", "--tail", "2", handle, socket=relay.listen
-            )
-            try:
-                follow.until_output(len(b"b\nc\n"))
-                relay.kill()
-                follow.until_stderr("connection to the daemon lost")
-                gate.open()
-                assert (await c.wait(handle, timeout=TIMEOUT)).state == AppState.SUCCEEDED
-                relay.start()
-                code, out, err = follow.finish()
-            finally:
-                follow.kill()
+        code, out, err = await _follow_across_a_cut(
+            daemon, relay, tmp_path, script, gate, b"b\nc\n", "--tail", "2"
+        )
     assert code == 0, err
     assert out == b"b\nc\n", out  # the tail shown; nothing shown twice
     assert "with tail cannot resume at a byte" in err and "may be missing" in err, err
