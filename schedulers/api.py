@@ -221,9 +221,10 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
     name: ClassVar[str]
     description: ClassVar[str] = ""
     capabilities: ClassVar[Capabilities] = Capabilities()
-    # Its jobs run on the daemon's own host and end with it (local_cwd): a daemon that takes a
-    # shared state dir over from another host records them as lost (daemon.serving).
-    jobs_live_on_host: ClassVar[bool] = False
+    # Its jobs run on the daemon's own host (local_cwd; local_docker with a local engine): a
+    # daemon that takes a shared state dir over from another host records them as lost
+    # (daemon.serving). An instance may set it from its settings.
+    jobs_live_on_host: bool = False
     # log_iter applies LogQuery.offset itself (it can start reading there); otherwise the
     # daemon reads from the start and skips that many bytes.
     log_seek: ClassVar[bool] = False

@@ -143,6 +143,9 @@ class DockerScheduler(Scheduler[DockerOpts, DockerJob]):
         resolved = typing.cast(DockerSettings, self.settings)
         url = resolved.docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
         self.engine = Engine(url, resolved.engine_timeout)
+        # An engine behind a Unix socket runs on this host: another login node that takes the
+        # state dir over cannot reach its containers. One at tcp:// may serve either node.
+        self.jobs_live_on_host = url.startswith("unix://")
         self._deleted: OrderedDict[str, None] = OrderedDict()  # see RECENT_DELETED
         self._events_seen = 0  # ns: the last event's time, or the first stream's (changes())
 

@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -18,80 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_testing import PERIOD, Host, record, stale, unshare_works, until
 from txd.daemon import jobstore, serving
-from txd_testing import TXCTL, Daemon, PidWatch, clean_env, log_alarms, remove_tree, short_tmpdir
+from txd_testing import PidWatch, clean_env, log_alarms, remove_tree, short_tmpdir
 
-PERIOD = 0.3  # the daemons' heartbeat here: a dead host is stale after 0.9 s
-
-
-def _unshare_works() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(
-        [*_on_host("probe"), "true"], capture_output=True, timeout=30, check=False
-    )
-    return probe.returncode == 0
-
-
-def _on_host(name: str) -> list[str]:
-    """A command prefix running its arguments (same pid) under the hostname `name`."""
-    user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
-    return ["unshare", *user, "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', name]
-
-
-pytestmark = pytest.mark.skipif(not _unshare_works(), reason="needs unshare --uts")
-
-
-# A prefix for `python -m txd.daemon ...` (see txd_testing.Daemon) that runs the same daemon
-# with flock a no-op: on one machine the hosts' flocks would see each other, as they do not on
-# Lustre mounted with localflock, where only the serving record tells hosts apart.
-_LOCALFLOCK = [
-    "sh",
-    "-c",
-    'py=$1; shift 3; exec "$py" -c "$0" "$@"',
-    "import fcntl, runpy; fcntl.flock = lambda fd, op: None; "
-    "runpy.run_module('txd.daemon', run_name='__main__')",
-]
-
-
-class Host:
-    """A login node: its own socket and log, the shared state dir."""
-
-    def __init__(self, root: Path, name: str, state_dir: Path, localflock: bool = False) -> None:
-        self.name = name
-        (root / name).mkdir(exist_ok=True)
-        self.daemon = Daemon(
-            root / name,
-            args=["--heartbeat", str(PERIOD)],
-            prefix=[*_on_host(name), *(_LOCALFLOCK if localflock else [])],
-        )
-        self.daemon.state_dir = state_dir
-
-    def txctl(
-        self, *args: str, autostart: bool = False, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        """txctl on this host. Its ssh (to another host serving the state dir) is a script that
-        records its arguments in <root>/ssh-args and fails: nothing leaves loopback here
-        (tests/remote has real sshd login nodes)."""
-        d = self.daemon
-        fake_ssh = d.root.parent / "fake-ssh"
-        if not fake_ssh.exists():
-            fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {d.root.parent}/ssh-args\nexit 255\n')
-            fake_ssh.chmod(0o755)
-        (d.root / "xdg-run").mkdir(mode=0o700, exist_ok=True)  # the tunnel's runtime folder
-        env = d.txctl_env(
-            TXD_STATE_DIR=str(d.state_dir), TXD_SSH_COMMAND=str(fake_ssh), **(env or {})
-        )
-        flags = [] if autostart else ["--no-autostart"]
-        return subprocess.run(
-            [*_on_host(self.name), *TXCTL, "--socket", str(d.socket), *flags, *args],
-            capture_output=True,
-            encoding="utf-8",
-            cwd=d.home,
-            env=env,
-            timeout=60,
-            check=False,
-        )
+pytestmark = pytest.mark.skipif(not unshare_works(), reason="needs unshare --uts")
 
 
 @pytest.fixture
@@ -107,23 +37,6 @@ def cluster() -> Iterator[tuple[Path, Host, Host]]:
         for h in hosts:
             assert not log_alarms(h.daemon.log()), h.daemon.log()
         remove_tree(root)
-
-
-def _record(state: Path) -> dict[str, object]:
-    data: dict[str, object] = json.loads((state / serving.RECORD).read_bytes())
-    return data
-
-
-def _until(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
-def _stale(state: Path) -> bool:
-    rec = _record(state)
-    return time.time() - float(rec["heartbeat"]) > 3 * float(rec["period"])  # type: ignore[arg-type]
 
 
 def _fake_record(state: Path, host: str, heartbeat: float, period: float = 30.0) -> None:
@@ -146,20 +59,20 @@ def _fake_record(state: Path, host: str, heartbeat: float, period: float = 30.0)
 def test_the_record_names_the_serving_host_and_beats(cluster: tuple[Path, Host, Host]) -> None:
     state, login1, login2 = cluster
     d = login1.daemon.start()
-    first = _record(state)
+    first = record(state)
     assert (first["host"], first["ssh"], first["socket"]) == ("login1", "login1", str(d.socket))
     assert (first["pid"], first["state"], first["period"]) == (d.pid, "serving", PERIOD)
     assert first["started"] == first["heartbeat"]
-    _until(lambda: _record(state)["heartbeat"] != first["heartbeat"])
-    assert _record(state)["id"] == first["id"]
+    until(lambda: record(state)["heartbeat"] != first["heartbeat"])
+    assert record(state)["id"] == first["id"]
     assert (state / serving.RECORD).stat().st_mode & 0o777 == 0o600
     assert d.stop() == 0
-    last = _record(state)
+    last = record(state)
     assert last["state"] == "stopped" and last["id"] == first["id"]
     # A clean exit frees the state dir for another host at once, without any wait.
     login2.daemon.start()
     assert "took over" not in login2.daemon.log()
-    assert _record(state)["host"] == "login2"
+    assert record(state)["host"] == "login2"
 
 
 def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
@@ -173,7 +86,7 @@ def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
     text = str(refused.value)
     assert "on another host (host login9 (ssh login9.example)" in text, text
     assert "txctl --host ssh://login9.example" in text, text
-    assert _record(state)["host"] == "login9"  # untouched
+    assert record(state)["host"] == "login9"  # untouched
     assert not (state / jobstore.FILE_NAME).exists()  # the job store never opened
     # txctl on that host goes there by ssh instead of starting a second daemon (an ssh that
     # records its arguments and fails here; tests/remote has real ones).
@@ -209,15 +122,15 @@ def test_kill_9_then_another_host_takes_over_and_knows_every_job(
     login1.daemon.kill()
 
     # Its heartbeat is fresh a moment longer: login2 is refused, naming login1.
-    if not _stale(state):  # so txctl there goes to login1 by ssh (which fails here)
+    if not stale(state):  # so txctl there goes to login1 by ssh (which fails here)
         refused = login2.txctl("list", autostart=True)
         assert refused.returncode == 3, refused
         assert "serves this state dir on host login1; reaching it over ssh" in refused.stderr
-    _until(lambda: _stale(state))
+    until(lambda: stale(state))
     listed = login2.txctl("list", "--json", autostart=True)
     assert listed.returncode == 0, listed
     assert "stopped beating" in listed.stderr and "taking the state dir" in listed.stderr
-    taker = int(_record(state)["pid"])  # type: ignore[call-overload]
+    taker = int(record(state)["pid"])  # type: ignore[call-overload]
     try:
         _taken_over(state, handles, listed.stdout, login2)
     finally:
@@ -240,7 +153,7 @@ def _taken_over(state: Path, handles: list[str], listed: str, login2: Host) -> N
     lost_status = json.loads(lost.stdout)
     assert lost_status["state"] == "FAILED", lost_status
     assert "ran on host login1" in lost_status["msg"], lost_status
-    rec = _record(state)
+    rec = record(state)
     assert rec["host"] == "login2" and rec["state"] == "serving"
 
 
@@ -252,16 +165,16 @@ def test_a_stalled_daemon_taken_over_stops_without_writing(
     d1 = login1.daemon.start()
     os.kill(d1.pid, signal.SIGSTOP)  # a paused process, a hung file system: no heartbeat
     try:
-        _until(lambda: _stale(state))
+        until(lambda: stale(state))
         login2.daemon.start()
     finally:
         os.kill(d1.pid, signal.SIGCONT)
-    taker = _record(state)
+    taker = record(state)
     assert taker["host"] == "login2"
     assert d1.proc is not None
     assert d1.proc.wait(timeout=30) == 0  # on its next heartbeat it sees the new record
     assert "another txd took this state dir over (host login2" in d1.log()
-    assert _record(state) == {**taker, "heartbeat": _record(state)["heartbeat"]}
+    assert record(state) == {**taker, "heartbeat": record(state)["heartbeat"]}
     assert login2.txctl("list").returncode == 0
     login2.daemon.close()
 
@@ -306,7 +219,7 @@ def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
         results.append(json.loads(out))
     winners = [r for r in results if r["won"]]
     assert len(winners) == 1, results
-    assert _record(state)["id"] == winners[0]["id"]
+    assert record(state)["id"] == winners[0]["id"]
     for r in results:
         if not r["won"]:
             assert "taking the state dir over" in r["why"] or "over first" in r["why"], r
@@ -322,11 +235,11 @@ def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
     claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time() - 60, "id": "x"}))
     s = serving.acquire(state, root / "sock", host="login2")
     try:
-        assert _record(state)["id"] == s.record.id
+        assert record(state)["id"] == s.record.id
         assert s.took_over_from == "login9"
     finally:
         s.close()
-    assert _record(state)["state"] == "stopped"
+    assert record(state)["state"] == "stopped"
     # A recent claim means another host is taking over right now: busy, naming it.
     _fake_record(state, "login9", time.time() - 60, period=0.2)
     claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time(), "id": "y"}))
@@ -376,11 +289,11 @@ def test_a_full_file_system_is_said_once_and_the_heartbeat_recovers(
         assert len(errors) == 1, errors
         assert "No space left on device" in errors[0].message
         assert "take this state dir over once the record is 15s old" in errors[0].message
-        assert _record(state)["heartbeat"] < s.record.heartbeat
+        assert record(state)["heartbeat"] < s.record.heartbeat
         filler.unlink()
         assert s.beat()
         assert any("is written again" in r.message for r in caplog.records)
-        assert _record(state)["heartbeat"] == s.record.heartbeat
+        assert record(state)["heartbeat"] == s.record.heartbeat
         assert [p.name for p in state.iterdir() if p.name.startswith(".")] == []  # no leftovers
     finally:
         s.close()
@@ -439,7 +352,7 @@ def _untrusted(state: Path, login2: Host, change: str) -> subprocess.CompletedPr
     if change == "writable":
         (state / serving.RECORD).chmod(0o666)
     else:
-        rec = _record(state)
+        rec = record(state)
         (state / serving.RECORD).write_text(json.dumps({**rec, "ssh": change}))
     out = login2.txctl("list", autostart=True)
     assert not (state.parent.parent / "ssh-args").exists()  # ssh never ran
@@ -461,7 +374,7 @@ def test_the_ssh_name_is_the_daemons_choice_and_checked(cluster: tuple[Path, Hos
     state, login1, _ = cluster
     login1.daemon.args += ["--ssh-name", "me@login1.example"]
     login1.daemon.start()
-    assert _record(state)["ssh"] == "me@login1.example"
+    assert record(state)["ssh"] == "me@login1.example"
     bad = subprocess.run(
         [sys.executable, "-m", "txd.daemon", "--ssh-name=-oProxyCommand=x"],
         capture_output=True, text=True, timeout=30, env=clean_env(), check=False,
@@ -477,11 +390,11 @@ def test_a_takeover_that_fails_to_start_puts_the_dead_hosts_record_back(
     here)."""
     state, _, login2 = cluster
     _fake_record(state, "login9", time.time() - 60, period=0.2)
-    before = _record(state)
+    before = record(state)
     (state / jobstore.FILE_NAME).write_bytes(b"not a database, " * 64)
     with pytest.raises(RuntimeError, match="not a txd job store"):
         login2.daemon.start()
     assert "watching it" in login2.daemon.log()  # it did take the record over first
-    assert _record(state) == {**before, "python": ""}  # as read back, the field it lacked
+    assert record(state) == {**before, "python": ""}  # as read back, the field it lacked
     assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))
     (state / jobstore.FILE_NAME).unlink()  # the teardown reads the job store
