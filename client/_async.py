@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import datetime as dt
+import os
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
@@ -45,6 +46,15 @@ def _timestamp(when: dt.datetime | None) -> Timestamp | None:
     return ts
 
 
+def _default_host() -> str | None:
+    """With no socket or host given: $TXD_HOST, else the endpoint `txctl host use` chose, as
+    txctl takes them; None (the local daemon) when neither names one."""
+    from txd.client._endpoint import HOST_ENV, LOCAL, hosts_file, load_hosts
+
+    chosen = os.environ.get(HOST_ENV) or (load_hosts()["current"] if hosts_file().exists() else "")
+    return None if chosen in ("", LOCAL) else chosen
+
+
 class AsyncClient:
     """A connection to txd. Use as `async with AsyncClient() as c: ...`.
 
@@ -79,6 +89,8 @@ class AsyncClient:
     ) -> None:
         if host is None and isinstance(socket, str) and socket.startswith(("ssh://", "tcp://")):
             host, socket = socket, None
+        if host is None and socket is None:
+            host = _default_host()
         self._tcp: grpc.ChannelCredentials | None = None
         self._endpoint: Any = None
         if host is not None and _tcp.is_tcp(host):
@@ -95,6 +107,9 @@ class AsyncClient:
             self.socket_path = defaults.socket_path(str(socket) if socket else None)
             self.target = str(self.socket_path)
         self._ssh = self._endpoint  # kept: a reconnect starts the tunnel again
+        # The local daemon's socket by default: where none is, another login node's daemon
+        # serving the shared state dir is reached over ssh, as txctl does (connect()).
+        self._may_route = host is None
         # True when the daemon runs on another host: run() then sends no cwd or environment
         # of this one (the daemon uses its own).
         self.remote = self._endpoint is not None or self._tcp is not None
@@ -150,6 +165,9 @@ class AsyncClient:
         """Starts the ssh tunnel to a remote host, when none runs (the first call does it;
         raises UnavailableError naming the hop that failed: ssh, the remote command, the
         daemon). Nothing to do for a local daemon."""
+        if self._may_route:
+            self._may_route = False
+            self._route_to_serving_host()
         if self._endpoint is None or self._stub is not None:
             return
         import asyncio
@@ -163,6 +181,30 @@ class AsyncClient:
         except TunnelError as e:
             raise UnavailableError(describe(e, self._endpoint)) from None
         self._endpoint = None
+
+    def _route_to_serving_host(self) -> None:
+        """No daemon's socket here, and a daemon of another host, still beating, serves the
+        state dir this host shares (its record, txd.client._serving): that daemon is the one
+        to reach, over ssh. The client is then remote (run() sends no cwd or environment)."""
+        if self.socket_path.exists():
+            return
+        from txd.client._endpoint import EndpointError
+        from txd.client._errors import UnavailableError
+        from txd.client._serving import RecordError, other_host, serving_endpoint
+
+        try:
+            served = other_host(defaults.state_dir())
+            if served is None or not served.fresh():
+                return
+            ep = serving_endpoint(served)
+        except (RecordError, EndpointError) as e:
+            raise UnavailableError(f"no txd daemon answers on {self.socket_path}: {e}") from None
+        say_on_stderr("txd.client")(
+            f"txd serves this state dir on host {served.host}; reaching it over ssh ({ep.url})"
+        )
+        self._endpoint = self._ssh = ep
+        self.remote = True
+        self.resumer.rejoin = self._rejoin_tunnel
 
     @property
     def stub(self) -> RunnerStub:
@@ -217,6 +259,7 @@ class AsyncClient:
         makes retries safe: the same id never runs twice. `workspace`: a directory of code the
         job runs instead of its image's (RunRequest.workspace); None, as in TorchX's Runner,
         means none (txctl's default is the working directory)."""
+        await self.connect()  # where the daemon is decides whether cwd and env are sent
         req = pb.RunRequest(
             request_id=request_id,
             **_submission(app, scheduler, cfg, cwd, env, workspace, self.remote),
@@ -235,6 +278,7 @@ class AsyncClient:
     ) -> pb.DryRunResponse:
         """What run() would submit (the app with defaults applied, the native request, and
         what would be built or copied from the workspace)."""
+        await self.connect()
         req = pb.DryRunRequest(**_submission(app, scheduler, cfg, cwd, env, workspace, self.remote))
         return await self._call("DryRun", req)
 
@@ -579,7 +623,6 @@ def _submission(
     daemon's own for a remote daemon), the workspace as an absolute path (a remote daemon's
     path as given). TorchX-only options of the scheduler (`quiet` ...) are dropped with a
     warning, as txctl drops them."""
-    import os
     import warnings
 
     from txd.client._torchx_only import drop_torchx_only

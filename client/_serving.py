@@ -8,10 +8,12 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import socket
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 RECORD = "txd.serving"
 STALE_PERIODS = 3  # as the daemon counts: a heartbeat older than 3 periods is stale
@@ -81,3 +83,17 @@ def other_host(state_dir: Path) -> Served | None:
 
 class RecordError(Exception):
     """A serving record txctl must not follow, with why."""
+
+
+def serving_endpoint(served: Served, command: str | None = None) -> Any:
+    """The ssh endpoint (txd.client._endpoint.Endpoint) of the host serving the shared state
+    dir: the name its record gives, its daemon's socket, and as the remote command the txctl of
+    that daemon's own install (`command` or TXD_REMOTE_COMMAND win). Raises EndpointError when
+    the record's name is no usable ssh host."""
+    from txd.client._endpoint import resolve
+
+    ep = resolve(f"ssh://{served.ssh}", command=command)
+    assert ep is not None  # an ssh:// URL is never the local daemon
+    if served.python and not (command or os.environ.get("TXD_REMOTE_COMMAND")):
+        ep = dataclasses.replace(ep, command=shlex.join([served.python, "-m", "txd.client.cli"]))
+    return dataclasses.replace(ep, socket=served.socket)

@@ -689,26 +689,19 @@ class _ServedElsewhere(Exception):
 
 
 def _cluster_endpoint(args: argparse.Namespace, served: Any) -> Any:
-    """The ssh endpoint of the host serving the shared state dir: the name its record gives,
-    its daemon's socket, and as the remote command the txctl of that daemon's own install
-    (--remote-command or TXD_REMOTE_COMMAND win)."""
-    import dataclasses
-    import shlex
-
-    from txd.client._endpoint import EndpointError, resolve
+    """The ssh endpoint of the host serving the shared state dir (--remote-command wins over
+    the txctl of that daemon's own install)."""
+    from txd.client._endpoint import EndpointError
+    from txd.client._serving import serving_endpoint
 
     try:
-        ep = resolve(f"ssh://{served.ssh}", command=args.remote_command)
+        return serving_endpoint(served, args.remote_command)
     except EndpointError as e:
         raise CliError(
             f"txd serves the state dir on host {served.host}, but its record names no usable "
             f"ssh host: {e}",
             exits.NO_DAEMON,
         ) from None
-    assert ep is not None  # an ssh:// URL is never the local daemon
-    if served.python and not (args.remote_command or os.environ.get("TXD_REMOTE_COMMAND")):
-        ep = dataclasses.replace(ep, command=shlex.join([served.python, "-m", "txd.client.cli"]))
-    return dataclasses.replace(ep, socket=served.socket)
 
 
 def _elsewhere(state_dir: Path, autostart: bool) -> float:

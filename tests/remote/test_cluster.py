@@ -8,9 +8,11 @@ import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -159,3 +161,33 @@ def test_a_wait_on_login2_rides_out_login1s_daemon_lost(ssh_cluster: SshCluster,
         assert _record(ssh_cluster)["host"] == "login2"
     else:
         assert final["state"] in ("FAILED", "CANCELLED"), final
+
+
+_CLIENT_ON_LOGIN2 = """
+import sys
+from txd.client import Client
+from txd.v1 import AppDef, AppState, Role
+with Client() as c:
+    print(AppState.Name(c.status(sys.argv[1]).state))
+    app = AppDef(name="py", roles=[Role(name="echo", image="/", entrypoint="echo", args=["hi"])])
+    handle = c.run(app, "local_cwd")
+    print(AppState.Name(c.wait(handle, timeout=60).state))
+    print(b"".join(chunk.data for chunk in c.logs(handle)).decode(), end="")
+"""
+
+
+def test_the_python_client_on_login2_reaches_login1s_daemon(ssh_cluster: SshCluster) -> None:
+    """Client() with no address, on a node whose state dir another node's daemon serves: it
+    goes there over ssh, as txctl does (before, it failed: no daemon on its socket)."""
+    login1, login2 = ssh_cluster.nodes
+    _node_to_node_ssh(ssh_cluster)
+    done = _handle(login1.txctl("run", "--wait", "utils.echo", "--msg", "hello"))
+    [daemon] = login1.daemon_pids()
+    out = login2.ssh(shlex.join([sys.executable, "-c", _CLIENT_ON_LOGIN2, done]))
+    assert out.returncode == 0, out
+    assert out.stdout.splitlines() == ["SUCCEEDED", "SUCCEEDED", "hi"], out
+    assert out.stderr == (
+        "txd.client: txd serves this state dir on host login1; reaching it over ssh "
+        "(ssh://login1)\n"
+    ), out.stderr
+    assert login2.daemon_pids() == [] and login1.daemon_pids() == [daemon]

@@ -196,6 +196,29 @@ def test_saved_endpoints_and_txd_host(ssh_cluster: SshCluster) -> None:
     assert bad.returncode == 2 and "unknown host 'c2'" in bad.stderr, bad
 
 
+def test_the_python_client_with_no_address_goes_where_txctl_does(
+    ssh_cluster: SshCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Client() takes $TXD_HOST, else the endpoint `txctl host use` chose, as txctl does
+    (before, it went to the local socket whatever they said)."""
+    from txd.client import Client, UnavailableError
+
+    for key, value in ssh_cluster.laptop_env().items():
+        monkeypatch.setenv(key, value)
+    handle = _handle(_ok(ssh_cluster.laptop_txctl("--host", "ssh://login1", "run", "utils.echo")))
+    monkeypatch.setenv("TXD_HOST", "ssh://login1")
+    with Client() as client:
+        assert [s.app_handle for s in client.list()] == [handle]
+    monkeypatch.delenv("TXD_HOST")
+    _ok(ssh_cluster.laptop_txctl("host", "add", "c1", "ssh://login1"))
+    _ok(ssh_cluster.laptop_txctl("host", "use", "c1"))
+    with Client() as client:
+        assert [s.app_handle for s in client.list()] == [handle]
+    _ok(ssh_cluster.laptop_txctl("host", "use", "local"))
+    with Client() as client, pytest.raises(UnavailableError, match="No such file"):
+        client.list()  # the laptop's own daemon: there is none
+
+
 def test_the_python_client_by_address(
     ssh_cluster: SshCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
