@@ -2,12 +2,21 @@
 that cannot use SSH. It serves only over TLS (optionally requiring client certificates) and
 only to calls with a live token (txd.daemon.auth): without TLS material or without a token the
 daemon refuses to start. There is no insecure switch.
+
+The certificate, key and client CAs are read again when their files change (a renewed
+certificate needs no restart): gRPC asks before every new connection's handshake, and a set
+that does not load (a key that does not match, a file half written) is logged and the one in
+use kept. Connections already open keep theirs.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import ssl
 import stat
+import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -15,6 +24,8 @@ from urllib.parse import urlsplit
 import grpc
 from txd.daemon.auth import BearerAuth
 from txd.daemon.tokens import TokenError, TokenStore
+
+log = logging.getLogger(__name__)
 
 
 class ListenError(Exception):
@@ -29,6 +40,7 @@ class TcpListen:
     key: bytes
     client_ca: bytes | None
     tokens: TokenStore
+    paths: tuple[str, str, str | None]  # cert, key, client CA: read again when they change
 
 
 def parse_address(url: str) -> str:
@@ -84,6 +96,7 @@ def prepare(
         _read(key, "--tls-key"),
         _read(client_ca, "--client-ca") if client_ca else None,
         tokens,
+        (cert, key, client_ca),
     )
 
 
@@ -118,10 +131,12 @@ def server(
 def bind(srv: grpc.aio.Server, listen: TcpListen) -> list[str]:
     """Adds the TLS ports; returns them as tcp://HOST:PORT with the ports bound (port 0 asks
     the system for one)."""
-    credentials = grpc.ssl_server_credentials(
-        [(listen.key, listen.cert)],
-        root_certificates=listen.client_ca,
-        require_client_auth=listen.client_ca is not None,
+    certs = Certificates(listen)
+    credentials = grpc.dynamic_ssl_server_credentials(
+        certs.configuration(listen.cert, listen.key, listen.client_ca),
+        # grpc's stubs want a configuration back; its docs (and code) take None: no change.
+        typing.cast(Callable[[], grpc.ServerCertificateConfiguration], certs.fetch),
+        require_client_authentication=listen.client_ca is not None,
     )
     bound = []
     for url, address in zip(listen.urls, listen.addresses, strict=True):
@@ -135,3 +150,60 @@ def bind(srv: grpc.aio.Server, listen: TcpListen) -> list[str]:
             )
         bound.append(f"tcp://{address.rpartition(':')[0]}:{port}")
     return bound
+
+
+class Certificates:
+    """The listener's TLS files, read again when one changes (gRPC calls fetch() before each
+    new connection's handshake: three stats when nothing changed)."""
+
+    def __init__(self, listen: TcpListen) -> None:
+        self.paths = listen.paths
+        self.seen = self._signature()
+        self.refused: tuple[object, ...] | None = None  # a changed set that did not load
+
+    def _signature(self) -> tuple[object, ...]:
+        out: list[object] = []
+        for path in self.paths:
+            try:
+                st = os.stat(path) if path else None
+            except OSError as e:
+                out.append(e.errno)
+            else:
+                out.append(st and (st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
+    @staticmethod
+    def configuration(
+        cert: bytes, key: bytes, client_ca: bytes | None
+    ) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=client_ca)
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """A new configuration when the files changed and load as a matching set, else None
+        (gRPC keeps the one in use). Never raises: it runs inside gRPC's handshake."""
+        signature = self._signature()
+        if signature in (self.seen, self.refused):
+            return None
+        try:
+            config = self._load()
+        except (ListenError, ssl.SSLError, OSError, ValueError) as e:
+            self.refused = signature
+            log.warning("TLS files changed but were not loaded (the ones in use are kept): %s", e)
+            return None
+        if self._signature() != signature:
+            return None  # changed again while being read: the next connection looks again
+        self.seen = signature
+        log.info("TLS certificate reloaded from %s", self.paths[0])
+        return config
+
+    def _load(self) -> grpc.ServerCertificateConfiguration:
+        cert_path, key_path, ca_path = self.paths
+        if (mode := _mode(key_path, "--tls-key")) & 0o077:
+            raise ListenError(f"--tls-key {key_path}: other users may read it (mode {mode:04o})")
+        cert, key = _read(cert_path, "--tls-cert"), _read(key_path, "--tls-key")
+        ca = _read(ca_path, "--client-ca") if ca_path else None
+        # The key must match the certificate (ssl checks it); a CA file must parse.
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+        if ca is not None:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=ca.decode())
+        return self.configuration(cert, key, ca)

@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
+import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -458,6 +460,61 @@ def test_client_certificate_required(pki: Pki) -> None:
         remove_tree(root)
     assert not log_alarms(log), log
     assert "client certificates" in log
+
+
+# -- certificate renewal ----------------------------------------------------------------------
+
+
+def _install(pair: Pair, cert: Path, key: Path) -> None:
+    """As a renewal tool does: each file written aside, then renamed over the old one."""
+    for src, dst in ((pair.cert, cert), (pair.key, key)):
+        tmp = dst.with_suffix(".new")
+        shutil.copyfile(src, tmp)
+        tmp.chmod(0o600)
+        os.replace(tmp, dst)
+
+
+def _answers(t: TcpDaemon, ca: Path) -> bool:
+    """Whether a new connection trusting only `ca` gets an answer."""
+    tls = grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+    good = [("authorization", f"Bearer {t.tokens['ci']}")]
+    with grpc.secure_channel(t.address, tls) as ch:
+        try:
+            RunnerStub(ch).List(pb.ListRequest(), metadata=good, timeout=10)
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, e  # the handshake failed
+            return False
+    return True
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(pki: Pki) -> None:
+    root = short_tmpdir("txdt-renew-")
+    (root / "pki2").mkdir()
+    renewed = make_pki(root / "pki2")  # another CA: who trusts which tells which is served
+    (root / "tls").mkdir()
+    cert, key = root / "tls" / "server.pem", root / "tls" / "server.key"
+    _install(pki.server, cert, key)
+    (root / "d").mkdir()
+    t = start_tcp_daemon(root / "d", replace(pki, server=Pair(cert, key)), names=("ci",))
+    try:
+        assert _answers(t, pki.ca) and not _answers(t, renewed.ca)
+        with t.channel() as kept:  # a connection open across the renewal keeps working
+            List = RunnerStub(kept).List
+            good = [("authorization", f"Bearer {t.tokens['ci']}")]
+            List(pb.ListRequest(), metadata=good, timeout=10)
+            _install(renewed.server, cert, key)
+            assert _answers(t, renewed.ca) and not _answers(t, pki.ca)
+            List(pb.ListRequest(), metadata=good, timeout=10)
+        assert "TLS certificate reloaded from" in t.daemon.log()
+        # A key that does not match the certificate: refused, logged, the renewed one kept.
+        shutil.copyfile(pki.server.key, key)
+        assert _answers(t, renewed.ca) and not _answers(t, pki.ca)
+        assert "TLS files changed but were not loaded" in t.daemon.log()
+    finally:
+        t.daemon.close()
+        log = t.daemon.log()
+        remove_tree(root)
+    assert not log_alarms(log), log
 
 
 # -- shutdown ---------------------------------------------------------------------------------
