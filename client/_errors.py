@@ -81,6 +81,13 @@ class UnauthenticatedError(TxdError):
     code = "UNAUTHENTICATED"
 
 
+class PermissionDeniedError(TxdError):
+    """A daemon's TCP listener took the token but its scope does not allow the call (a `read`
+    token may observe jobs, not run, cancel or delete them)."""
+
+    code = "PERMISSION_DENIED"
+
+
 class DeadlineExceededError(TxdError):
     """The call's timeout ran out."""
 
@@ -120,6 +127,7 @@ _BY_CODE = {
         UnimplementedError,
         UnavailableError,
         UnauthenticatedError,
+        PermissionDeniedError,
         DeadlineExceededError,
         ResourceExhaustedError,
         OutOfRangeError,

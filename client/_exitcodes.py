@@ -10,7 +10,8 @@ from typing import Any
 OK = 0
 JOB_FAILED = 1  # the job ended other than SUCCEEDED (run --wait/--log, wait)
 BAD_REQUEST = 2  # usage, unknown handle or scheduler, invalid app or option, component error
-NO_DAEMON = 3  # no daemon answers on the socket (or it is shutting down, or refused the token)
+# no daemon answers on the socket (or it is shutting down, or refused the token or its scope)
+NO_DAEMON = 3
 BACKEND = 4  # the daemon answered; the scheduler's backend (its commands, login node) did not
 DEADLINE = 5  # the call's --timeout ran out
 EXHAUSTED = 6  # the daemon refused for want of a resource (e.g. a message over its size limit)
@@ -28,7 +29,7 @@ exit codes:
   {BAD_REQUEST:<3}  bad request: usage, unknown handle or scheduler, invalid app or option,
        an error in a component (its own exceptions included)
   {NO_DAEMON:<3}  no daemon answers on the socket (or it is shutting down); a tcp://
-       daemon refused the token
+       daemon refused the token, or the call for the token's scope
   {BACKEND:<3}  the daemon answered but the scheduler's backend did not (a missing
        command, an unconfigured cluster, an unreachable login node)
   {DEADLINE:<3}  the call took longer than --timeout
@@ -46,6 +47,7 @@ exit codes:
 _BY_CODE = {
     "UNAVAILABLE": NO_DAEMON,
     "UNAUTHENTICATED": NO_DAEMON,
+    "PERMISSION_DENIED": NO_DAEMON,
     "DEADLINE_EXCEEDED": DEADLINE,
     "RESOURCE_EXHAUSTED": EXHAUSTED,
     "INTERNAL": INTERNAL,
@@ -58,7 +60,7 @@ def for_error(err: Any, *, socket_path: str, timeout: float) -> tuple[str, int]:
     if backend:  # BackendUnavailableError: the daemon answered for its backend
         return f"{backend} backend unavailable: {err.message}", BACKEND
     code = _BY_CODE.get(err.code, BAD_REQUEST)
-    if err.code == "UNAUTHENTICATED":
+    if err.code in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
         return f"{socket_path} refused the call: {err.message}", code
     if code == NO_DAEMON:
         return f"{err.message} (daemon socket {socket_path})", code

@@ -2,6 +2,9 @@
 reflection, or a method that does not exist), carries `authorization: Bearer <token>` of a live
 token, or ends UNAUTHENTICATED before any handler runs.
 
+A token of scope `read` reaches only the methods in READ (observing jobs and the daemon); any
+other ends PERMISSION_DENIED naming the token's scope.
+
 Nothing about the peer counts: not its address (loopback included), not `x-forwarded-for` or
 any other header. The refusal names what is wrong, never the token it was given; the log gets
 the peer and the reason, at most one line per LOG_EVERY seconds (a scanner must not fill it).
@@ -20,6 +23,17 @@ from txd.daemon.tokens import TokenStore
 log = logging.getLogger(__name__)
 
 LOG_EVERY = 10.0
+# What a `read` token may call: an allow-list, so a method added later is refused until listed.
+_READ_RUNNER = "Status Wait Watch Describe List Logs Events Schedulers RunOpts Where Metrics"
+READ = frozenset(
+    [f"/txd.v1.Runner/{m}" for m in _READ_RUNNER.split()]
+    + [
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    ]
+)
 _HINT = "txctl and txd.client send the one in TXD_TOKEN or TXD_TOKEN_FILE"
 
 
@@ -52,17 +66,26 @@ class BearerAuth(grpc.aio.ServerInterceptor):
         if token is not None:
             verdict = self.store.check(token)
             if verdict.name is not None:
-                return await continuation(details)
+                if verdict.scope == "all" or details.method in READ:
+                    return await continuation(details)
+                return self._refusal(
+                    details.method,
+                    f"token {verdict.name!r} has scope {verdict.scope!r}: it may observe jobs "
+                    f"and the daemon, not call {details.method.rpartition('/')[2]}",
+                    grpc.StatusCode.PERMISSION_DENIED,
+                )
             why = f"the token is not valid: {verdict.reason}"
         return self._refusal(details.method, why)
 
-    def _refusal(self, method: str, why: str) -> grpc.RpcMethodHandler:
+    def _refusal(
+        self, method: str, why: str, code: grpc.StatusCode = grpc.StatusCode.UNAUTHENTICATED
+    ) -> grpc.RpcMethodHandler:
         """A handler that ends the call at once. A stream-stream handler fits every kind of
         call: on the wire they differ only in how many messages each side sends."""
 
         async def refuse(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> None:
             self._log(method, context.peer(), why)
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, why)
+            await context.abort(code, why)
 
         return grpc.stream_stream_rpc_method_handler(refuse)
 

@@ -12,7 +12,7 @@ import sys
 import time
 
 from txd import defaults
-from txd.daemon.tokens import TokenError, TokenStore, format_time, parse_expiry
+from txd.daemon.tokens import SCOPES, TokenError, TokenStore, format_time, parse_expiry
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,6 +44,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a duration (30d, 12h, 90m, 2w), an ISO date or time (UTC unless it says), or "
         "'never' (default %(default)s)",
     )
+    create.add_argument(
+        "--scope",
+        choices=SCOPES,
+        default="all",
+        help="all: every call; read: observe jobs and the daemon (status, list, logs, watch, "
+        "events, describe, metrics), never run, cancel or delete (default %(default)s)",
+    )
     revoke = sub.add_parser(
         "revoke", parents=[common], help="remove a token; a running daemon refuses it at once"
     )
@@ -62,10 +69,10 @@ def main(argv: list[str]) -> int:
         if args.action == "create":
             now = time.time()
             expires = parse_expiry(args.expires, now)
-            secret = store.create(args.name, expires, now)
+            secret = store.create(args.name, expires, now, scope=args.scope)
             print(secret)
             print(
-                f"txd: token {args.name!r} created in {store.path}, expires "
+                f"txd: token {args.name!r} (scope {args.scope}) created in {store.path}, expires "
                 f"{format_time(expires)}; the secret above is shown only this once",
                 file=sys.stderr,
             )
@@ -91,6 +98,7 @@ def _print_list(store: TokenStore, as_json: bool) -> None:
                 "expires": t.expires,
                 "last_used": t.last_used,
                 "expired": t.expired(now),
+                "scope": t.scope,
             }
             for t in tokens
         ]
@@ -99,14 +107,15 @@ def _print_list(store: TokenStore, as_json: bool) -> None:
     if not tokens:
         print("no tokens (txd token create --name NAME makes one)", file=sys.stderr)
         return
-    table = [("NAME", "EXPIRES", "LAST USED")] + [
+    table = [("NAME", "SCOPE", "EXPIRES", "LAST USED")] + [
         (
             t.name,
+            t.scope,
             format_time(t.expires) + (" (expired)" if t.expired(now) else ""),
             format_time(t.last_used, never="-"),
         )
         for t in tokens
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(2)]
-    for name, expires, used in table:
-        print(f"{name:<{widths[0]}}  {expires:<{widths[1]}}  {used}")
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    for name, scope, expires, used in table:
+        print(f"{name:<{widths[0]}}  {scope:<{widths[1]}}  {expires:<{widths[2]}}  {used}")

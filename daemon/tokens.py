@@ -5,6 +5,10 @@ find a leaked one. Only its SHA-256 is kept, in <state_dir>/tokens.json (0600), 
 creation, expiry and last use: the secret is printed once by `txd token create` and never again.
 A SHA-256 of 256 random bits needs no salt or slow hash: nobody can guess what hashes to it.
 
+A token has a scope: `all` (every call the Unix socket allows) or `read` (what observes jobs and
+the daemon, nothing that runs, cancels or deletes a job: for dashboards and monitors; the
+methods are listed in txd.daemon.auth, and a method added later is refused until listed).
+
 Writers (`txd token create/revoke`, the daemon recording a last use) take <state_dir>/tokens.lock
 and replace the file whole, so a reader never sees half a file. The daemon re-reads the file
 when its inode, size or mtime change (one stat per call): a revocation or a new token counts
@@ -36,6 +40,7 @@ LOCK_FILE = "tokens.lock"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _AGE = re.compile(r"(\d+)\s*([smhdw])")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+SCOPES = ("all", "read")
 # A last use is written at most this often per token: a busy CI runner must not rewrite the
 # file on every call. `txd token list` shows it to the minute.
 LAST_USE_EVERY = 60.0
@@ -53,6 +58,7 @@ class Token:
     created: float
     expires: float | None  # epoch seconds; None: never
     last_used: float | None = None
+    scope: str = "all"  # SCOPES; stores written before scopes existed hold `all` tokens
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
@@ -60,11 +66,12 @@ class Token:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a presented secret is worth: `name` when it is a live token's, else `reason`
-    (which never contains the secret)."""
+    """What a presented secret is worth: `name` (and its scope) when it is a live token's,
+    else `reason` (which never contains the secret)."""
 
     name: str | None
     reason: str = ""
+    scope: str = "all"
 
 
 def new_secret() -> str:
@@ -119,8 +126,12 @@ class TokenStore:
 
     # -- the user's commands ------------------------------------------------------------------
 
-    def create(self, name: str, expires: float | None, now: float | None = None) -> str:
+    def create(
+        self, name: str, expires: float | None, now: float | None = None, scope: str = "all"
+    ) -> str:
         """Adds a token and returns its secret (the only time it exists outside the caller)."""
+        if scope not in SCOPES:
+            raise TokenError(f"token scope {scope!r}: use one of {', '.join(SCOPES)}")
         if not _NAME.fullmatch(name):
             raise TokenError(
                 f"token name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with "
@@ -133,7 +144,7 @@ class TokenStore:
                     f"a token named {name!r} exists: revoke it first (txd token revoke {name})"
                 )
             when = time.time() if now is None else now
-            tokens.append(Token(name, digest(secret).hex(), when, expires))
+            tokens.append(Token(name, digest(secret).hex(), when, expires, scope=scope))
         return secret
 
     def revoke(self, name: str) -> None:
@@ -169,7 +180,7 @@ class TokenStore:
         if found.expired(now):
             return Verdict(None, f"token {found.name!r} expired at {format_time(found.expires)}")
         self._note_use(found.name, now)
-        return Verdict(found.name)
+        return Verdict(found.name, scope=found.scope)
 
     def _current(self) -> list[Token]:
         """The tokens, re-read (and their privacy checked again) when the file, or its folder's
@@ -239,7 +250,10 @@ class TokenStore:
             raise TokenError(f"cannot read the token store {self.path}: {e.strerror}") from None
         try:
             data = json.loads(text)
-            return [Token(**item) for item in data["tokens"]]
+            tokens = [Token(**item) for item in data["tokens"]]
+            if bad := [t.name for t in tokens if t.scope not in SCOPES]:
+                raise ValueError(f"unknown scope of {bad}")
+            return tokens
         except (ValueError, KeyError, TypeError) as e:
             raise TokenError(
                 f"the token store {self.path} is damaged ({type(e).__name__}): remove it and "

@@ -140,3 +140,19 @@ def test_a_store_others_can_write_grants_nothing(tmp_path: Path) -> None:
     assert store.check(secret).name is None
     store.path.chmod(0o600)
     assert store.check(secret).name == "ci"
+
+
+def test_scopes_default_to_all_and_an_unknown_one_grants_nothing(tmp_path: Path) -> None:
+    store = TokenStore(tmp_path)
+    reader = store.create("dash", None, scope="read")
+    assert store.check(reader).scope == "read"
+    with pytest.raises(TokenError, match="token scope 'rw'"):
+        store.create("x", None, scope="rw")
+    # A store written before scopes existed: its tokens are `all` tokens.
+    data = json.loads(store.path.read_text())
+    del data["tokens"][0]["scope"]
+    store.path.write_text(json.dumps(data))
+    assert store.check(reader) == tokens.Verdict("dash", scope="all")
+    data["tokens"][0]["scope"] = "root"
+    store.path.write_text(json.dumps(data))
+    assert store.check(reader).name is None  # damaged: nothing granted

@@ -412,6 +412,75 @@ def test_revocation_and_new_tokens_count_on_a_running_daemon(tcpd: TcpDaemon) ->
     txd_cli("token", "revoke", "fresh", "--state-dir", state)
 
 
+# Each Runner method as a `read` token finds it: True if it passes the door. A method the
+# proto gains must be added here, which makes its scope a decision.
+READ_SCOPE = {
+    "Run": False, "DryRun": False, "Status": True, "Wait": True, "Watch": True,
+    "Describe": True, "List": True, "Cancel": False, "Delete": False, "Prune": False,
+    "Logs": True, "Schedulers": True, "RunOpts": True, "Where": True, "Events": True,
+    "Metrics": True,
+}  # fmt: skip
+
+
+def _raw_call(ch: grpc.Channel, method: Any, md: list[tuple[str, str]]) -> grpc.StatusCode:
+    """Calls a Runner method with an empty request; the status code it ends with."""
+    path = f"/txd.v1.Runner/{method.name}"
+    try:
+        if method.client_streaming:
+            call = ch.stream_stream(path)(iter([b""]), metadata=md, timeout=TIMEOUT)
+            next(iter(call))
+        elif method.server_streaming:
+            next(iter(ch.unary_stream(path)(b"", metadata=md, timeout=TIMEOUT)))
+        else:
+            ch.unary_unary(path)(b"", metadata=md, timeout=TIMEOUT)
+    except grpc.RpcError as e:
+        return e.code()
+    except StopIteration:  # a stream that ended with no message, but OK
+        pass
+    return grpc.StatusCode.OK
+
+
+def test_a_read_token_observes_and_changes_nothing(tcpd: TcpDaemon) -> None:
+    state = str(tcpd.daemon.state_dir)
+    secret = create_token(tcpd.daemon.state_dir, "watcher", "--scope", "read")
+    md = [("authorization", f"Bearer {secret}")]
+    methods = pb.DESCRIPTOR.services_by_name["Runner"].methods
+    assert sorted(m.name for m in methods) == sorted(READ_SCOPE)
+    with tcpd.channel() as ch:
+        for method in methods:
+            code = _raw_call(ch, method, md)
+            denied = code == grpc.StatusCode.PERMISSION_DENIED
+            assert denied is not READ_SCOPE[method.name], (method.name, code)
+            assert code != grpc.StatusCode.UNAUTHENTICATED, method.name
+        assert _calls(ch)["unary List"](md) is not None
+        assert _calls(ch)["health Check"](md).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as info:
+            _calls(ch)["unknown method"](md)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    # txctl: a job run with an `all` token is seen with the read one, not cancelled by it.
+    run = tcpd.txctl("run", "utils.sh", "sleep", "600", token_file=tcpd.token_file("ci"))
+    assert run.returncode == 0, run.stderr
+    handle = run.stdout.split()[0]
+    try:
+        seen = tcpd.txctl("status", handle, TXD_TOKEN=secret)
+        assert seen.returncode == 0 and "RUNNING" in seen.stdout, seen
+        refused = tcpd.txctl("cancel", handle, TXD_TOKEN=secret)
+        assert refused.returncode == 3, refused
+        assert "token 'watcher' has scope 'read'" in refused.stderr and "Cancel" in refused.stderr
+        assert secret not in refused.stderr
+        assert "RUNNING" in tcpd.txctl("status", handle, TXD_TOKEN=secret).stdout
+    finally:
+        assert tcpd.txctl("cancel", handle, token_file=tcpd.token_file("ci")).returncode == 0
+    listing = json.loads(txd_cli("token", "list", "--json", "--state-dir", state).stdout)
+    scopes = {row["name"]: row["scope"] for row in listing["tokens"]}
+    assert scopes["watcher"] == "read" and scopes["ci"] == "all"
+    table = txd_cli("token", "list", "--state-dir", state).stdout
+    assert re.search(r"^watcher\s+read\s", table, re.M), table
+    bad = txd_cli("token", "create", "--name", "x", "--scope", "rw", "--state-dir", state, check=2)
+    assert "invalid choice: 'rw'" in bad.stderr
+    txd_cli("token", "revoke", "watcher", "--state-dir", state)
+
+
 async def test_python_client_over_tcp(tcpd: TcpDaemon) -> None:
     from txd.client import AsyncClient, UnauthenticatedError
 
