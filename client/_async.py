@@ -186,8 +186,13 @@ class AsyncClient:
         """No daemon's socket here, and a daemon of another host, still beating, serves the
         state dir this host shares (its record, txd.client._serving): that daemon is the one
         to reach, over ssh. The client is then remote (run() sends no cwd or environment)."""
-        if self.socket_path.exists():
-            return
+        try:
+            self.socket_path.stat()
+            return  # a socket here: the call says whether it answers
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # cannot tell (another user's folder): the call says why
         from txd.client._endpoint import EndpointError
         from txd.client._errors import UnavailableError
         from txd.client._serving import RecordError, other_host, serving_endpoint
