@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from txd import defaults
-from txd.client._daemon import _read_line, _until_listening, connect_error
+from txd.client._daemon import _read_line, connect_error
 from txd.client._endpoint import Endpoint
 
 MARKER = "--txd-remote-v1--"
@@ -49,6 +49,7 @@ START_TIMEOUT = 120.0  # the ssh login may wait for a password or an MFA prompt
 QUERY_TIMEOUT = 60.0  # remote-socket: a remote daemon's start included
 RELAY_TIMEOUT = 30.0  # a relay's marker line
 PROBE_TIMEOUT = 15.0
+BUSY_TRIES = 3  # starts after another client's starting tunnel exited without serving
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 CHUNK = 256 * 1024
 
@@ -110,6 +111,33 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
     sock = d / "txd.sock"
     if _check_own_socket(sock) and connect_error(sock) is None:
         return sock
+    # Another client's tunnel may be starting (it holds the folder's lock): wait for it to
+    # serve; if it lets go without serving (its ssh exited), start one again, a few times.
+    for _ in range(BUSY_TRIES):
+        line = _start(ep, d, autostart)
+        if line != "busy":
+            break
+        if _until_served_or_free(sock, d / "tunnel.lock", START_TIMEOUT + QUERY_TIMEOUT):
+            return sock
+        if _lock_free(d / "tunnel.lock"):
+            continue  # it exited without serving: start our own
+        raise TunnelError("local", f"another tunnel to {ep.url} started but does not serve")
+    if line.startswith("ready"):
+        note = line.removeprefix("ready").strip()
+        if note and notes is not None:
+            notes.append(f"{note} on {ep.host}")
+        return sock
+    if line == "busy":
+        raise TunnelError("local", f"tunnels to {ep.url} kept exiting while starting")
+    hop, _, message = line.partition(": ")
+    if hop.startswith("error "):
+        raise TunnelError(hop[len("error ") :], message)
+    raise TunnelError("local", f"the tunnel to {ep.url} exited; see {d / 'tunnel.log'}")
+
+
+def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
+    """Starts a tunnel process for `ep` in folder `d`; the line it reports: `ready ...`,
+    `busy` (another holds the folder's lock), `error HOP: ...`, or "" (it died)."""
     read_end, write_end = os.pipe()
     try:
         with open(d / "tunnel.log", "ab") as log:
@@ -138,24 +166,39 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
         os.close(write_end)
         write_end = -1
         starter.wait()  # it forks the tunnel and exits: the tunnel is no child of this process
-        line = _read_line(read_end, START_TIMEOUT + QUERY_TIMEOUT + PROBE_TIMEOUT)
+        return _read_line(read_end, START_TIMEOUT + QUERY_TIMEOUT + PROBE_TIMEOUT)
     finally:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
-    if line.startswith("ready"):
-        note = line.removeprefix("ready").strip()
-        if note and notes is not None:
-            notes.append(f"{note} on {ep.host}")
-        return sock
-    if line == "busy":  # another client's tunnel for this endpoint is starting
-        if _until_listening(sock, START_TIMEOUT + QUERY_TIMEOUT):
-            return sock
-        raise TunnelError("local", f"another tunnel to {ep.url} started but does not serve")
-    hop, _, message = line.partition(": ")
-    if hop.startswith("error "):
-        raise TunnelError(hop[len("error ") :], message)
-    raise TunnelError("local", f"the tunnel to {ep.url} exited; see {d / 'tunnel.log'}")
+
+
+def _lock_free(path: Path) -> bool:
+    """Whether no tunnel holds the folder's lock (taken and let go at once to tell)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing lets go of a lock taken
+    return True
+
+
+def _until_served_or_free(sock: Path, lock: Path, timeout: float) -> bool:
+    """True once the tunnel holding `lock` serves `sock`; False once it let go of the lock
+    without serving, or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if connect_error(sock) is None:
+            return True
+        if _lock_free(lock):
+            return connect_error(sock) is None
+        time.sleep(0.01)
+    return False
 
 
 def describe(err: TunnelError, ep: Endpoint) -> str:
@@ -516,6 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        _log("another tunnel of this folder holds its lock: leaving it to that one")
         _ready(args.ready_fd, "busy")
         return 0
     pidfile = folder / "tunnel.pid"

@@ -7,6 +7,7 @@ import re
 import select
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -261,3 +262,51 @@ def test_a_dead_remote_daemon_is_started_again_through_a_live_tunnel(
     assert _pid(folder / "tunnel.pid") == tunnel
     (again,) = ssh_cluster.node("login1").daemon_pids()
     assert again != daemon
+
+
+def test_a_tunnel_that_exits_while_starting_is_replaced(ssh_cluster: SshCluster) -> None:
+    """A command finding another tunnel of the endpoint starting (its folder's lock held) waits
+    for it; when that one lets go without serving (its ssh exited, say), the command starts its
+    own. Before, it waited 180 s for a socket nobody would serve, then failed ('started but
+    does not serve'): a reconnecting `txctl wait` hung so in CI while login1 died."""
+    env = ssh_cluster.laptop_env()
+    folder = _tunnel_dir_of(env, "ssh://login1")
+    folder.mkdir(parents=True, mode=0o700)
+    # A "tunnel" that holds the lock and serves nothing, until its stdin closes.
+    holder = subprocess.Popen(
+        ["flock", str(folder / "tunnel.lock"), "sh", "-c", "echo held; read x"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    cmd = subprocess.Popen(
+        [REMOTE_TXCTL, *HOST, "list"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        log = folder / "tunnel.log"
+        deadline = time.monotonic() + 60
+        while "holds its lock" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and cmd.poll() is None, cmd.poll()
+            time.sleep(0.05)  # until the command's tunnel found the folder busy
+        holder.communicate("")  # the holder exits without ever serving
+        _, err = cmd.communicate(timeout=60)
+    finally:
+        for p in (holder, cmd):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert cmd.returncode == 0, err
+    assert ssh_cluster.tunnel_pids(), "no tunnel serves the endpoint"
+
+
+def _tunnel_dir_of(env: dict[str, str], url: str) -> Path:
+    """The tunnel folder txctl uses for `url` under `env` (computed as txctl does)."""
+    code = (
+        "import sys\nfrom txd.client._endpoint import resolve\n"
+        "from txd.client._tunnel import tunnel_dir\nprint(tunnel_dir(resolve(sys.argv[1])))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, url], capture_output=True, text=True, env=env, check=True
+    )
+    return Path(out.stdout.strip())
