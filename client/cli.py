@@ -546,6 +546,12 @@ def _endpoint(args: argparse.Namespace) -> Any:
             "--socket names a local daemon's socket; for a remote host's, save it with "
             "`txctl host add NAME URL --socket PATH`"
         )
+    if endpoint is not None and args.state_dir:
+        raise CliError(
+            "--state-dir names the state dir of a daemon txctl starts here; for a remote "
+            "host's, give it to the remote txctl: `txctl host add NAME URL --command "
+            "'txctl --state-dir DIR'`"
+        )
     return endpoint
 
 

@@ -78,3 +78,33 @@ def test_a_local_txctl_imports_no_remote_machinery(tmp_path: Path) -> None:
     ).stdout
     assert "txd.client._exitcodes" in out, out  # the list was printed
     assert "_endpoint" not in out and "_tunnel" not in out, out
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [
+        ("--socket", "--socket names a local daemon's socket"),
+        ("--state-dir", "--state-dir names the state dir of a daemon txctl starts here"),
+    ],
+)
+def test_local_daemon_flags_with_a_remote_host_are_refused(
+    tmp_path: Path, flag: str, says: str
+) -> None:
+    """Refused before any ssh (its command here records a call): the flag would be ignored."""
+    calls = tmp_path / "ssh-calls"
+    ssh = tmp_path / "ssh"
+    ssh.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 255\n')
+    ssh.chmod(0o755)
+    env = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_RUNTIME_DIR": str(tmp_path / "run"),
+        "TXD_SSH_COMMAND": str(ssh),
+    }
+    txctl = [sys.executable, "-m", "txd.client.cli"]
+    out = subprocess.run(
+        [*txctl, "--host", "ssh://login9", flag, str(tmp_path / "x"), "list"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2 and says in out.stderr, out
+    assert not calls.exists()
