@@ -4,8 +4,9 @@ prints the words that need asking at completion time: the daemon's schedulers an
 app ids, and the builtin components.
 
 `__complete` never starts a daemon and never hangs: without a daemon listening it prints
-nothing, and each call to one is bounded by DEADLINE. zsh runs the same function through its
-bash-completion emulation (bashcompinit), so both shells complete alike.
+nothing, and each call to one is bounded by DEADLINE (SCHEDULERS_DEADLINE for the
+schedulers). zsh runs the same function through its bash-completion emulation
+(bashcompinit), so both shells complete alike.
 """
 
 from __future__ import annotations
@@ -15,6 +16,10 @@ import asyncio
 from collections.abc import Iterable
 
 DEADLINE = 1.0  # seconds for a completion query to the daemon
+# The schedulers' query may be the daemon's first use of its scheduler modules, which it
+# imports then (0.5 s idle, over 1 s on a busy host): a TAB after `-s` waits for that once
+# rather than offer nothing.
+SCHEDULERS_DEADLINE = 5.0
 MAX_HANDLES = 500  # the newest jobs offered
 # Flags whose value names a file, and positionals / flag values asked from `__complete`.
 _FILE_DESTS = {"socket", "state_dir", "config"}
@@ -180,7 +185,8 @@ async def _ask_daemon(kind: str, socket: str | None) -> list[str]:
     path = defaults.socket_path(socket)
     if not is_listening(path):  # never start one
         return []
-    async with asyncio.timeout(DEADLINE), AsyncClient(path, timeout=DEADLINE) as client:
+    deadline = SCHEDULERS_DEADLINE if kind == "schedulers" else DEADLINE
+    async with asyncio.timeout(deadline), AsyncClient(path, timeout=deadline) as client:
         if kind == "schedulers":
             return [s.name for s in (await client.schedulers()).schedulers if not s.load_error]
         page = await client.list_page(page_size=MAX_HANDLES)
