@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -227,16 +226,6 @@ async def serve(
     log.info("stopped")
 
 
-def _freeze_startup_heap() -> None:
-    """What start-up made (modules, classes, descriptors, the servers) lives as long as the
-    daemon: moved out of the cyclic GC's sight, a full collection under load walks a third of
-    the objects it did, and its pause (measured at 40-130 ms with 50-60k objects, a stall of
-    every call waiting for the loop) shrinks alike. Start-up's garbage is collected first, so
-    that none of it is kept for good; frozen objects are still freed when no longer referenced."""
-    gc.collect()
-    gc.freeze()
-
-
 async def _serve(
     service: JobService,
     hold: serving.Serving,
@@ -265,7 +254,6 @@ async def _serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
-        _freeze_startup_heap()
         if on_ready is not None:
             on_ready()
         service.tasks.create_task(listeners.watch(), name="socket watch")
