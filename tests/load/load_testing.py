@@ -65,6 +65,9 @@ class Shape:
     # The load generator's scheduling priority (nice): the caller processes' and, for the run,
     # this process's own (its submitters and followers). The probes keep theirs.
     generator_nice: int = 0
+    # A diagnosis, not a setting (needs root): every thread of the daemon at this priority once
+    # it has warmed up (its spawner, and so the jobs, keep theirs).
+    daemon_nice: int | None = None
 
 
 @dataclass
@@ -195,6 +198,10 @@ class Load:
         self.small, self.big = write_payloads(self.work / "payloads", shape)
         async with self.client() as c:  # warm-up: local_cwd loaded before the baseline
             await c.wait(await c.run(job_app(-1, self.path(0))), timeout=shape.deadline)
+        if shape.daemon_nice is not None:
+            for tid in os.listdir(f"/proc/{self.pid}/task"):
+                with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
+                    os.setpriority(os.PRIO_PROCESS, int(tid), shape.daemon_nice)
         t0, cpu0 = time.perf_counter(), cpu_seconds(self.pid)
         own_nice = os.getpriority(os.PRIO_PROCESS, 0)
         if shape.generator_nice == own_nice:

@@ -9,7 +9,11 @@ Where a Status call's time goes is measured three ways beside the callers' own f
 probes, each one Status caller in a process of its own (load_probe.py), one at the callers'
 priority (nice 0) and one above it (nice -10); and inside the daemon (observe/: the time from
 gRPC taking a Status call to its handler starting, the handler's time, the cyclic GC's pauses,
-and the event loop's lateness with the main thread's CPU time meanwhile)."""
+and the event loop's lateness split into the loop thread running, waiting for a core and
+blocked; each of the daemon's threads' CPU time and wait for a core).
+
+TXD_BENCH_LOAD_DAEMON_NICE=N (a diagnosis; root): both daemons' threads at nice N once warmed
+up, to see what is left of the tail when the daemon need not wait for a core."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import bisect
 import contextlib
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,7 @@ STATUS_P99_GOAL = 50.0  # ms
 PROBES = (0, -10)  # the probes' nice values
 GENERATOR_NICE = 10
 OBSERVE = Path(__file__).resolve().parents[1] / "observe"  # the daemons' sitecustomize
+LAG_EVERY = 0.010  # s, the observe hook's lateness sampling period
 
 
 def observed_env(root: Path) -> dict[str, str]:
@@ -42,6 +48,10 @@ async def run(ctx: Context) -> None:
     shape = lt.Shape(probes=PROBES)
     if not ctx.quick:
         shape = lt.Shape(jobs=5000, slow_bytes=16 * lt.MiB, bound=900, probes=PROBES)
+    if os.environ.get("TXD_BENCH_LOAD_DAEMON_NICE"):
+        nice = int(os.environ["TXD_BENCH_LOAD_DAEMON_NICE"])
+        shape = dataclasses.replace(shape, daemon_nice=nice)
+        log(f"load: the daemons' threads at nice {nice} once warmed up (a diagnosis)")
     # Each turn twice: the generator at the daemon's priority (the goal's figure), then below it
     # (nice 10): how much of what is left is the daemon waiting for one of the two cores.
     modes = (0, GENERATOR_NICE)
@@ -112,7 +122,7 @@ def _status_rows(
 def _inside_summary(o: dict[str, Any]) -> str:
     st = [q + h for q, h in o["status"]] or [0.0]
     gc2 = [ms for g, ms, _ in o["gc"] if g == 2] or [0.0]
-    lags = [lag for lag, _ in o["lag"]] or [0.0]
+    lags = [lag for lag, *_ in o["lag"]] or [0.0]
     return (
         f"Status in the daemon p50 {pct(st, 50):.2f} ms p99 {pct(st, 99):.2f} ms max "
         f"{max(st):.1f} ms (n={len(o['status'])}); GC pauses {len(o['gc'])}, gen2 "
@@ -121,7 +131,26 @@ def _inside_summary(o: dict[str, Any]) -> str:
         f"{', '.join(f'{n:,}' for n in o.get('heap', []))}); "
         f"loop lateness p50 {pct(lags, 50):.2f} p99 "
         f"{pct(lags, 99):.1f} p99.9 {pct(lags, 99.9):.1f} max {max(lags):.1f} ms; late > 20 ms: "
-        f"{_late(o)}; {_queued(o)}"
+        f"{_late(o)}; {_queued(o)}; {_threads(o)}"
+    )
+
+
+def _threads(o: dict[str, Any]) -> str:
+    """The daemon's threads by name (the main thread, which runs the event loop, first; then
+    the busiest): how many, their CPU time, their wait on a run queue for a core, and that
+    wait per time put on a core (many short waits: woken often onto a busy machine)."""
+    if not o.get("threads"):
+        return "no thread figures"
+    main, *rest = o["threads"]  # observe/ puts the main thread first
+    by: dict[str, list[float]] = {}
+    for name, cpu, runq, slices in rest:
+        n = by.setdefault(name, [0, 0.0, 0.0, 0])
+        n[0], n[1], n[2], n[3] = n[0] + 1, n[1] + cpu, n[2] + runq, n[3] + slices
+    top = sorted(by.items(), key=lambda kv: -kv[1][1])[:4]
+    items = [("main", (1, *main[1:])), *top]
+    return "threads (CPU s / waiting for a core s / wait per time on a core ms): " + ", ".join(
+        f"{name} x{int(n)} {cpu / 1000:.1f}/{runq / 1000:.1f}/{runq / max(1, slices):.2f}"
+        for name, (n, cpu, runq, slices) in items
     )
 
 
@@ -149,10 +178,22 @@ def _queued(o: dict[str, Any]) -> str:
 
 def _late(o: dict[str, Any]) -> str:
     """The samples late by over 20 ms, split by whether the main thread ran for at least half
-    of the interval (its own work) or not (waiting for a core, or another thread's GIL)."""
-    late = [(lag, cpu) for lag, cpu in o["lag"] if lag > 20]
+    of the interval (its own work) or not (waiting for a core, or another thread's GIL); and
+    the time of the samples late by over 5 ms split into the loop thread running, waiting on
+    a run queue for a core, and neither (blocked: another thread's GIL, a page fault)."""
+    lags = [(s[0], s[1], s[2] if len(s) > 2 else 0.0) for s in o["lag"]]
+    late = [(lag, cpu) for lag, cpu, _ in lags if lag > 20]
     busy = sum(cpu >= 0.5 * (lag + 10) for lag, cpu in late)
-    return f"{len(late)} ({busy} with the loop busy, {len(late) - busy} waiting)"
+    stalls = [(lag + 1000 * LAG_EVERY, cpu, runq) for lag, cpu, runq in lags if lag > 5]
+    span = sum(t for t, _, _ in stalls) or 1.0
+    cpu = sum(c for _, c, _ in stalls)
+    runq = sum(r for _, _, r in stalls)
+    return (
+        f"{len(late)} ({busy} with the loop busy, {len(late) - busy} waiting); the samples "
+        f"late by over 5 ms: {span / 1000:.1f} s, the loop thread on a core "
+        f"{100 * cpu / span:.0f}%, waiting for one {100 * runq / span:.0f}%, blocked "
+        f"{100 * max(0.0, span - cpu - runq) / span:.0f}%"
+    )
 
 
 def _probe_rows(
@@ -195,8 +236,8 @@ def _inside_rows(
             for nice in PROBES
         },
         "Status handler's own time (p99)": lambda o: pct([h for _, h in o["status"]] or [0.0], 99),
-        "event loop lateness (p99)": lambda o: pct([lag for lag, _ in o["lag"]] or [0.0], 99),
-        "event loop lateness (p99.9)": lambda o: pct([lag for lag, _ in o["lag"]] or [0.0], 99.9),
+        "event loop lateness (p99)": lambda o: pct([lag for lag, *_ in o["lag"]] or [0.0], 99),
+        "event loop lateness (p99.9)": lambda o: pct([lag for lag, *_ in o["lag"]] or [0.0], 99.9),
         "cyclic GC pauses, longest": lambda o: max([ms for _, ms, _ in o["gc"]] or [0.0]),
         "cyclic GC pauses, all": lambda o: sum(ms for _, ms, _ in o["gc"]),
     }
