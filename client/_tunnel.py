@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from txd import defaults
-from txd.client._daemon import _read_line, _until_listening, connect_error
+from txd.client._daemon import _read_line, connect_error, is_listening
 from txd.client._endpoint import Endpoint
 
 MARKER = "--txd-remote-v1--"
@@ -51,6 +51,7 @@ RELAY_TIMEOUT = 30.0  # a relay's marker line
 PROBE_TIMEOUT = 15.0
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 CHUNK = 256 * 1024
+START_ATTEMPTS = 3  # tunnel processes one client starts while others hold the folder's lock
 
 
 class TunnelError(Exception):
@@ -108,8 +109,33 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
     d = tunnel_dir(ep)
     _private_dir(d)
     sock = d / "txd.sock"
-    if _check_own_socket(sock) and connect_error(sock) is None:
+    for _ in range(START_ATTEMPTS):
+        if _check_own_socket(sock) and connect_error(sock) is None:
+            return sock
+        line = _start(ep, d, autostart)
+        if line != "busy":
+            break
+        # Another tunnel process holds the folder's lock: one starting, which serves or fails
+        # and exits, or one exiting. Once it has exited, this client starts one itself (and
+        # so gets its own answer, the reason included, rather than waiting for a socket that
+        # will never come).
+        if _served_or_gone(sock, d / "tunnel.lock", START_TIMEOUT + QUERY_TIMEOUT):
+            return sock
+    else:
+        raise TunnelError("local", f"another tunnel to {ep.url} started but does not serve")
+    if line.startswith("ready"):
+        note = line.removeprefix("ready").strip()
+        if note and notes is not None:
+            notes.append(f"{note} on {ep.host}")
         return sock
+    hop, _, message = line.partition(": ")
+    if hop.startswith("error "):
+        raise TunnelError(hop[len("error ") :], message)
+    raise TunnelError("local", f"the tunnel to {ep.url} exited; see {d / 'tunnel.log'}")
+
+
+def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
+    """Starts a tunnel process in folder `d`; the line it writes on its ready pipe."""
     read_end, write_end = os.pipe()
     try:
         with open(d / "tunnel.log", "ab") as log:
@@ -138,24 +164,36 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
         os.close(write_end)
         write_end = -1
         starter.wait()  # it forks the tunnel and exits: the tunnel is no child of this process
-        line = _read_line(read_end, START_TIMEOUT + QUERY_TIMEOUT + PROBE_TIMEOUT)
+        return _read_line(read_end, START_TIMEOUT + QUERY_TIMEOUT + PROBE_TIMEOUT)
     finally:
         os.close(read_end)
         if write_end >= 0:
             os.close(write_end)
-    if line.startswith("ready"):
-        note = line.removeprefix("ready").strip()
-        if note and notes is not None:
-            notes.append(f"{note} on {ep.host}")
-        return sock
-    if line == "busy":  # another client's tunnel for this endpoint is starting
-        if _until_listening(sock, START_TIMEOUT + QUERY_TIMEOUT):
-            return sock
-        raise TunnelError("local", f"another tunnel to {ep.url} started but does not serve")
-    hop, _, message = line.partition(": ")
-    if hop.startswith("error "):
-        raise TunnelError(hop[len("error ") :], message)
-    raise TunnelError("local", f"the tunnel to {ep.url} exited; see {d / 'tunnel.log'}")
+
+
+def _served_or_gone(sock: Path, lock: Path, timeout: float) -> bool:
+    """True once `sock` listens; False once no process holds the tunnel folder's `lock` (the
+    tunnel that held it exited without serving). Raises TunnelError after `timeout` s."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if is_listening(sock):
+                return True
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
+            if time.monotonic() > deadline:
+                raise TunnelError(
+                    "local", f"the tunnel process holding {lock} has not served in {timeout:g} s"
+                )
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
 
 
 def describe(err: TunnelError, ep: Endpoint) -> str:

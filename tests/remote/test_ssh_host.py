@@ -8,6 +8,7 @@ import select
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -261,3 +262,36 @@ def test_a_dead_remote_daemon_is_started_again_through_a_live_tunnel(
     assert _pid(folder / "tunnel.pid") == tunnel
     (again,) = ssh_cluster.node("login1").daemon_pids()
     assert again != daemon
+
+
+def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.05)
+
+
+def test_a_second_command_while_the_first_ones_tunnel_fails_gets_its_own_answer(
+    ssh_cluster: SshCluster,
+) -> None:
+    """Two commands start a tunnel at once; the first one's fails (slowly: its remote command
+    sleeps, then exits 1). The second, told `busy` by the folder's lock, used to wait for a
+    socket that never came (START + QUERY timeouts: 180 s) and then say only that another
+    tunnel "does not serve"; it now starts its own once the first has exited, and says why
+    that one fails, as the first command does."""
+    env = ssh_cluster.laptop_env(TXD_REMOTE_COMMAND="sleep 6; false")
+    cmd = [REMOTE_TXCTL, *HOST, "list"]
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
+    with subprocess.Popen(cmd, **popen) as first:  # type: ignore[call-overload]
+        tunnels = ssh_cluster.laptop / "run" / "txd" / "tunnels"
+        # The first command's tunnel holds the folder's lock (it writes its pid once it does).
+        _until(lambda: any(tunnels.glob("*/tunnel.pid")), 30, "tunnel holding its lock")
+        start = time.monotonic()
+        second = ssh_cluster.laptop_txctl(*HOST, "list", env=env, timeout=60)
+        _, first_err = first.communicate(timeout=30)
+    assert first.returncode == NO_DAEMON, first_err
+    why = "`sleep 6; false remote-socket` exited with 1"
+    assert why in first_err, first_err
+    assert second.returncode == NO_DAEMON, second
+    assert why in second.stderr, second.stderr
+    assert time.monotonic() - start < 40
