@@ -51,6 +51,7 @@ RELAY_TIMEOUT = 30.0  # a relay's marker line
 PROBE_TIMEOUT = 15.0
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 CHUNK = 256 * 1024
+KILL_AFTER = 5.0  # seconds an ssh master has to exit on SIGTERM
 START_ATTEMPTS = 3  # tunnel processes one client starts while others hold the folder's lock
 
 
@@ -370,16 +371,31 @@ class Tunnel:
         assert self.master is not None
         code = await self.master.wait()
         _log(f"ssh master exited ({code}); closing")
-        self.server.close()
+        self._close_listener()
         for w in list(self.writers):
             w.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.sock)
 
     def stop(self, why: str) -> None:
+        """Stops accepting first, then ends the ssh master (and so the tunnel): a command that
+        comes meanwhile finds no socket and starts a new tunnel, which waits for this one's
+        lock, instead of being accepted here and dropped. A master that SIGTERM does not end
+        within KILL_AFTER seconds is killed: until it is gone this tunnel holds the folder."""
         _log(f"stopping: {why}")
+        self._close_listener()
         if self.master is not None and self.master.returncode is None:
             self.master.terminate()
+            asyncio.get_running_loop().call_later(KILL_AFTER, self._kill_master)
+
+    def _kill_master(self) -> None:
+        if self.master is not None and self.master.returncode is None:
+            _log(f"ssh master still running {KILL_AFTER:g} s after SIGTERM: killing it")
+            self.master.kill()
+
+    def _close_listener(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.sock)  # this tunnel's: it holds the folder's lock
 
     def _arm_idle(self) -> None:
         if self.idle_timer is not None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
+import signal
 import stat
 import subprocess
 import time
@@ -295,3 +297,27 @@ def test_a_second_command_while_the_first_ones_tunnel_fails_gets_its_own_answer(
     assert second.returncode == NO_DAEMON, second
     assert why in second.stderr, second.stderr
     assert time.monotonic() - start < 40
+
+
+def test_a_command_while_an_idle_tunnel_exits_gets_a_new_tunnel(ssh_cluster: SshCluster) -> None:
+    """An idle tunnel used to stop its ssh master first and keep accepting on txd.sock until
+    that master had exited: a command arriving meanwhile was handed a socket that could no
+    longer serve. The master is stopped (SIGSTOP) here to hold that moment open; the command
+    must go through a new tunnel, the old one gone (its master killed when SIGTERM does not
+    end it)."""
+    env = ssh_cluster.laptop_env(TXD_TUNNEL_IDLE="2")
+    _ok(ssh_cluster.laptop_txctl(*HOST, "list", env=env))
+    folder = _tunnel_dir(ssh_cluster)
+    tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
+    with PidWatch([tunnel, master]) as watch:
+        os.kill(master, signal.SIGSTOP)
+        try:
+            log = folder / "tunnel.log"
+            _until(lambda: "stopping: idle" in log.read_text(), 30, "idle exit")
+            listed = ssh_cluster.laptop_txctl(*HOST, "list", env=env, timeout=60)
+            assert listed.returncode == 0, listed
+            assert watch.wait(30) == []
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(master, signal.SIGCONT)
+    assert _pid(folder / "tunnel.pid") != tunnel
