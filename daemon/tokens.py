@@ -253,6 +253,8 @@ class TokenStore:
             tokens = [Token(**item) for item in data["tokens"]]
             if bad := [t.name for t in tokens if t.scope not in SCOPES]:
                 raise ValueError(f"unknown scope of {bad}")
+            for t in tokens:
+                _check_fields(t)
             return tokens
         except (ValueError, KeyError, TypeError) as e:
             raise TokenError(
@@ -292,3 +294,17 @@ class TokenStore:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
+
+
+def _check_fields(t: Token) -> None:
+    """Raises TypeError or ValueError for a field of the wrong kind: check() must never meet
+    one (a hash that is not hex, a text expiry would raise there, on every call)."""
+    if not isinstance(t.name, str) or not isinstance(t.sha256, str):
+        raise TypeError("name and sha256 must be text")
+    if len(t.sha256) != 64 or set(t.sha256) - set("0123456789abcdef"):
+        raise ValueError("sha256 must be 64 hex digits")
+    for value, optional in ((t.created, False), (t.expires, True), (t.last_used, True)):
+        if optional and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError("created, expires and last_used must be epoch seconds")
