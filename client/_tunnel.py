@@ -239,6 +239,10 @@ class Tunnel:
             os.unlink(self.ctl)  # a dead master's (this tunnel holds the folder's lock)
         ssh_err = self.dir / "ssh.log"
         err = os.open(ssh_err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # The master ignores SIGINT (an ignored signal stays so across exec; ssh keeps it): it
+        # lives in the starting command's process group, whose Ctrl-C must not end it once it
+        # serves. A Ctrl-C while it starts still does: this process's handler terminates it.
+        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             self.master = await asyncio.create_subprocess_exec(
                 *self._ssh(
@@ -265,6 +269,7 @@ class Tunnel:
                 stderr=err,
             )
         finally:
+            signal.signal(signal.SIGINT, handler)
             os.close(err)
         assert self.master.stdout is not None
         try:
@@ -365,6 +370,11 @@ class Tunnel:
         finally:
             os.umask(old)
         _ready(ready_fd, f"ready {self.started}".strip())
+        # Serving: a Ctrl-C on the command that started this tunnel (still in its process
+        # group, `logs -f` say) is that command's, not this shared tunnel's; the relays and
+        # queries started from now on inherit the ignored SIGINT too.
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         mode = "relay (dial-stdio)" if self.relay else "forwarding"
         _log(f"serving {self.sock} -> {self.ep.url}:{self.remote_socket} by {mode}")
         self._arm_idle()

@@ -321,3 +321,34 @@ def test_a_command_while_an_idle_tunnel_exits_gets_a_new_tunnel(ssh_cluster: Ssh
             with contextlib.suppress(ProcessLookupError):
                 os.kill(master, signal.SIGCONT)
     assert _pid(folder / "tunnel.pid") != tunnel
+
+
+def test_ctrl_c_on_the_command_that_started_the_tunnel_leaves_the_tunnel_up(
+    ssh_cluster: SshCluster,
+) -> None:
+    """The tunnel and its ssh master run in the process group of the command that started
+    them (ssh may prompt on its terminal). A Ctrl-C on that command once the tunnel serves
+    (`logs -f`, the first command of the day, stopped by hand) used to reach them too: the
+    tunnel stopped and SIGINT killed the master, so the next command logged in again (one
+    more MFA prompt) and other terminals' streams through it were cut."""
+    login1 = ssh_cluster.node("login1")
+    script = "for i in $(seq 1 600); do echo line $i; sleep 0.2; done"
+    handle = _handle(_ok(login1.txctl("run", "utils.sh", "sh", "-c", script)))
+    with subprocess.Popen(
+        [REMOTE_TXCTL, *HOST, "logs", "-f", handle],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ssh_cluster.laptop_env(),
+        start_new_session=True,  # a shell job's process group: the terminal's Ctrl-C hits all
+    ) as follow:
+        assert _first_line(follow, 30).strip().endswith("line 1")
+        folder = _tunnel_dir(ssh_cluster)
+        tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
+        os.killpg(follow.pid, signal.SIGINT)
+        follow.communicate(timeout=30)
+    assert follow.returncode != 0  # the follow itself did stop
+    assert "RUNNING" in _ok(ssh_cluster.laptop_txctl(*HOST, "status", handle))
+    assert (_pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")) == (tunnel, master)
+    os.kill(tunnel, 0)
+    os.kill(master, 0)
