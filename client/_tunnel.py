@@ -37,6 +37,7 @@ import stat
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -268,6 +269,8 @@ class Tunnel:
                 stdout=subprocess.PIPE,
                 stderr=err,
             )
+        except OSError as e:  # no such program (TXD_SSH_COMMAND), not executable
+            raise TunnelError("ssh", f"cannot run {self.ep.ssh[0]}: {e.strerror}") from None
         finally:
             signal.signal(signal.SIGINT, handler)
             os.close(err)
@@ -558,6 +561,11 @@ async def _amain(ep: Endpoint, folder: Path, autostart: bool, ready_fd: int) -> 
     except TunnelError as e:
         _log(f"error {e.hop}: {e}")
         _ready(ready_fd, f"error {e.hop}: {e}")
+        tunnel.stop("could not start")
+        return 1
+    except Exception as e:  # unforeseen: said on the pipe, and the ssh master not left behind
+        _log("".join(traceback.format_exception(e)).rstrip())
+        _ready(ready_fd, f"error local: {type(e).__name__}: {e} (see {folder / 'tunnel.log'})")
         tunnel.stop("could not start")
         return 1
     await tunnel.serve(ready_fd)

@@ -352,3 +352,13 @@ def test_ctrl_c_on_the_command_that_started_the_tunnel_leaves_the_tunnel_up(
     assert (_pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")) == (tunnel, master)
     os.kill(tunnel, 0)
     os.kill(master, 0)
+
+
+def test_an_ssh_command_that_cannot_run_is_named(ssh_cluster: SshCluster) -> None:
+    """TXD_SSH_COMMAND naming no program raised FileNotFoundError in the tunnel, which said
+    nothing on its ready pipe: the command said only "the tunnel ... exited; see tunnel.log"."""
+    env = ssh_cluster.laptop_env(TXD_SSH_COMMAND="/opt/nowhere/ssh -F cfg")
+    result = ssh_cluster.laptop_txctl(*HOST, "list", env=env)
+    assert result.returncode == NO_DAEMON, result
+    assert "ssh to ssh://login1 failed: cannot run /opt/nowhere/ssh" in result.stderr, result
+    assert "No such file or directory" in result.stderr
