@@ -185,6 +185,7 @@ from pathlib import Path
 from txd.daemon import serving
 serving.fcntl.flock = lambda fd, op: None  # each host's flock sees only itself (localflock)
 state, host, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+(go.parent / f"ready-{host}").touch()
 while not go.exists():
     time.sleep(0.005)
 try:
@@ -224,6 +225,48 @@ def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
         if not r["won"]:
             assert "taking the state dir over" in r["why"] or "over first" in r["why"], r
     assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))  # the winner cleared the claims
+    remove_tree(root)
+
+
+@pytest.mark.parametrize("before", ["none", "stopped"])
+def test_hosts_starting_at_once_on_a_free_state_dir_end_with_one_winner(before: str) -> None:
+    """No record, or one that says `stopped` (every clean exit leaves one): hosts starting at
+    once, their flocks blind to each other (localflock), each read no serving record and each
+    wrote its own (before: 4 of 4 won, so 4 daemons opened the one job store until their
+    heartbeats saw another record). Now one wins, by the same O_EXCL claim as a takeover, and
+    the others are busy, naming the winner."""
+    root = short_tmpdir("txstart-")
+    state, go = root / "state", root / "go"
+    if before == "stopped":
+        _fake_record(state, "login9", time.time() - 60)
+        rec = json.loads((state / serving.RECORD).read_text())
+        (state / serving.RECORD).write_text(json.dumps({**rec, "state": "stopped"}))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(state), f"login{k}", str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=clean_env(),
+            text=True,
+        )
+        for k in range(1, 5)
+    ]
+    # All four at the barrier (their imports done) before any goes: a race, not a queue.
+    until(lambda: len(list(root.glob("ready-*"))) == 4, 60)
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    winners = [r for r in results if r["won"]]
+    assert len(winners) == 1, results
+    won = record(state)
+    assert won["id"] == winners[0]["id"]
+    for r in results:
+        if not r["won"]:
+            assert f"on another host (host {won['host']}," in r["why"], r
+    assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))
     remove_tree(root)
 
 
