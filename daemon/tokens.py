@@ -122,7 +122,9 @@ class TokenStore:
         self.path = state_dir / STORE_FILE
         self._seen: tuple[int, ...] | None = None
         self._tokens: list[Token] = []
-        self._written: dict[str, float] = {}  # name -> last use this process wrote
+        # name -> when this process last wrote its last use, on the monotonic clock: a wall
+        # clock set back must not hold the next write off for as long
+        self._written: dict[str, float] = {}
 
     # -- the user's commands ------------------------------------------------------------------
 
@@ -228,9 +230,10 @@ class TokenStore:
     def _note_use(self, name: str, now: float) -> None:
         """Records a last use, at most every LAST_USE_EVERY seconds per token, and only when the
         lock is free at once: a last use is worth less than a stalled call."""
-        if now - self._written.get(name, 0.0) < LAST_USE_EVERY:
+        tick = time.monotonic()
+        if name in self._written and tick - self._written[name] < LAST_USE_EVERY:
             return
-        self._written[name] = now
+        self._written[name] = tick
         try:
             with self._locked(wait=False) as tokens:
                 for token in tokens:

@@ -184,3 +184,21 @@ def test_a_store_with_a_malformed_entry_is_damaged_and_grants_nothing(
     assert store.check(secret) == tokens.Verdict(None, "unknown or revoked")
     with pytest.raises(TokenError, match="is damaged"):
         store.all()
+
+
+def test_a_clock_set_back_does_not_stop_last_uses_being_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The once-a-minute limit on writing a last use is a duration: measured on the wall
+    clock, a clock set back a day (NTP stepping a wrong clock) kept every last use of the
+    token unrecorded for that day."""
+    store = TokenStore(tmp_path)
+    secret = store.create("ci", expires=None)
+    real = time.time
+    monkeypatch.setattr(tokens.time, "time", lambda: real() + 86400)  # a clock a day ahead
+    assert store.check(secret).name == "ci"
+    monkeypatch.setattr(tokens.time, "time", real)  # set right: a day back
+    monkeypatch.setattr(tokens, "LAST_USE_EVERY", 0.0)  # no wait for the minute
+    assert store.check(secret).name == "ci"
+    last = TokenStore(tmp_path).all()[0].last_used
+    assert last is not None and abs(last - real()) < 60
