@@ -232,7 +232,11 @@ class Tunnel:
         self.server: asyncio.Server | None = None
 
     def _ssh(self, *args: str) -> list[str]:
-        return [*self.ep.ssh, "-S", str(self.ctl), *args]
+        return [*self.ep.ssh, "-S", _no_tokens(str(self.ctl)), *args]
+
+    def _spec(self, remote: str) -> str:
+        """-L's LOCAL:REMOTE, fwd.sock to the remote daemon's socket."""
+        return f"{_no_tokens(str(self.fwd))}:{_no_tokens(remote)}"
 
     async def start(self) -> None:
         """Steps 1 to 3 of the module's docstring; raises TunnelError."""
@@ -334,7 +338,7 @@ class Tunnel:
             os.unlink(self.fwd)
         proc = await asyncio.create_subprocess_exec(
             *self._ssh(
-                "-O", "forward", "-L", f"{self.fwd}:{self.remote_socket}", *self.ep.ssh_target()
+                "-O", "forward", "-L", self._spec(self.remote_socket), *self.ep.ssh_target()
             ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -481,7 +485,7 @@ class Tunnel:
 
     async def _ssh_control(self, action: str, remote: str) -> int:
         proc = await asyncio.create_subprocess_exec(
-            *self._ssh("-O", action, "-L", f"{self.fwd}:{remote}", *self.ep.ssh_target()),
+            *self._ssh("-O", action, "-L", self._spec(remote), *self.ep.ssh_target()),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -534,6 +538,12 @@ def _noise(ep: Endpoint, before: bytes) -> str:
         "sessions; make it print only when interactive (e.g. `[[ $- == *i* ]] || return` at "
         "the top of ~/.bashrc)"
     )
+
+
+def _no_tokens(path: str) -> str:
+    """`path` as ssh reads a control path or a forwarded socket's: with %-tokens expanded, so
+    a `%` of its own is written `%%`."""
+    return path.replace("%", "%%")
 
 
 def _last_line(data: bytes) -> str:

@@ -362,3 +362,18 @@ def test_an_ssh_command_that_cannot_run_is_named(ssh_cluster: SshCluster) -> Non
     assert result.returncode == NO_DAEMON, result
     assert "ssh to ssh://login1 failed: cannot run /opt/nowhere/ssh" in result.stderr, result
     assert "No such file or directory" in result.stderr
+
+
+def test_a_runtime_dir_with_odd_characters(ssh_cluster: SshCluster) -> None:
+    """ssh expands %-tokens in a control path and in -L's socket paths: a `%` in the runtime
+    dir (so in the tunnel's folder) had ssh look for its master's socket elsewhere, and every
+    command failed; one in the remote daemon's socket refused the forward (relay instead)."""
+    run = ssh_cluster.laptop / "run dir 100% (x) 'q' ~a %d"
+    run.mkdir(mode=0o700)
+    env = ssh_cluster.laptop_env(XDG_RUNTIME_DIR=str(run))
+    socket = "/tmp/odd 100%d/txd.sock"
+    _ok(ssh_cluster.laptop_txctl("host", "add", "odd", "ssh://login1", "--socket", socket, env=env))
+    _ok(ssh_cluster.laptop_txctl("--host", "odd", "list", env=env))
+    (log,) = run.glob("txd/tunnels/*/tunnel.log")
+    assert f"ssh://login1:{socket} by forwarding" in log.read_text()
+    _ok(ssh_cluster.laptop_txctl("--host", "odd", "list", env=env))  # the same tunnel again
