@@ -52,6 +52,7 @@ RELAY_TIMEOUT = 30.0  # a relay's marker line
 PROBE_TIMEOUT = 15.0
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 CHUNK = 256 * 1024
+_GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends its foreground group
 KILL_AFTER = 5.0  # seconds an ssh master has to exit on SIGTERM
 START_ATTEMPTS = 3  # tunnel processes one client starts while others hold the folder's lock
 
@@ -159,8 +160,8 @@ def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
                 pass_fds=(write_end,),
                 # The client's process group and terminal: ssh may prompt on the terminal
                 # (password, MFA), which a background process group could not (SIGTTIN), and
-                # a Ctrl-C while it starts stops it too. Once the client has exited that group
-                # is no terminal's foreground: no later Ctrl-C or hangup reaches the tunnel.
+                # a Ctrl-C while it starts stops it too. Once it serves, it and its master
+                # ignore the Ctrl-C and hangup that group may still get (Tunnel.serve).
                 close_fds=True,
             )
         os.close(write_end)
@@ -244,10 +245,11 @@ class Tunnel:
             os.unlink(self.ctl)  # a dead master's (this tunnel holds the folder's lock)
         ssh_err = self.dir / "ssh.log"
         err = os.open(ssh_err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        # The master ignores SIGINT (an ignored signal stays so across exec; ssh keeps it): it
-        # lives in the starting command's process group, whose Ctrl-C must not end it once it
-        # serves. A Ctrl-C while it starts still does: this process's handler terminates it.
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # The master ignores SIGINT and SIGHUP (an ignored signal stays so across exec; ssh
+        # keeps it): it lives in the starting command's process group, whose Ctrl-C or hangup
+        # must not end it once it serves. One while it starts still does: this process's
+        # handler terminates it.
+        handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _GROUP_SIGNALS}
         try:
             self.master = await asyncio.create_subprocess_exec(
                 *self._ssh(
@@ -276,7 +278,8 @@ class Tunnel:
         except OSError as e:  # no such program (TXD_SSH_COMMAND), not executable
             raise TunnelError("ssh", f"cannot run {self.ep.ssh[0]}: {e.strerror}") from None
         finally:
-            signal.signal(signal.SIGINT, handler)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
             os.close(err)
         assert self.master.stdout is not None
         try:
@@ -377,11 +380,12 @@ class Tunnel:
         finally:
             os.umask(old)
         _ready(ready_fd, f"ready {self.started}".strip())
-        # Serving: a Ctrl-C on the command that started this tunnel (still in its process
-        # group, `logs -f` say) is that command's, not this shared tunnel's; the relays and
-        # queries started from now on inherit the ignored SIGINT too.
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        # Serving: a Ctrl-C or hangup of the command that started this tunnel (still in its
+        # process group, `logs -f` say) is that command's, not this shared tunnel's; the
+        # relays and queries started from now on inherit the ignored signals too.
+        for sig in _GROUP_SIGNALS:
+            asyncio.get_running_loop().remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
         mode = "relay (dial-stdio)" if self.relay else "forwarding"
         _log(f"serving {self.sock} -> {self.ep.url}:{self.remote_socket} by {mode}")
         self._arm_idle()

@@ -323,14 +323,16 @@ def test_a_command_while_an_idle_tunnel_exits_gets_a_new_tunnel(ssh_cluster: Ssh
     assert _pid(folder / "tunnel.pid") != tunnel
 
 
-def test_ctrl_c_on_the_command_that_started_the_tunnel_leaves_the_tunnel_up(
-    ssh_cluster: SshCluster,
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_hangup_of_the_command_that_started_the_tunnel_leaves_it_up(
+    ssh_cluster: SshCluster, sig: signal.Signals
 ) -> None:
     """The tunnel and its ssh master run in the process group of the command that started
     them (ssh may prompt on its terminal). A Ctrl-C on that command once the tunnel serves
-    (`logs -f`, the first command of the day, stopped by hand) used to reach them too: the
-    tunnel stopped and SIGINT killed the master, so the next command logged in again (one
-    more MFA prompt) and other terminals' streams through it were cut."""
+    (`logs -f`, the first command of the day, stopped by hand), or its terminal closed (a
+    hangup of the foreground group), used to reach them too: the tunnel stopped and the signal
+    killed the master, so the next command logged in again (one more MFA prompt) and other
+    terminals' streams through it were cut."""
     login1 = ssh_cluster.node("login1")
     script = "for i in $(seq 1 600); do echo line $i; sleep 0.2; done"
     handle = _handle(_ok(login1.txctl("run", "utils.sh", "sh", "-c", script)))
@@ -345,7 +347,7 @@ def test_ctrl_c_on_the_command_that_started_the_tunnel_leaves_the_tunnel_up(
         assert _first_line(follow, 30).strip().endswith("line 1")
         folder = _tunnel_dir(ssh_cluster)
         tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
-        os.killpg(follow.pid, signal.SIGINT)
+        os.killpg(follow.pid, sig)
         follow.communicate(timeout=30)
     assert follow.returncode != 0  # the follow itself did stop
     assert "RUNNING" in _ok(ssh_cluster.laptop_txctl(*HOST, "status", handle))
