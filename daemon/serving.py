@@ -420,7 +420,7 @@ def _claim_start(state_dir: Path, previous: Record | None, host: str) -> Path:
 def _claim(state_dir: Path, stale: Record | None, host: str) -> Path:
     """Creates the claim file on `stale` (None: on there being no record) with O_EXCL: of
     several hosts, one creates it. A claim whose claimant died half-way (older than twice the
-    watch) is itself claimed."""
+    watch, or its process of this host gone) is itself claimed."""
     name = f"{CLAIM_PREFIX}{stale.id if stale is not None else 'none'}"
     stale_after = stale.stale_after if stale is not None else STALE_PERIODS * PERIOD
     was = f"the txd of host {stale.host} stopped beating" if stale is not None else "no txd serves"
@@ -431,12 +431,17 @@ def _claim(state_dir: Path, stale: Record | None, host: str) -> Path:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             other = _read_claim(path)
-            if other is None or time.time() - other["time"] <= 2 * stale_after + 5:
-                who = f"host {other['host']}" if other else "another host"
+            if other is None:
                 raise Busy(
-                    f"{was} in {state_dir}, and {who} is taking the state dir over: try again "
-                    "in a few seconds",
-                    host=other["host"] if other else "",
+                    f"{was} in {state_dir}, and another host is taking the state dir over: "
+                    "try again in a few seconds"
+                ) from None
+            dead = other["host"] == host and not _alive(other["pid"])
+            if not dead and time.time() - other["time"] <= 2 * stale_after + 5:
+                raise Busy(
+                    f"{was} in {state_dir}, and host {other['host']} is taking the state dir "
+                    "over: try again in a few seconds",
+                    host=other["host"],
                 ) from None
             name = f"{name}.{other['id']}"
             continue
@@ -454,9 +459,25 @@ def _claim(state_dir: Path, stale: Record | None, host: str) -> Path:
 def _read_claim(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_bytes())
-        return {"host": str(data["host"]), "time": float(data["time"]), "id": str(data["id"])}
+        return {
+            "host": str(data["host"]),
+            "pid": int(data["pid"]),
+            "time": float(data["time"]),
+            "id": str(data["id"]),
+        }
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` of this host exists (a claim's: its claimant died half-way)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        pass
+    return True
 
 
 def _remove_claims(state_dir: Path) -> None:

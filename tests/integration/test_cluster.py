@@ -291,6 +291,32 @@ def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
     remove_tree(root)
 
 
+def test_a_claim_of_a_dead_process_of_this_host_does_not_hold_a_restart() -> None:
+    """Every start takes a claim now (hosts starting at once): one left by a daemon of this
+    host killed half-way through its start must not hold the next start for the claims'
+    minute, as a live claimant's does."""
+    root = short_tmpdir("txdead-")
+    state = root / "state"
+    state.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    claim = state / f"{serving.CLAIM_PREFIX}none"
+    left = {"host": "login2", "pid": dead.pid, "time": time.time(), "id": "z"}
+    claim.write_text(json.dumps(left))
+    s = serving.acquire(state, root / "sock", host="login2")
+    s.close()
+    assert record(state)["host"] == "login2"
+    # A live one of this host (this very test) still holds it.
+    _fake_record(state, "login9", time.time() - 60)
+    rec = json.loads((state / serving.RECORD).read_text())
+    (state / serving.RECORD).write_text(json.dumps({**rec, "state": "stopped"}))
+    mine = {"host": "login2", "pid": os.getpid(), "time": time.time(), "id": "y"}
+    (state / f"{serving.CLAIM_PREFIX}id-login9").write_text(json.dumps(mine))
+    with pytest.raises(serving.Busy, match="another txd is starting"):
+        serving.acquire(state, root / "sock", host="login2")
+    remove_tree(root)
+
+
 @pytest.fixture
 def small_fs() -> Iterator[Path]:
     """A tmpfs of the test's own (remounted read-only by the test)."""
