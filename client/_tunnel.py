@@ -241,6 +241,7 @@ class Tunnel:
 
     async def start(self) -> None:
         """Steps 1 to 3 of the module's docstring; raises TunnelError."""
+        await self._end_orphan_master()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.ctl)  # a dead master's (this tunnel holds the folder's lock)
         ssh_err = self.dir / "ssh.log"
@@ -294,6 +295,29 @@ class Tunnel:
         (self.dir / "ssh.pid").write_text(f"{self.master.pid}\n")
         self.remote_socket = await self._query()
         await self._forward()
+
+    async def _end_orphan_master(self) -> None:
+        """A tunnel that was killed (SIGKILL, a crash) left its master running, logged in,
+        with nobody to end it: one that still answers on the control socket is told to exit.
+        (This tunnel holds the folder's lock: no live tunnel owns that master.)"""
+        try:
+            is_socket = stat.S_ISSOCK(os.lstat(self.ctl).st_mode)
+        except FileNotFoundError:
+            return
+        if not is_socket or connect_error(self.ctl) is not None:
+            return
+        _log("ending the ssh master a killed tunnel left running")
+        proc = await asyncio.create_subprocess_exec(
+            *self._ssh("-O", "exit", *self.ep.ssh_target()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
 
     async def _query(self) -> str:
         """The remote daemon's socket, from `remote-socket` (which starts the daemon)."""

@@ -379,3 +379,19 @@ def test_a_runtime_dir_with_odd_characters(ssh_cluster: SshCluster) -> None:
     (log,) = run.glob("txd/tunnels/*/tunnel.log")
     assert f"ssh://login1:{socket} by forwarding" in log.read_text()
     _ok(ssh_cluster.laptop_txctl("--host", "odd", "list", env=env))  # the same tunnel again
+
+
+def test_the_master_of_a_killed_tunnel_is_ended_by_the_next_one(ssh_cluster: SshCluster) -> None:
+    """A tunnel killed (SIGKILL, an OOM kill, a crash) leaves its ssh master running, with
+    nobody to end it: it stayed logged in, for as long as the server answered its keepalives,
+    once per such death. The next tunnel in that folder ends it through its control socket."""
+    _ok(ssh_cluster.laptop_txctl(*HOST, "list"))
+    folder = _tunnel_dir(ssh_cluster)
+    tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
+    with PidWatch([tunnel]) as watch:
+        os.kill(tunnel, signal.SIGKILL)
+        assert watch.wait(30) == []
+    with PidWatch([master]) as watch:
+        _ok(ssh_cluster.laptop_txctl(*HOST, "list"))  # a new tunnel, and master
+        assert watch.wait(30) == []
+    assert _pid(folder / "ssh.pid") != master
