@@ -37,11 +37,12 @@ import stat
 import subprocess
 import sys
 import time
+import traceback
 from dataclasses import asdict
 from pathlib import Path
 
 from txd import defaults
-from txd.client._daemon import _read_line, connect_error
+from txd.client._daemon import _read_line, connect_error, is_listening
 from txd.client._endpoint import Endpoint
 
 MARKER = "--txd-remote-v1--"
@@ -49,9 +50,11 @@ START_TIMEOUT = 120.0  # the ssh login may wait for a password or an MFA prompt
 QUERY_TIMEOUT = 60.0  # remote-socket: a remote daemon's start included
 RELAY_TIMEOUT = 30.0  # a relay's marker line
 PROBE_TIMEOUT = 15.0
-BUSY_TRIES = 3  # starts after another client's starting tunnel exited without serving
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 CHUNK = 256 * 1024
+_GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends its foreground group
+KILL_AFTER = 5.0  # seconds an ssh master has to exit on SIGTERM
+START_ATTEMPTS = 3  # tunnel processes one client starts while others hold the folder's lock
 
 
 class TunnelError(Exception):
@@ -109,26 +112,25 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
     d = tunnel_dir(ep)
     _private_dir(d)
     sock = d / "txd.sock"
-    if _check_own_socket(sock) and connect_error(sock) is None:
-        return sock
-    # Another client's tunnel may be starting (it holds the folder's lock): wait for it to
-    # serve; if it lets go without serving (its ssh exited), start one again, a few times.
-    for _ in range(BUSY_TRIES):
+    for _ in range(START_ATTEMPTS):
+        if _check_own_socket(sock) and connect_error(sock) is None:
+            return sock
         line = _start(ep, d, autostart)
         if line != "busy":
             break
-        if _until_served_or_free(sock, d / "tunnel.lock", START_TIMEOUT + QUERY_TIMEOUT):
+        # Another tunnel process holds the folder's lock: one starting, which serves or fails
+        # and exits, or one exiting. Once it has exited, this client starts one itself (and
+        # so gets its own answer, the reason included, rather than waiting for a socket that
+        # will never come).
+        if _served_or_gone(sock, d / "tunnel.lock", START_TIMEOUT + QUERY_TIMEOUT):
             return sock
-        if _lock_free(d / "tunnel.lock"):
-            continue  # it exited without serving: start our own
+    else:
         raise TunnelError("local", f"another tunnel to {ep.url} started but does not serve")
     if line.startswith("ready"):
         note = line.removeprefix("ready").strip()
         if note and notes is not None:
             notes.append(f"{note} on {ep.host}")
         return sock
-    if line == "busy":
-        raise TunnelError("local", f"tunnels to {ep.url} kept exiting while starting")
     hop, _, message = line.partition(": ")
     if hop.startswith("error "):
         raise TunnelError(hop[len("error ") :], message)
@@ -136,8 +138,7 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
 
 
 def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
-    """Starts a tunnel process for `ep` in folder `d`; the line it reports: `ready ...`,
-    `busy` (another holds the folder's lock), `error HOP: ...`, or "" (it died)."""
+    """Starts a tunnel process in folder `d`; the line it writes on its ready pipe."""
     read_end, write_end = os.pipe()
     try:
         with open(d / "tunnel.log", "ab") as log:
@@ -159,8 +160,8 @@ def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
                 pass_fds=(write_end,),
                 # The client's process group and terminal: ssh may prompt on the terminal
                 # (password, MFA), which a background process group could not (SIGTTIN), and
-                # a Ctrl-C while it starts stops it too. Once the client has exited that group
-                # is no terminal's foreground: no later Ctrl-C or hangup reaches the tunnel.
+                # a Ctrl-C while it starts stops it too. Once it serves, it and its master
+                # ignore the Ctrl-C and hangup that group may still get (Tunnel.serve).
                 close_fds=True,
             )
         os.close(write_end)
@@ -173,32 +174,29 @@ def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
             os.close(write_end)
 
 
-def _lock_free(path: Path) -> bool:
-    """Whether no tunnel holds the folder's lock (taken and let go at once to tell)."""
+def _served_or_gone(sock: Path, lock: Path, timeout: float) -> bool:
+    """True once `sock` listens; False once no process holds the tunnel folder's `lock` (the
+    tunnel that held it exited without serving). Raises TunnelError after `timeout` s."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
+        deadline = time.monotonic() + timeout
+        while True:
+            if is_listening(sock):
+                return True
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pass
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
+            if time.monotonic() > deadline:
+                raise TunnelError(
+                    "local", f"the tunnel process holding {lock} has not served in {timeout:g} s"
+                )
+            time.sleep(0.05)
     finally:
-        os.close(fd)  # closing lets go of a lock taken
-    return True
-
-
-def _until_served_or_free(sock: Path, lock: Path, timeout: float) -> bool:
-    """True once the tunnel holding `lock` serves `sock`; False once it let go of the lock
-    without serving, or after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if connect_error(sock) is None:
-            return True
-        if _lock_free(lock):
-            return connect_error(sock) is None
-        time.sleep(0.01)
-    return False
+        os.close(fd)
 
 
 def describe(err: TunnelError, ep: Endpoint) -> str:
@@ -235,14 +233,24 @@ class Tunnel:
         self.server: asyncio.Server | None = None
 
     def _ssh(self, *args: str) -> list[str]:
-        return [*self.ep.ssh, "-S", str(self.ctl), *args]
+        return [*self.ep.ssh, "-S", _no_tokens(str(self.ctl)), *args]
+
+    def _spec(self, remote: str) -> str:
+        """-L's LOCAL:REMOTE, fwd.sock to the remote daemon's socket."""
+        return f"{_no_tokens(str(self.fwd))}:{_no_tokens(remote)}"
 
     async def start(self) -> None:
         """Steps 1 to 3 of the module's docstring; raises TunnelError."""
+        await self._end_orphan_master()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.ctl)  # a dead master's (this tunnel holds the folder's lock)
         ssh_err = self.dir / "ssh.log"
         err = os.open(ssh_err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # The master ignores SIGINT and SIGHUP (an ignored signal stays so across exec; ssh
+        # keeps it): it lives in the starting command's process group, whose Ctrl-C or hangup
+        # must not end it once it serves. One while it starts still does: this process's
+        # handler terminates it.
+        handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _GROUP_SIGNALS}
         try:
             self.master = await asyncio.create_subprocess_exec(
                 *self._ssh(
@@ -268,7 +276,11 @@ class Tunnel:
                 stdout=subprocess.PIPE,
                 stderr=err,
             )
+        except OSError as e:  # no such program (TXD_SSH_COMMAND), not executable
+            raise TunnelError("ssh", f"cannot run {self.ep.ssh[0]}: {e.strerror}") from None
         finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
             os.close(err)
         assert self.master.stdout is not None
         try:
@@ -283,6 +295,29 @@ class Tunnel:
         (self.dir / "ssh.pid").write_text(f"{self.master.pid}\n")
         self.remote_socket = await self._query()
         await self._forward()
+
+    async def _end_orphan_master(self) -> None:
+        """A tunnel that was killed (SIGKILL, a crash) left its master running, logged in,
+        with nobody to end it: one that still answers on the control socket is told to exit.
+        (This tunnel holds the folder's lock: no live tunnel owns that master.)"""
+        try:
+            is_socket = stat.S_ISSOCK(os.lstat(self.ctl).st_mode)
+        except FileNotFoundError:
+            return
+        if not is_socket or connect_error(self.ctl) is not None:
+            return
+        _log("ending the ssh master a killed tunnel left running")
+        proc = await asyncio.create_subprocess_exec(
+            *self._ssh("-O", "exit", *self.ep.ssh_target()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
 
     async def _query(self) -> str:
         """The remote daemon's socket, from `remote-socket` (which starts the daemon)."""
@@ -330,7 +365,7 @@ class Tunnel:
             os.unlink(self.fwd)
         proc = await asyncio.create_subprocess_exec(
             *self._ssh(
-                "-O", "forward", "-L", f"{self.fwd}:{self.remote_socket}", *self.ep.ssh_target()
+                "-O", "forward", "-L", self._spec(self.remote_socket), *self.ep.ssh_target()
             ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -369,22 +404,43 @@ class Tunnel:
         finally:
             os.umask(old)
         _ready(ready_fd, f"ready {self.started}".strip())
+        # Serving: a Ctrl-C or hangup of the command that started this tunnel (still in its
+        # process group, `logs -f` say) is that command's, not this shared tunnel's; the
+        # relays and queries started from now on inherit the ignored signals too.
+        for sig in _GROUP_SIGNALS:
+            asyncio.get_running_loop().remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
         mode = "relay (dial-stdio)" if self.relay else "forwarding"
         _log(f"serving {self.sock} -> {self.ep.url}:{self.remote_socket} by {mode}")
         self._arm_idle()
         assert self.master is not None
         code = await self.master.wait()
         _log(f"ssh master exited ({code}); closing")
-        self.server.close()
+        self._close_listener()
         for w in list(self.writers):
             w.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.sock)
 
     def stop(self, why: str) -> None:
+        """Stops accepting first, then ends the ssh master (and so the tunnel): a command that
+        comes meanwhile finds no socket and starts a new tunnel, which waits for this one's
+        lock, instead of being accepted here and dropped. A master that SIGTERM does not end
+        within KILL_AFTER seconds is killed: until it is gone this tunnel holds the folder."""
         _log(f"stopping: {why}")
+        self._close_listener()
         if self.master is not None and self.master.returncode is None:
             self.master.terminate()
+            asyncio.get_running_loop().call_later(KILL_AFTER, self._kill_master)
+
+    def _kill_master(self) -> None:
+        if self.master is not None and self.master.returncode is None:
+            _log(f"ssh master still running {KILL_AFTER:g} s after SIGTERM: killing it")
+            self.master.kill()
+
+    def _close_listener(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.sock)  # this tunnel's: it holds the folder's lock
 
     def _arm_idle(self) -> None:
         if self.idle_timer is not None:
@@ -457,7 +513,7 @@ class Tunnel:
 
     async def _ssh_control(self, action: str, remote: str) -> int:
         proc = await asyncio.create_subprocess_exec(
-            *self._ssh("-O", action, "-L", f"{self.fwd}:{remote}", *self.ep.ssh_target()),
+            *self._ssh("-O", action, "-L", self._spec(remote), *self.ep.ssh_target()),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -512,6 +568,12 @@ def _noise(ep: Endpoint, before: bytes) -> str:
     )
 
 
+def _no_tokens(path: str) -> str:
+    """`path` as ssh reads a control path or a forwarded socket's: with %-tokens expanded, so
+    a `%` of its own is written `%%`."""
+    return path.replace("%", "%%")
+
+
 def _last_line(data: bytes) -> str:
     lines = [ln.strip() for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     return lines[-1] if lines else ""
@@ -537,6 +599,11 @@ async def _amain(ep: Endpoint, folder: Path, autostart: bool, ready_fd: int) -> 
     except TunnelError as e:
         _log(f"error {e.hop}: {e}")
         _ready(ready_fd, f"error {e.hop}: {e}")
+        tunnel.stop("could not start")
+        return 1
+    except Exception as e:  # unforeseen: said on the pipe, and the ssh master not left behind
+        _log("".join(traceback.format_exception(e)).rstrip())
+        _ready(ready_fd, f"error local: {type(e).__name__}: {e} (see {folder / 'tunnel.log'})")
         tunnel.stop("could not start")
         return 1
     await tunnel.serve(ready_fd)

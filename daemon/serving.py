@@ -15,6 +15,8 @@ reach it by ssh), on which socket, pid, version, start time, and a heartbeat rew
   limit by this host's own clock (a clock skew between hosts cannot fake a dead daemon), and
   only if it did not change is it replaced by ours.
 - The record of this host is for the flock to decide (a crash releases it at once).
+- Writing over no record, a stopped one or this host's takes the same claim first: hosts
+  starting at once do not see each other's flock on node-local locks, and one must win.
 - The daemon re-reads the record before each heartbeat; finding another daemon's record
   there (this one stalled past the limit and was taken over), it stops (see `lost`).
 
@@ -49,6 +51,7 @@ PERIOD = 5.0  # seconds between heartbeats
 STALE_PERIODS = 3  # a heartbeat older than this many of its writer's periods is stale
 SSH_NAME_ENV = "TXD_SSH_NAME"
 _CLAIM_DEPTH = 3  # claims of claims left by claimants that died half-way
+START_WAIT = 5.0  # seconds a host that lost a start race waits for the winner's record
 
 
 class Busy(Exception):
@@ -268,6 +271,7 @@ def acquire(
         fd = os.open(state_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
         raise Busy(f"cannot use the state dir {state_dir}: {e.strerror or e}") from None
+    claim: Path | None = None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -277,7 +281,9 @@ def acquire(
         if previous is not None and previous.host != host and previous.state == "serving":
             if previous.fresh():
                 raise _elsewhere(previous, state_dir)
-            _take_over(state_dir, previous, host)
+            claim = _take_over(state_dir, previous, host)
+        else:
+            claim = _claim_start(state_dir, previous, host)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
         now = time.time()
@@ -311,6 +317,9 @@ def acquire(
             )
         return serving
     except BaseException:
+        if claim is not None:  # else the next start would wait for a claim nobody holds
+            with contextlib.suppress(OSError):
+                claim.unlink()
         os.close(fd)
         raise
 
@@ -353,7 +362,7 @@ def _elsewhere(rec: Record, state_dir: Path) -> Busy:
     )
 
 
-def _take_over(state_dir: Path, stale: Record, host: str) -> None:
+def _take_over(state_dir: Path, stale: Record, host: str) -> Path:
     """Wins the claim on the stale record, then watches the record for its staleness limit:
     a daemon that is alive after all (a slow file system, a paused process, a clock ahead of
     ours) beats meanwhile, and this one backs off."""
@@ -377,7 +386,7 @@ def _take_over(state_dir: Path, stale: Record, host: str) -> None:
                 raise Busy(f"another txd took the state dir {state_dir} over first")
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                return claim
             time.sleep(min(step, left))
     except BaseException:
         with contextlib.suppress(OSError):
@@ -385,10 +394,36 @@ def _take_over(state_dir: Path, stale: Record, host: str) -> None:
         raise
 
 
-def _claim(state_dir: Path, stale: Record, host: str) -> Path:
-    """Creates the claim file on `stale` with O_EXCL: of several hosts, one creates it. A
-    claim whose claimant died half-way (older than twice the watch) is itself claimed."""
-    name = f"{CLAIM_PREFIX}{stale.id}"
+def _claim_start(state_dir: Path, previous: Record | None, host: str) -> Path:
+    """Before writing our record over `previous` (none, a stopped daemon's, or this host's,
+    whose flock we hold): hosts doing so at once cannot see each other's flock where locks are
+    node-local (Lustre's localflock), so each would write its record and open the job store.
+    The claim file decides, as for a takeover; a loser waits for the winner's record and is
+    busy, naming it."""
+    try:
+        return _claim(state_dir, previous, host)
+    except Busy:
+        pass
+    deadline = time.monotonic() + START_WAIT
+    now = read_record(state_dir)
+    while now == previous and time.monotonic() < deadline:
+        time.sleep(0.02)
+        now = read_record(state_dir)
+    if now is not None and now != previous and now.host != host and now.state == "serving":
+        raise _elsewhere(now, state_dir)
+    raise Busy(
+        f"another txd is starting on the state dir {state_dir} at the same time: try again in "
+        "a few seconds"
+    )
+
+
+def _claim(state_dir: Path, stale: Record | None, host: str) -> Path:
+    """Creates the claim file on `stale` (None: on there being no record) with O_EXCL: of
+    several hosts, one creates it. A claim whose claimant died half-way (older than twice the
+    watch, or its process of this host gone) is itself claimed."""
+    name = f"{CLAIM_PREFIX}{stale.id if stale is not None else 'none'}"
+    stale_after = stale.stale_after if stale is not None else STALE_PERIODS * PERIOD
+    was = f"the txd of host {stale.host} stopped beating" if stale is not None else "no txd serves"
     for _ in range(_CLAIM_DEPTH):
         path = state_dir / name
         mine = {"host": host, "pid": os.getpid(), "time": time.time(), "id": secrets.token_hex(8)}
@@ -396,12 +431,17 @@ def _claim(state_dir: Path, stale: Record, host: str) -> Path:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             other = _read_claim(path)
-            if other is None or time.time() - other["time"] <= 2 * stale.stale_after + 5:
-                who = f"host {other['host']}" if other else "another host"
+            if other is None:
                 raise Busy(
-                    f"the txd of host {stale.host} stopped beating in {state_dir}, and {who} "
-                    "is taking the state dir over: try again in a few seconds",
-                    host=other["host"] if other else "",
+                    f"{was} in {state_dir}, and another host is taking the state dir over: "
+                    "try again in a few seconds"
+                ) from None
+            dead = other["host"] == host and not _alive(other["pid"])
+            if not dead and time.time() - other["time"] <= 2 * stale_after + 5:
+                raise Busy(
+                    f"{was} in {state_dir}, and host {other['host']} is taking the state dir "
+                    "over: try again in a few seconds",
+                    host=other["host"],
                 ) from None
             name = f"{name}.{other['id']}"
             continue
@@ -419,9 +459,25 @@ def _claim(state_dir: Path, stale: Record, host: str) -> Path:
 def _read_claim(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_bytes())
-        return {"host": str(data["host"]), "time": float(data["time"]), "id": str(data["id"])}
+        return {
+            "host": str(data["host"]),
+            "pid": int(data["pid"]),
+            "time": float(data["time"]),
+            "id": str(data["id"]),
+        }
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` of this host exists (a claim's: its claimant died half-way)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        pass
+    return True
 
 
 def _remove_claims(state_dir: Path) -> None:

@@ -122,7 +122,9 @@ class TokenStore:
         self.path = state_dir / STORE_FILE
         self._seen: tuple[int, ...] | None = None
         self._tokens: list[Token] = []
-        self._written: dict[str, float] = {}  # name -> last use this process wrote
+        # name -> when this process last wrote its last use, on the monotonic clock: a wall
+        # clock set back must not hold the next write off for as long
+        self._written: dict[str, float] = {}
 
     # -- the user's commands ------------------------------------------------------------------
 
@@ -228,9 +230,10 @@ class TokenStore:
     def _note_use(self, name: str, now: float) -> None:
         """Records a last use, at most every LAST_USE_EVERY seconds per token, and only when the
         lock is free at once: a last use is worth less than a stalled call."""
-        if now - self._written.get(name, 0.0) < LAST_USE_EVERY:
+        tick = time.monotonic()
+        if name in self._written and tick - self._written[name] < LAST_USE_EVERY:
             return
-        self._written[name] = now
+        self._written[name] = tick
         try:
             with self._locked(wait=False) as tokens:
                 for token in tokens:
@@ -253,6 +256,8 @@ class TokenStore:
             tokens = [Token(**item) for item in data["tokens"]]
             if bad := [t.name for t in tokens if t.scope not in SCOPES]:
                 raise ValueError(f"unknown scope of {bad}")
+            for t in tokens:
+                _check_fields(t)
             return tokens
         except (ValueError, KeyError, TypeError) as e:
             raise TokenError(
@@ -292,3 +297,17 @@ class TokenStore:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
             raise
+
+
+def _check_fields(t: Token) -> None:
+    """Raises TypeError or ValueError for a field of the wrong kind: check() must never meet
+    one (a hash that is not hex, a text expiry would raise there, on every call)."""
+    if not isinstance(t.name, str) or not isinstance(t.sha256, str):
+        raise TypeError("name and sha256 must be text")
+    if len(t.sha256) != 64 or set(t.sha256) - set("0123456789abcdef"):
+        raise ValueError("sha256 must be 64 hex digits")
+    for value, optional in ((t.created, False), (t.expires, True), (t.last_used, True)):
+        if optional and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError("created, expires and last_used must be epoch seconds")

@@ -156,3 +156,49 @@ def test_scopes_default_to_all_and_an_unknown_one_grants_nothing(tmp_path: Path)
     data["tokens"][0]["scope"] = "root"
     store.path.write_text(json.dumps(data))
     assert store.check(reader).name is None  # damaged: nothing granted
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("sha256", "not hex"),
+        ("sha256", 42),
+        ("expires", "2030-01-01"),
+        ("created", None),
+        ("last_used", "yesterday"),
+        ("name", ["ci"]),
+        ("scope", None),
+    ],
+)
+def test_a_store_with_a_malformed_entry_is_damaged_and_grants_nothing(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    """A store that parses as JSON but holds a field of the wrong kind used to raise out of
+    check() (ValueError from a hash that is not hex, TypeError comparing a text expiry), so
+    every call on the TCP listener ended in an exception instead of a refusal saying why."""
+    store = TokenStore(tmp_path)
+    secret = store.create("ci", expires=time.time() + 3600)
+    data = json.loads(store.path.read_text())
+    data["tokens"][0][field] = value
+    store.path.write_text(json.dumps(data))
+    assert store.check(secret) == tokens.Verdict(None, "unknown or revoked")
+    with pytest.raises(TokenError, match="is damaged"):
+        store.all()
+
+
+def test_a_clock_set_back_does_not_stop_last_uses_being_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The once-a-minute limit on writing a last use is a duration: measured on the wall
+    clock, a clock set back a day (NTP stepping a wrong clock) kept every last use of the
+    token unrecorded for that day."""
+    store = TokenStore(tmp_path)
+    secret = store.create("ci", expires=None)
+    real = time.time
+    monkeypatch.setattr(tokens.time, "time", lambda: real() + 86400)  # a clock a day ahead
+    assert store.check(secret).name == "ci"
+    monkeypatch.setattr(tokens.time, "time", real)  # set right: a day back
+    monkeypatch.setattr(tokens, "LAST_USE_EVERY", 0.0)  # no wait for the minute
+    assert store.check(secret).name == "ci"
+    last = TokenStore(tmp_path).all()[0].last_used
+    assert last is not None and abs(last - real()) < 60

@@ -185,6 +185,7 @@ from pathlib import Path
 from txd.daemon import serving
 serving.fcntl.flock = lambda fd, op: None  # each host's flock sees only itself (localflock)
 state, host, go = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+(go.parent / f"ready-{host}").touch()
 while not go.exists():
     time.sleep(0.005)
 try:
@@ -227,6 +228,48 @@ def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
     remove_tree(root)
 
 
+@pytest.mark.parametrize("before", ["none", "stopped"])
+def test_hosts_starting_at_once_on_a_free_state_dir_end_with_one_winner(before: str) -> None:
+    """No record, or one that says `stopped` (every clean exit leaves one): hosts starting at
+    once, their flocks blind to each other (localflock), each read no serving record and each
+    wrote its own (before: 4 of 4 won, so 4 daemons opened the one job store until their
+    heartbeats saw another record). Now one wins, by the same O_EXCL claim as a takeover, and
+    the others are busy, naming the winner."""
+    root = short_tmpdir("txstart-")
+    state, go = root / "state", root / "go"
+    if before == "stopped":
+        _fake_record(state, "login9", time.time() - 60)
+        rec = json.loads((state / serving.RECORD).read_text())
+        (state / serving.RECORD).write_text(json.dumps({**rec, "state": "stopped"}))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _RACER, str(state), f"login{k}", str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=clean_env(),
+            text=True,
+        )
+        for k in range(1, 5)
+    ]
+    # All four at the barrier (their imports done) before any goes: a race, not a queue.
+    until(lambda: len(list(root.glob("ready-*"))) == 4, 60)
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    winners = [r for r in results if r["won"]]
+    assert len(winners) == 1, results
+    won = record(state)
+    assert won["id"] == winners[0]["id"]
+    for r in results:
+        if not r["won"]:
+            assert f"on another host (host {won['host']}," in r["why"], r
+    assert not list(state.glob(f"{serving.CLAIM_PREFIX}*"))
+    remove_tree(root)
+
+
 def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
     root = short_tmpdir("txclaim-")
     state = root / "state"
@@ -244,6 +287,32 @@ def test_an_abandoned_claim_does_not_block_a_takeover() -> None:
     _fake_record(state, "login9", time.time() - 60, period=0.2)
     claim.write_text(json.dumps({"host": "login7", "pid": 1, "time": time.time(), "id": "y"}))
     with pytest.raises(serving.Busy, match="host login7 is taking the state dir over"):
+        serving.acquire(state, root / "sock", host="login2")
+    remove_tree(root)
+
+
+def test_a_claim_of_a_dead_process_of_this_host_does_not_hold_a_restart() -> None:
+    """Every start takes a claim now (hosts starting at once): one left by a daemon of this
+    host killed half-way through its start must not hold the next start for the claims'
+    minute, as a live claimant's does."""
+    root = short_tmpdir("txdead-")
+    state = root / "state"
+    state.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    claim = state / f"{serving.CLAIM_PREFIX}none"
+    left = {"host": "login2", "pid": dead.pid, "time": time.time(), "id": "z"}
+    claim.write_text(json.dumps(left))
+    s = serving.acquire(state, root / "sock", host="login2")
+    s.close()
+    assert record(state)["host"] == "login2"
+    # A live one of this host (this very test) still holds it.
+    _fake_record(state, "login9", time.time() - 60)
+    rec = json.loads((state / serving.RECORD).read_text())
+    (state / serving.RECORD).write_text(json.dumps({**rec, "state": "stopped"}))
+    mine = {"host": "login2", "pid": os.getpid(), "time": time.time(), "id": "y"}
+    (state / f"{serving.CLAIM_PREFIX}id-login9").write_text(json.dumps(mine))
+    with pytest.raises(serving.Busy, match="another txd is starting"):
         serving.acquire(state, root / "sock", host="login2")
     remove_tree(root)
 

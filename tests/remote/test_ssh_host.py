@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
+import signal
 import stat
 import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -264,49 +266,132 @@ def test_a_dead_remote_daemon_is_started_again_through_a_live_tunnel(
     assert again != daemon
 
 
-def test_a_tunnel_that_exits_while_starting_is_replaced(ssh_cluster: SshCluster) -> None:
-    """A command finding another tunnel of the endpoint starting (its folder's lock held) waits
-    for it; when that one lets go without serving (its ssh exited, say), the command starts its
-    own. Before, it waited 180 s for a socket nobody would serve, then failed ('started but
-    does not serve'): a reconnecting `txctl wait` hung so in CI while login1 died."""
-    env = ssh_cluster.laptop_env()
-    folder = _tunnel_dir_of(env, "ssh://login1")
-    folder.mkdir(parents=True, mode=0o700)
-    # A "tunnel" that holds the lock and serves nothing, until its stdin closes.
-    holder = subprocess.Popen(
-        ["flock", str(folder / "tunnel.lock"), "sh", "-c", "echo held; read x"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    cmd = subprocess.Popen(
-        [REMOTE_TXCTL, *HOST, "list"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        log = folder / "tunnel.log"
-        deadline = time.monotonic() + 60
-        while "holds its lock" not in (log.read_text() if log.exists() else ""):
-            assert time.monotonic() < deadline and cmd.poll() is None, cmd.poll()
-            time.sleep(0.05)  # until the command's tunnel found the folder busy
-        holder.communicate("")  # the holder exits without ever serving
-        _, err = cmd.communicate(timeout=60)
-    finally:
-        for p in (holder, cmd):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    assert cmd.returncode == 0, err
-    assert ssh_cluster.tunnel_pids(), "no tunnel serves the endpoint"
+def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.05)
 
 
-def _tunnel_dir_of(env: dict[str, str], url: str) -> Path:
-    """The tunnel folder txctl uses for `url` under `env` (computed as txctl does)."""
-    code = (
-        "import sys\nfrom txd.client._endpoint import resolve\n"
-        "from txd.client._tunnel import tunnel_dir\nprint(tunnel_dir(resolve(sys.argv[1])))"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, url], capture_output=True, text=True, env=env, check=True
-    )
-    return Path(out.stdout.strip())
+def test_a_second_command_while_the_first_ones_tunnel_fails_gets_its_own_answer(
+    ssh_cluster: SshCluster,
+) -> None:
+    """Two commands start a tunnel at once; the first one's fails (slowly: its remote command
+    sleeps, then exits 1). The second, told `busy` by the folder's lock, used to wait for a
+    socket that never came (START + QUERY timeouts: 180 s) and then say only that another
+    tunnel "does not serve"; it now starts its own once the first has exited, and says why
+    that one fails, as the first command does."""
+    env = ssh_cluster.laptop_env(TXD_REMOTE_COMMAND="sleep 6; false")
+    cmd = [REMOTE_TXCTL, *HOST, "list"]
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
+    with subprocess.Popen(cmd, **popen) as first:  # type: ignore[call-overload]
+        tunnels = ssh_cluster.laptop / "run" / "txd" / "tunnels"
+        # The first command's tunnel holds the folder's lock (it writes its pid once it does).
+        _until(lambda: any(tunnels.glob("*/tunnel.pid")), 30, "tunnel holding its lock")
+        start = time.monotonic()
+        second = ssh_cluster.laptop_txctl(*HOST, "list", env=env, timeout=60)
+        _, first_err = first.communicate(timeout=30)
+    assert first.returncode == NO_DAEMON, first_err
+    why = "`sleep 6; false remote-socket` exited with 1"
+    assert why in first_err, first_err
+    assert second.returncode == NO_DAEMON, second
+    assert why in second.stderr, second.stderr
+    assert time.monotonic() - start < 40
+
+
+def test_a_command_while_an_idle_tunnel_exits_gets_a_new_tunnel(ssh_cluster: SshCluster) -> None:
+    """An idle tunnel used to stop its ssh master first and keep accepting on txd.sock until
+    that master had exited: a command arriving meanwhile was handed a socket that could no
+    longer serve. The master is stopped (SIGSTOP) here to hold that moment open; the command
+    must go through a new tunnel, the old one gone (its master killed when SIGTERM does not
+    end it)."""
+    env = ssh_cluster.laptop_env(TXD_TUNNEL_IDLE="2")
+    _ok(ssh_cluster.laptop_txctl(*HOST, "list", env=env))
+    folder = _tunnel_dir(ssh_cluster)
+    tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
+    with PidWatch([tunnel, master]) as watch:
+        os.kill(master, signal.SIGSTOP)
+        try:
+            log = folder / "tunnel.log"
+            _until(lambda: "stopping: idle" in log.read_text(), 30, "idle exit")
+            listed = ssh_cluster.laptop_txctl(*HOST, "list", env=env, timeout=60)
+            assert listed.returncode == 0, listed
+            assert watch.wait(30) == []
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(master, signal.SIGCONT)
+    assert _pid(folder / "tunnel.pid") != tunnel
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_ctrl_c_or_hangup_of_the_command_that_started_the_tunnel_leaves_it_up(
+    ssh_cluster: SshCluster, sig: signal.Signals
+) -> None:
+    """The tunnel and its ssh master run in the process group of the command that started
+    them (ssh may prompt on its terminal). A Ctrl-C on that command once the tunnel serves
+    (`logs -f`, the first command of the day, stopped by hand), or its terminal closed (a
+    hangup of the foreground group), used to reach them too: the tunnel stopped and the signal
+    killed the master, so the next command logged in again (one more MFA prompt) and other
+    terminals' streams through it were cut."""
+    login1 = ssh_cluster.node("login1")
+    script = "for i in $(seq 1 600); do echo line $i; sleep 0.2; done"
+    handle = _handle(_ok(login1.txctl("run", "utils.sh", "sh", "-c", script)))
+    with subprocess.Popen(
+        [REMOTE_TXCTL, *HOST, "logs", "-f", handle],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ssh_cluster.laptop_env(),
+        start_new_session=True,  # a shell job's process group: the terminal's Ctrl-C hits all
+    ) as follow:
+        assert _first_line(follow, 30).strip().endswith("line 1")
+        folder = _tunnel_dir(ssh_cluster)
+        tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
+        os.killpg(follow.pid, sig)
+        follow.communicate(timeout=30)
+    assert follow.returncode != 0  # the follow itself did stop
+    assert "RUNNING" in _ok(ssh_cluster.laptop_txctl(*HOST, "status", handle))
+    assert (_pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")) == (tunnel, master)
+    os.kill(tunnel, 0)
+    os.kill(master, 0)
+
+
+def test_an_ssh_command_that_cannot_run_is_named(ssh_cluster: SshCluster) -> None:
+    """TXD_SSH_COMMAND naming no program raised FileNotFoundError in the tunnel, which said
+    nothing on its ready pipe: the command said only "the tunnel ... exited; see tunnel.log"."""
+    env = ssh_cluster.laptop_env(TXD_SSH_COMMAND="/opt/nowhere/ssh -F cfg")
+    result = ssh_cluster.laptop_txctl(*HOST, "list", env=env)
+    assert result.returncode == NO_DAEMON, result
+    assert "ssh to ssh://login1 failed: cannot run /opt/nowhere/ssh" in result.stderr, result
+    assert "No such file or directory" in result.stderr
+
+
+def test_a_runtime_dir_with_odd_characters(ssh_cluster: SshCluster) -> None:
+    """ssh expands %-tokens in a control path and in -L's socket paths: a `%` in the runtime
+    dir (so in the tunnel's folder) had ssh look for its master's socket elsewhere, and every
+    command failed; one in the remote daemon's socket refused the forward (relay instead)."""
+    run = ssh_cluster.laptop / "run dir 100% (x) 'q' ~a %d"
+    run.mkdir(mode=0o700)
+    env = ssh_cluster.laptop_env(XDG_RUNTIME_DIR=str(run))
+    socket = "/tmp/odd 100%d/txd.sock"
+    _ok(ssh_cluster.laptop_txctl("host", "add", "odd", "ssh://login1", "--socket", socket, env=env))
+    _ok(ssh_cluster.laptop_txctl("--host", "odd", "list", env=env))
+    (log,) = run.glob("txd/tunnels/*/tunnel.log")
+    assert f"ssh://login1:{socket} by forwarding" in log.read_text()
+    _ok(ssh_cluster.laptop_txctl("--host", "odd", "list", env=env))  # the same tunnel again
+
+
+def test_the_master_of_a_killed_tunnel_is_ended_by_the_next_one(ssh_cluster: SshCluster) -> None:
+    """A tunnel killed (SIGKILL, an OOM kill, a crash) leaves its ssh master running, with
+    nobody to end it: it stayed logged in, for as long as the server answered its keepalives,
+    once per such death. The next tunnel in that folder ends it through its control socket."""
+    _ok(ssh_cluster.laptop_txctl(*HOST, "list"))
+    folder = _tunnel_dir(ssh_cluster)
+    tunnel, master = _pid(folder / "tunnel.pid"), _pid(folder / "ssh.pid")
+    with PidWatch([tunnel]) as watch:
+        os.kill(tunnel, signal.SIGKILL)
+        assert watch.wait(30) == []
+    with PidWatch([master]) as watch:
+        _ok(ssh_cluster.laptop_txctl(*HOST, "list"))  # a new tunnel, and master
+        assert watch.wait(30) == []
+    assert _pid(folder / "ssh.pid") != master
