@@ -39,6 +39,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,10 @@ class Serving:
         # "stopped" one would keep other hosts waiting for the staleness limit).
         self._writing = threading.Lock()
         self._closed = False
+        # A thread of the heartbeat's own: on the loop's shared pool, a queue of other blocking
+        # work (module imports, a slow file system under job folders) would delay beats until
+        # another host took a live daemon's state dir over.
+        self._beater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txd-heartbeat")
 
     @property
     def took_over_from(self) -> str | None:
@@ -194,7 +199,8 @@ class Serving:
         """Beats every period until the record is lost (or the task is cancelled)."""
         while True:
             await asyncio.sleep(self.record.period)
-            if not await asyncio.to_thread(self.beat):
+            ours = await asyncio.get_running_loop().run_in_executor(self._beater, self.beat)
+            if not ours:
                 self.lost.set()
                 if self.on_lost is not None:
                     self.on_lost()
@@ -227,6 +233,7 @@ class Serving:
                 self._closed = True
                 self._stopped()
         finally:
+            self._beater.shutdown(wait=False)
             os.close(self.lock_fd)
 
     def abandon(self) -> None:
@@ -246,6 +253,7 @@ class Serving:
                     self.record = prev
                     self._write(sync=True)
         finally:
+            self._beater.shutdown(wait=False)
             os.close(self.lock_fd)
 
     def _stopped(self) -> None:
