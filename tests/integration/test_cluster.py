@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster_testing import PERIOD, Host, record, stale, unshare_works, until
@@ -197,11 +198,10 @@ else:
 """
 
 
-@pytest.mark.parametrize("racers", [2, 4])
-def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
-    root = short_tmpdir("txrace-")
-    state, go = root / "state", root / "go"
-    _fake_record(state, "login9", time.time() - 60, period=0.2)
+def _race(state: Path, go: Path, racers: int) -> list[dict[str, Any]]:
+    """Runs `racers` hosts' acquire() at once on `state` (each its own process, released
+    together once all are at the barrier: their imports done, a race, not a queue); what each
+    got, in host order."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RACER, str(state), f"login{k}", str(go)],
@@ -212,12 +212,22 @@ def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
         )
         for k in range(1, racers + 1)
     ]
+    until(lambda: len(list(go.parent.glob("ready-*"))) == racers, 60)
     go.touch()
     results = []
     for p in procs:
         out, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
         results.append(json.loads(out))
+    return results
+
+
+@pytest.mark.parametrize("racers", [2, 4])
+def test_hosts_racing_to_take_over_end_with_one_winner(racers: int) -> None:
+    root = short_tmpdir("txrace-")
+    state, go = root / "state", root / "go"
+    _fake_record(state, "login9", time.time() - 60, period=0.2)
+    results = _race(state, go, racers)
     winners = [r for r in results if r["won"]]
     assert len(winners) == 1, results
     assert record(state)["id"] == winners[0]["id"]
@@ -241,24 +251,7 @@ def test_hosts_starting_at_once_on_a_free_state_dir_end_with_one_winner(before: 
         _fake_record(state, "login9", time.time() - 60)
         rec = json.loads((state / serving.RECORD).read_text())
         (state / serving.RECORD).write_text(json.dumps({**rec, "state": "stopped"}))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _RACER, str(state), f"login{k}", str(go)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=clean_env(),
-            text=True,
-        )
-        for k in range(1, 5)
-    ]
-    # All four at the barrier (their imports done) before any goes: a race, not a queue.
-    until(lambda: len(list(root.glob("ready-*"))) == 4, 60)
-    go.touch()
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=60)
-        assert p.returncode == 0, err
-        results.append(json.loads(out))
+    results = _race(state, go, 4)
     winners = [r for r in results if r["won"]]
     assert len(winners) == 1, results
     won = record(state)
