@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 from txd.daemon import socketfile
+from txd.daemon.atomicfile import write_atomic
 from txd.daemon.backends import SettingsError
 from txd.daemon.metrics import OPENMETRICS, PROMETHEUS, Metrics, MetricsSettings
 from txd.daemon.tasks import Tasks
@@ -54,16 +55,7 @@ def write_textfile(metrics: Metrics, path: Path) -> None:
     """The metrics in `path`, written whole under another name (not *.prom, so node_exporter
     skips it) and renamed over it."""
     data, _ = metrics.render(PROMETHEUS)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    write_atomic(path, data, mode=0o644)
 
 
 async def _textfile(metrics: Metrics, path: Path, interval: float) -> None:

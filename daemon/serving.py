@@ -43,6 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from txd.daemon.atomicfile import write_atomic
+
 log = logging.getLogger(__name__)
 
 RECORD = "txd.serving"
@@ -111,24 +113,6 @@ def read_record(state_dir: Path) -> Record | None:
         return Record(**{f.name: kinds.get(f.name, str)(data[f.name]) for f in fields})
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def _write_atomic(path: Path, data: bytes, *, sync: bool) -> None:
-    """Writes a file of our own beside `path`, then renames it over `path`."""
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def _version() -> str:
@@ -209,7 +193,8 @@ class Serving:
     def _write(self, *, sync: bool) -> None:
         path = self.state_dir / RECORD
         try:
-            _write_atomic(path, json.dumps(dataclasses.asdict(self.record)).encode(), sync=sync)
+            data = json.dumps(dataclasses.asdict(self.record)).encode()
+            write_atomic(path, data, mode=0o600, sync=sync)
         except OSError as e:
             if not self._write_failed:
                 log.error(

@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from txd.daemon.atomicfile import write_atomic
+
 log = logging.getLogger(__name__)
 
 PREFIX = "txd_"
@@ -282,21 +284,8 @@ class TokenStore:
             os.close(fd)
 
     def _write(self, tokens: list[Token]) -> None:
-        tmp = self.path.with_name(f".{STORE_FILE}.{os.getpid()}")
         data = json.dumps({"tokens": [asdict(t) for t in tokens]}, indent=1) + "\n"
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
+        write_atomic(self.path, data.encode(), mode=0o600, sync=True)
 
 
 def _check_fields(t: Token) -> None:

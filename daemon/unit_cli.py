@@ -19,6 +19,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from txd import defaults, userunit
+from txd.daemon.atomicfile import write_atomic
 
 # txd's shutdown: submissions in flight, then local jobs, then calls in flight, each given
 # --grace seconds; systemd waits this much more before its SIGKILL.
@@ -195,10 +196,7 @@ def _write(path: Path, text: str) -> None:
     """Whole or not at all: systemd never reads half a unit."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, text.encode(), mode=0o644)
     except OSError as e:
         raise UnitError(f"cannot write {path}: {e.strerror}") from None
 
