@@ -73,11 +73,7 @@ def prepare(
             "--listen needs TLS: give --tls-cert CERT.pem and --tls-key KEY.pem (a token must "
             "never travel in clear text)"
         )
-    mode = _mode(key, "--tls-key")
-    if mode & 0o077:
-        raise ListenError(
-            f"--tls-key {key}: other users may read it (mode {mode:04o}): chmod 600 {key}"
-        )
+    _check_private_key(key)
     tokens = TokenStore(state_dir)
     try:
         tokens.check_private()
@@ -98,6 +94,14 @@ def prepare(
         tokens,
         (cert, key, client_ca),
     )
+
+
+def _check_private_key(key: str) -> None:
+    mode = _mode(key, "--tls-key")
+    if mode & 0o077:
+        raise ListenError(
+            f"--tls-key {key}: other users may read it (mode {mode:04o}): chmod 600 {key}"
+        )
 
 
 def _mode(path: str, flag: str) -> int:
@@ -198,8 +202,7 @@ class Certificates:
 
     def _load(self) -> grpc.ServerCertificateConfiguration:
         cert_path, key_path, ca_path = self.paths
-        if (mode := _mode(key_path, "--tls-key")) & 0o077:
-            raise ListenError(f"--tls-key {key_path}: other users may read it (mode {mode:04o})")
+        _check_private_key(key_path)
         cert, key = _read(cert_path, "--tls-cert"), _read(key_path, "--tls-key")
         ca = _read(ca_path, "--client-ca") if ca_path else None
         # The key must match the certificate (ssl checks it); a CA file must parse.
