@@ -30,6 +30,7 @@ log = logging.getLogger("txd.access")
 
 UNIX = "unix"
 TCP = "tcp"
+READ = "read"  # the read door's socket (daemon.readdoor)
 _MAX_METHOD = 200  # an unknown method's name is the client's choice: cut in the line
 
 

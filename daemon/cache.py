@@ -6,7 +6,8 @@ with a Pulse that wakes its Wait/Watch callers and log follows the moment its st
 every status is written through to the job store, so a job that is no longer followed costs no
 memory (10,000 finished jobs live only in SQLite). A status the store cannot take (a full disk)
 is kept here instead, served from here, and written with the next write that succeeds. The
-feeds (daemon.feeds) are the only writers; clients only read.
+feeds (daemon.feeds) are the only writers; clients only read. A writer replaces a job's status
+whole, never changes one in part: the read door's thread (daemon.readdoor) reads them.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ log = logging.getLogger(__name__)
 class Shown:
     """A status as Watch streams are sent it: a copy of the job's status at one pulse
     generation, made once and shared by every stream of the job (with its WatchResponse
-    serialized once, on first use). Nobody changes it: the cache changes its own status in
-    place (mark_stale), and makes a new Shown for the next generation."""
+    serialized once, on first use). Nobody changes it: the cache makes a new Shown for the
+    next generation."""
 
     __slots__ = ("_wire", "gen", "status")
 
@@ -214,8 +215,11 @@ class StatusCache:
         old = job.record.status
         if _same(old, status):
             if old.HasField("stale_since"):
-                old.ClearField("stale_since")
-                old.ClearField("stale_msg")
+                fresh = AppStatus()
+                fresh.CopyFrom(old)
+                fresh.ClearField("stale_since")
+                fresh.ClearField("stale_msg")
+                job.record.status = fresh  # whole: the read door's thread reads it
                 self._save(job.record)
                 job.pulse.fire()
             return
@@ -248,16 +252,19 @@ class StatusCache:
         latest failure's (an outage's cause changes: a dropped stream, then a refused
         connection)."""
         for job in jobs:
-            status = job.record.status
+            old = job.record.status
             if not job.followed:
                 continue
-            if not status.HasField("stale_since"):
-                status.stale_since.CopyFrom(now())
-            since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            since_ts = old.stale_since if old.HasField("stale_since") else now()
+            since = since_ts.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             msg = f"{scheduler} has not answered since {since}: {reason}"
-            if msg == status.stale_msg:
+            if msg == old.stale_msg:
                 continue
+            status = AppStatus()
+            status.CopyFrom(old)
+            status.stale_since.CopyFrom(since_ts)
             status.stale_msg = msg
+            job.record.status = status  # whole: the read door's thread reads it
             self._save(job.record)  # List reads the store
             job.pulse.fire()
 

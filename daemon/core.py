@@ -23,7 +23,7 @@ from txd.daemon import config, exposition, logs, submission, validate
 from txd.daemon.backends import Backends, SettingsError
 from txd.daemon.cache import Shown, StatusCache, unknown
 from txd.daemon.events import EventHub, EventSettings, EventSettingsError
-from txd.daemon.jobstore import JobRecord, JobStore, NativeRequest
+from txd.daemon.jobstore import JobRecord, JobStore, NativeRequest, StoreReads
 from txd.daemon.listing import ListQuery
 from txd.daemon.metrics import Metrics, MetricsSettings
 from txd.daemon.pacing import Pacer
@@ -421,18 +421,20 @@ class JobService:
 
     # -- status -----------------------------------------------------------------------------
 
-    def resolve(self, text: str) -> str:
+    def resolve(self, text: str, store: StoreReads | None = None) -> str:
         """The handle of the job `text` names: a whole handle (`{scheduler}://{session}/{app_id}`,
         returned as it is), a job's app id, or a prefix of one app id, as docker takes short
         container ids. An app id equal to `text` wins over longer ones it begins (job `123`
         over `1234`). Raises NotFound when nothing matches, InvalidArgument when several
-        jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
+        jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job.
+        `store`: the store reads to use (the read door's own connection), else the store's."""
+        store = store or self.store
         validate.check_handle(text)
         if "://" in text:
             return str(validate.parse_handle(text))
         if not text:
             raise InvalidArgument("app_handle", "empty: give a handle, an app id or its prefix")
-        found = self.store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
+        found = store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
         exact = [handle for handle, app_id in found if app_id == text]
         if len(exact) == 1:
             return exact[0]
@@ -444,7 +446,7 @@ class JobService:
                 f"no job {text!r}: no handle, app id or app id prefix of a known job "
                 "(list known jobs with `txctl list`)"
             )
-        total = len(candidates) if exact else self.store.count_app_id_prefix(text)
+        total = len(candidates) if exact else store.count_app_id_prefix(text)
         shown = ", ".join(candidates[:MAX_CANDIDATES])
         more = f" and {total - MAX_CANDIDATES} more" if total > MAX_CANDIDATES else ""
         raise InvalidArgument(
@@ -453,14 +455,16 @@ class JobService:
             "or the whole handle",
         )
 
-    def lookup(self, text: str) -> JobRecord:
-        """The job `text` names (see resolve)."""
-        handle = self.resolve(text)
+    def lookup(self, text: str, store: StoreReads | None = None) -> JobRecord:
+        """The job `text` names (see resolve). The status cache is read, never changed, and
+        its writers replace a status whole: the read door's thread may call this too."""
+        store = store or self.store
+        handle = self.resolve(text, store)
         if (job := self.cache.get(handle)) is not None:
             return job.record
         if (unsaved := self.cache.unsaved(handle)) is not None:
             return unsaved
-        rec = self.store.get(handle)
+        rec = store.get(handle)
         if rec is None:
             raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
         return rec
@@ -471,8 +475,8 @@ class JobService:
         text = self.store.native_request(rec.handle)
         return None if text is None else cut_text(text)
 
-    def status(self, handle: str) -> AppStatus:
-        return self.lookup(handle).status
+    def status(self, handle: str, store: StoreReads | None = None) -> AppStatus:
+        return self.lookup(handle, store).status
 
     async def wait(self, handle: str) -> AppStatus:
         return await self.cache.wait(self.lookup(handle))

@@ -17,6 +17,7 @@ from grpc_health.v1._async import HealthServicer
 from txd import defaults
 from txd.daemon import access, reflection, serving, socketfile, tcp, wire
 from txd.daemon.core import JobService
+from txd.daemon.readdoor import ReadDoor
 from txd.daemon.servicer import About, RunnerServicer
 from txd.daemon.sockwatch import Listeners
 from txd.daemon.tasks import Tasks
@@ -244,8 +245,10 @@ async def _serve(
 
     listeners = Listeners(socket_path, _claim_socket, start)
     others: list[grpc.aio.Server] = []  # the TCP listener's: health shared with the socket's
+    read: ReadDoor | None = None
     try:
         await listeners.first()
+        read = ReadDoor.open(service, socket_path, service.metrics)
         if listen is not None:
             health = listeners.served[0][1]
             others.append(await create_tcp_server(service, health, listen, about))
@@ -273,3 +276,5 @@ async def _serve(
     finally:
         await listeners.stop(0)  # idempotent; ends a server left by an error above
         await asyncio.gather(*(s.stop(0) for s in others))
+        if read is not None:
+            await asyncio.to_thread(read.stop)

@@ -72,7 +72,7 @@ def _cut(text: str, limit: int) -> str:
     return data[: limit - 20].decode(errors="ignore") + f"... ({len(data)} bytes)"
 
 
-def _status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
+def error_status(e: Exception) -> tuple[grpc.StatusCode, str, Any]:
     """The (code, message, trailing metadata) that end a call failed with `e`. An
     InvalidArgument also carries its field path machine-readably: google.rpc.BadRequest in the
     status details (the `grpc-status-details-bin` trailer), as Google's rich error model does,
@@ -106,7 +106,7 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
                 async for item in fn(self, wire.parse(cls, raw), context):
                     yield item
             except Exception as e:
-                await context.abort(*_status(e))
+                await context.abort(*error_status(e))
 
         return stream
 
@@ -115,7 +115,7 @@ def _mapped(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return await fn(self, wire.parse(cls, raw), context)
         except Exception as e:
-            await context.abort(*_status(e))
+            await context.abort(*error_status(e))
 
     return unary
 
@@ -237,7 +237,7 @@ class RunnerServicer(runner_pb2_grpc.RunnerServicer):
             await self.service.events.serve(request, handles, context.write, acks)
         except Exception as e:
             # Set, not abort(): the acknowledgements' read may be pending (read_acks).
-            code, details, trailers = _status(e)
+            code, details, trailers = error_status(e)
             context.set_code(code)
             context.set_details(details)
             if trailers:
