@@ -29,10 +29,11 @@ from pathlib import Path
 
 import grpc
 from txd import defaults
-from txd.daemon import access, wire
+from txd.daemon import access, socketfile, wire
 from txd.daemon.core import JobService
 from txd.daemon.jobstore import StoreReader
 from txd.daemon.servicer import error_status
+from txd.filekind import describe
 from txd.v1 import runner_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class ReadDoor:
             "txd.v1.Runner", {"Status": grpc.unary_unary_rpc_method_handler(self._status)}
         )
         self._server = grpc.server(self._pool, handlers=[handler], options=OPTIONS)
+        self._inode = -1  # the socket file's, once bound
 
     @classmethod
     def open(
@@ -74,14 +76,19 @@ class ReadDoor:
             log.info("no read door: the job store is on a network file system")
             return None
         path = Path(defaults.read_door(socket_path))
-        # A file left there is a dead daemon's: this one holds the state dir and the socket.
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        # As at the main socket's path: only a stale socket of the user's is removed.
+        there = socketfile.clear_stale(path)
+        if there is not None:
+            reader.close()
+            what = "a socket someone listens on" if there.live else describe(there.stat)
+            log.warning("no read door: %s is %s, which txd never removes", path, what)
+            return None
         door = cls(service, reader, path, observer)
         try:
             door._server.add_insecure_port(f"unix:{path}")
             door._server.start()
             os.chmod(path, 0o600)  # as the main socket: the folder decides, this still holds
+            door._inode = path.lstat().st_ino
         except Exception as e:
             door.stop()
             log.warning("no read door on %s: %s", path, e)
@@ -89,12 +96,13 @@ class ReadDoor:
         return door
 
     def stop(self) -> None:
-        """Stops serving (calls under way are cancelled) and removes the socket file."""
+        """Stops serving (calls under way are cancelled) and removes the socket file it made."""
         self._server.stop(None).wait()
         self._pool.shutdown(wait=True)
         self.reader.close()
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
+            if self.path.lstat().st_ino == self._inode:  # still the one it made
+                self.path.unlink()
 
     def _status(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         call = access.Call(STATUS, access.UNARY, access.READ)

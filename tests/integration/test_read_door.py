@@ -230,14 +230,36 @@ async def test_txctl_status_goes_through_the_read_door(d: Daemon) -> None:
     assert (await status_doors(d)) == [("read", "OK")]
 
 
-def test_a_stale_file_is_replaced_and_a_stop_removes_the_door(root: Path) -> None:
+def test_a_stale_socket_is_replaced_and_a_stop_removes_the_door(root: Path) -> None:
     daemon = _daemon(root)
-    Path(defaults.read_door(daemon.socket)).write_text("left by a dead daemon\n")
+    dead = socket.socket(socket.AF_UNIX)  # a crashed daemon's: nobody listens
+    dead.bind(defaults.read_door(daemon.socket))
+    dead.close()
     try:
         daemon.start()
-        assert stat.S_ISSOCK(door(daemon).stat().st_mode)
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(str(door(daemon)))  # served again
         assert daemon.stop() == 0
         assert not door(daemon).exists()
+    finally:
+        daemon.close()
+
+
+async def test_a_file_that_is_no_stale_socket_is_left_alone(root: Path) -> None:
+    daemon = _daemon(root)
+    door(daemon).write_text("the user's own file\n")
+    try:
+        daemon.start()
+        assert door(daemon).read_text() == "the user's own file\n"
+        assert "no read door: " in daemon.log()
+        assert "which txd never removes" in daemon.log()
+        async with daemon.client() as c:  # Status through the main socket
+            handle = await c.run(sh_app("echo done"), "local_cwd")
+            assert (await c.wait(handle)).state == AppState.SUCCEEDED
+            assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(daemon)) == [("unix", "OK")]
+        assert daemon.stop() == 0
+        assert door(daemon).read_text() == "the user's own file\n"
     finally:
         daemon.close()
 
