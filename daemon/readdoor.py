@@ -11,7 +11,7 @@ the same errors.
 
 The Python client and txctl ask Status here when the file exists and the main socket otherwise;
 any client may call txd.v1.Runner/Status on either. Every call is counted and logged as the main
-socket's are, as the door `read`, by the loop (the metrics stay single-threaded).
+socket's are, as the door `read`.
 
 Not opened where the job store is on a network file system: the daemon's connection holds the
 file's lock exclusively, and no second connection may read it.
@@ -19,7 +19,6 @@ file's lock exclusively, and no second connection may read it.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -39,9 +38,10 @@ from txd.v1 import runner_pb2 as pb
 log = logging.getLogger(__name__)
 
 STATUS = "/txd.v1.Runner/Status"
+# The socket's message sizes (txd.defaults), so that an oversized request is refused alike.
 OPTIONS = [
-    ("grpc.max_receive_message_length", 64 * 1024),  # a StatusRequest is a handle
-    ("grpc.so_reuseport", 0),
+    ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
+    ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
 
 
@@ -56,7 +56,6 @@ class ReadDoor:
         observer: access.Observer,
     ) -> None:
         self.service, self.reader, self.path, self.observer = service, reader, path, observer
-        self._loop = asyncio.get_running_loop()
         # One worker: the reader's connection is used by one thread at a time, and a Status
         # takes a fraction of a millisecond. gRPC queues the calls that arrive meanwhile.
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="txd-read")
@@ -113,14 +112,14 @@ class ReadDoor:
         except Exception as e:
             call.code, details, trailers = error_status(e)
             context.set_trailing_metadata(trailers)
-            context.abort(call.code, details)
-            raise  # abort() raised already; for the type checker
+            context.abort(call.code, details)  # raises
+            raise
         finally:
-            seconds = time.monotonic() - call.start
-            with contextlib.suppress(RuntimeError):  # the loop closed: the daemon is stopping
-                self._loop.call_soon_threadsafe(self._observed, call, seconds)
+            self._observed(call, time.monotonic() - call.start)
 
     def _observed(self, call: access.Call, seconds: float) -> None:
+        """Counted and logged here, in the door's thread: prometheus_client's metrics and
+        logging take their own locks, and a hand-over to the loop would wake it for each call."""
         obs = self.observer
         obs.started(call)
         call.received = 1

@@ -77,8 +77,8 @@ def access(d: Daemon) -> list[dict[str, Any]]:
 
 
 async def status_doors(d: Daemon) -> list[tuple[str, str]]:
-    """(door, code) of each Status call's access line. The read door hands its lines to the
-    loop before it answers: a later call on the main socket (Where) is answered after them."""
+    """(door, code) of each Status call's access line. The read door writes its line before
+    it answers, the socket's server before it answers; a Where call's answer follows them."""
     async with grpc.aio.insecure_channel(f"unix:{d.socket}") as ch:
         await RunnerStub(ch).Where(pb.WhereRequest(), timeout=TIMEOUT)
     return [(r["door"], r["code"]) for r in access(d) if r["method"].endswith("/Status")]
@@ -111,7 +111,8 @@ async def test_the_read_door_answers_as_the_main_socket(d: Daemon) -> None:
             assert (await c.wait(done)).state == AppState.SUCCEEDED  # in the store only
             running = await c.run(sh_app(gate.wait), "local_cwd")  # followed in the cache
             app_id = running.rsplit("/", 1)[1]
-            asks = [done, running, app_id, app_id[:-3], "nosuch", "local_cwd://", "\x00"]
+            huge = "x" * (defaults.MAX_REQUEST_BYTES + 1)
+            asks = [done, running, app_id, app_id[:-3], "nosuch", "local_cwd://", "\x00", huge]
             answers = [await both(d, ask) for ask in asks]
             gate.open()
             assert (await c.wait(running)).state == AppState.SUCCEEDED
@@ -122,7 +123,8 @@ async def test_the_read_door_answers_as_the_main_socket(d: Daemon) -> None:
     assert pb.StatusResponse.FromString(wire[1]).status.state == AppState.RUNNING
     assert wire[2] == wire[3] == wire[1]
     assert wire[4][0] == grpc.StatusCode.NOT_FOUND
-    for bad in wire[5:]:
+    assert wire[7][0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    for bad in wire[5:7]:
         assert bad[0] == grpc.StatusCode.INVALID_ARGUMENT
         assert "grpc-status-details-bin" in dict(bad[2])  # the field, machine-readably
     assert (await status_doors(d)).count(("read", "OK")) == 4
