@@ -55,7 +55,7 @@ class Shape:
     slow_pause: float = 0.05  # seconds a slow reader waits after each chunk
     callers: int = 200
     caller_procs: int = 4
-    caller_pause: float = 0.2  # mean seconds between a caller's calls
+    caller_pause: float = 0.2  # mean seconds between the starts of a caller's calls
     deadline: float = 30.0  # every unary call's, and a Watch's
     bound: float = 240.0  # the whole run's
     # One Status caller in a process of its own per entry, at that scheduling priority (nice;
