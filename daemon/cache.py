@@ -6,8 +6,7 @@ with a Pulse that wakes its Wait/Watch callers and log follows the moment its st
 every status is written through to the job store, so a job that is no longer followed costs no
 memory (10,000 finished jobs live only in SQLite). A status the store cannot take (a full disk)
 is kept here instead, served from here, and written with the next write that succeeds. The
-feeds (daemon.feeds) are the only writers; clients only read. A writer replaces a job's status
-whole, never changes one in part: the read door's thread (daemon.readdoor) reads them.
+feeds (daemon.feeds) are the only writers; clients only read.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import datetime as dt
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -36,8 +35,8 @@ log = logging.getLogger(__name__)
 class Shown:
     """A status as Watch streams are sent it: a copy of the job's status at one pulse
     generation, made once and shared by every stream of the job (with its WatchResponse
-    serialized once, on first use). Nobody changes it: the cache makes a new Shown for the
-    next generation."""
+    serialized once, on first use). Nobody changes it: the cache changes its own status in
+    place (mark_stale), and makes a new Shown for the next generation."""
 
     __slots__ = ("_wire", "gen", "status")
 
@@ -132,6 +131,9 @@ class StatusCache:
         self._unsaved: dict[str, JobRecord] = {}  # by handle: statuses the store lacks
         self._flush_due = False  # a write of _unsaved is due at the end of this turn
         self._store_failing = False  # the last write failed (said once, until one succeeds)
+        # Told when the store starts and stops failing writes (the read door closes meanwhile:
+        # it reads the store, which then lacks statuses this cache holds).
+        self.on_store_failing: Callable[[bool], None] | None = None
 
     def _save(self, rec: JobRecord) -> None:
         """Writes rec's status to the store with every other status changed in this turn of
@@ -164,9 +166,14 @@ class StatusCache:
         except sqlite3.Error as e:
             if not self._store_failing:
                 log.warning("cannot record %d job statuses for now: %s", len(pending), e)
-            self._store_failing = True
+                self._store_failing = True
+                if self.on_store_failing is not None:
+                    self.on_store_failing(True)
             return
-        self._store_failing = False
+        if self._store_failing:
+            self._store_failing = False
+            if self.on_store_failing is not None:
+                self.on_store_failing(False)
         for r in pending:
             if self._unsaved.get(r.handle) is r:
                 del self._unsaved[r.handle]
@@ -215,11 +222,8 @@ class StatusCache:
         old = job.record.status
         if _same(old, status):
             if old.HasField("stale_since"):
-                fresh = AppStatus()
-                fresh.CopyFrom(old)
-                fresh.ClearField("stale_since")
-                fresh.ClearField("stale_msg")
-                job.record.status = fresh  # whole: the read door's thread reads it
+                old.ClearField("stale_since")
+                old.ClearField("stale_msg")
                 self._save(job.record)
                 job.pulse.fire()
             return
@@ -252,19 +256,16 @@ class StatusCache:
         latest failure's (an outage's cause changes: a dropped stream, then a refused
         connection)."""
         for job in jobs:
-            old = job.record.status
+            status = job.record.status
             if not job.followed:
                 continue
-            since_ts = old.stale_since if old.HasField("stale_since") else now()
-            since = since_ts.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            if not status.HasField("stale_since"):
+                status.stale_since.CopyFrom(now())
+            since = status.stale_since.ToDatetime(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
             msg = f"{scheduler} has not answered since {since}: {reason}"
-            if msg == old.stale_msg:
+            if msg == status.stale_msg:
                 continue
-            status = AppStatus()
-            status.CopyFrom(old)
-            status.stale_since.CopyFrom(since_ts)
             status.stale_msg = msg
-            job.record.status = status  # whole: the read door's thread reads it
             self._save(job.record)  # List reads the store
             job.pulse.fire()
 

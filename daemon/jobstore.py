@@ -450,9 +450,10 @@ class StoreReads:
 
 
 class StoreReader(StoreReads):
-    """A second connection to the job store, read-only, for the read door's thread
-    (daemon.readdoor): the daemon's connection belongs to its event loop. In WAL mode it reads
-    what the daemon committed, while the daemon writes."""
+    """A connection to the job store, read-only, for the read door's process
+    (daemon.readserver): in WAL mode it reads what the daemon committed, while the daemon
+    writes. Not on a network file system, where the daemon's connection holds the file's lock
+    exclusively (see NETWORK_FS)."""
 
     def __init__(self, path: Path) -> None:
         self._db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
@@ -531,11 +532,6 @@ class JobStore(StoreReads):
 
     def close(self) -> None:
         self._db.close()
-
-    def reader(self) -> StoreReader | None:
-        """A read-only connection of its own, or None on a network file system, where the
-        daemon's connection holds the file's lock exclusively (see NETWORK_FS)."""
-        return None if on_network_fs(self.path.parent) else StoreReader(self.path)
 
     def fence(self) -> None:
         """From now on every write fails (and the status cache logs it): another daemon took

@@ -1,131 +1,141 @@
-"""The read door: Status answered on a Unix socket of its own, `<socket>.read`, by a thread of
-its own.
+"""The read door: Status answered on a Unix socket of its own, `<socket>.read`, by a process of
+its own (daemon.readserver), which the daemon starts, watches and stops.
 
-grpc.aio takes calls one at a time on the event loop, the loop that also starts jobs, streams
-log chunks and Watch statuses: under a storm of submissions a Status call waited behind 70-90
-others before gRPC took it (docs/performance.md). Here a synchronous gRPC server, whose poller
-and one worker are threads of their own, answers Status from the status cache (read, never
-changed) and a read-only connection to the job store, so a Status is not queued behind the
-loop's work. The answer is the one the main socket gives: the same lookup (JobService.lookup),
-the same errors.
+grpc.aio takes calls one at a time on the event loop, the loop that also starts jobs and
+streams log chunks and Watch statuses: under a storm of submissions a Status call waited behind
+70-90 others before gRPC took it (docs/performance.md). A thread of the daemon's own did not do:
+it took the GIL from the loop at every hand-over and Run calls slowed by 10-15%. The process
+reads the job store, which the status cache writes every status through to (at the end of the
+event loop's turn that changed it, before a Wait or Watch is told); while the store cannot take
+writes (a full disk) the cache holds statuses the store lacks, so the door is closed until
+writes succeed again.
 
-The Python client and txctl ask Status here when the file exists and the main socket otherwise;
-any client may call txd.v1.Runner/Status on either. Every call is counted and logged as the main
-socket's are, as the door `read`.
-
-Not opened where the job store is on a network file system: the daemon's connection holds the
-file's lock exclusively, and no second connection may read it.
+The Python client and txctl ask Status there when the file exists and the socket otherwise; any
+client may call txd.v1.Runner/Status on either. Not opened where the job store is on a network
+file system: the daemon's connection holds the file's lock exclusively.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import contextlib
 import logging
-import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-import grpc
 from txd import defaults
-from txd.daemon import access, socketfile, wire
-from txd.daemon.core import JobService
-from txd.daemon.jobstore import StoreReader
-from txd.daemon.servicer import error_status
+from txd.daemon import logsetup, socketfile
+from txd.daemon.jobstore import on_network_fs
 from txd.filekind import describe
-from txd.v1 import runner_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-STATUS = "/txd.v1.Runner/Status"
-# The socket's message sizes (txd.defaults), so that an oversized request is refused alike.
-OPTIONS = [
-    ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
-    ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
-]
+QUICK_EXIT = 10.0  # s: a process that ends sooner than this after starting failed to start
+GIVE_UP = 3  # quick exits in a row, after which the door stays closed
+RESTART_DELAY = 1.0  # s
+STOP_TIMEOUT = 5.0  # s between SIGTERM and SIGKILL
 
 
 class ReadDoor:
-    """Serves Status on defaults.read_door(socket_path) until stop()."""
+    def __init__(self, socket_path: Path, store_path: Path) -> None:
+        self.path = Path(defaults.read_door(socket_path))
+        self.store_path = store_path
+        self.proc: asyncio.subprocess.Process | None = None
+        self._store_ok = asyncio.Event()
+        self._store_ok.set()
+        self._inode = -1  # the socket file's while the process serves it
 
-    def __init__(
-        self,
-        service: JobService,
-        reader: StoreReader,
-        path: Path,
-        observer: access.Observer,
-    ) -> None:
-        self.service, self.reader, self.path, self.observer = service, reader, path, observer
-        # One worker: the reader's connection is used by one thread at a time, and a Status
-        # takes a fraction of a millisecond. gRPC queues the calls that arrive meanwhile.
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="txd-read")
-        handler = grpc.method_handlers_generic_handler(
-            "txd.v1.Runner", {"Status": grpc.unary_unary_rpc_method_handler(self._status)}
-        )
-        self._server = grpc.server(self._pool, handlers=[handler], options=OPTIONS)
-        self._inode = -1  # the socket file's, once bound
+    def store_failing(self, failing: bool) -> None:
+        """The status cache's word on the store (StatusCache.on_store_failing): closed while
+        it cannot take writes, opened again once it can."""
+        if failing:
+            self._store_ok.clear()
+            if self.proc is not None and self.proc.returncode is None:
+                # Killed, not asked: this runs before anyone is told of the status the store
+                # lacks, and the process holds nothing to tidy (it only reads).
+                log.warning("read door closed until the job store takes writes again")
+                self.proc.kill()
+        elif not self._store_ok.is_set():
+            self._store_ok.set()
 
-    @classmethod
-    def open(
-        cls, service: JobService, socket_path: Path, observer: access.Observer
-    ) -> ReadDoor | None:
-        """The read door beside the main socket, serving; None (logged) where it cannot be."""
-        reader = service.store.reader()
-        if reader is None:
+    async def keep(self) -> None:
+        """Runs the door's process for the daemon's life (a background task; cancelled at
+        shutdown): started again when it ends, unless it keeps failing at start."""
+        if on_network_fs(self.store_path.parent):
             log.info("no read door: the job store is on a network file system")
-            return None
-        path = Path(defaults.read_door(socket_path))
-        # As at the main socket's path: only a stale socket of the user's is removed.
-        there = socketfile.clear_stale(path)
-        if there is not None:
-            reader.close()
-            what = "a socket someone listens on" if there.live else describe(there.stat)
-            log.warning("no read door: %s is %s, which txd never removes", path, what)
-            return None
-        door = cls(service, reader, path, observer)
+            return
+        quick = 0
         try:
-            door._server.add_insecure_port(f"unix:{path}")
-            door._server.start()
-            os.chmod(path, 0o600)  # as the main socket: the folder decides, this still holds
-            door._inode = path.lstat().st_ino
-        except Exception as e:
-            door.stop()
-            log.warning("no read door on %s: %s", path, e)
-            return None
-        return door
-
-    def stop(self) -> None:
-        """Stops serving (calls under way are cancelled) and removes the socket file it made."""
-        self._server.stop(None).wait()
-        self._pool.shutdown(wait=True)
-        self.reader.close()
-        with contextlib.suppress(FileNotFoundError):
-            if self.path.lstat().st_ino == self._inode:  # still the one it made
-                self.path.unlink()
-
-    def _status(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        call = access.Call(STATUS, access.UNARY, access.READ)
-        try:
-            handle = wire.parse(pb.StatusRequest, raw).app_handle
-            status = self.service.status(handle, self.reader)
-            return pb.StatusResponse(status=status).SerializeToString()
-        except Exception as e:
-            call.code, details, trailers = error_status(e)
-            context.set_trailing_metadata(trailers)
-            context.abort(call.code, details)  # raises
-            raise
+            while True:
+                await self._store_ok.wait()
+                if not self._claim():
+                    return
+                started = time.monotonic()
+                rc = await self._run()
+                if not self._store_ok.is_set():
+                    continue  # closed on purpose
+                quick = quick + 1 if time.monotonic() - started < QUICK_EXIT else 1
+                if quick >= GIVE_UP:
+                    log.warning(
+                        "read door closed: its process ended %d times in a row within %.0f s "
+                        "of starting (last exit %s); Status goes through the socket",
+                        quick,
+                        QUICK_EXIT,
+                        rc,
+                    )
+                    return
+                log.warning("read door's process ended (exit %s): starting it again", rc)
+                await asyncio.sleep(RESTART_DELAY)
         finally:
-            self._observed(call, time.monotonic() - call.start)
+            await self._end()
 
-    def _observed(self, call: access.Call, seconds: float) -> None:
-        """Counted and logged here, in the door's thread: prometheus_client's metrics and
-        logging take their own locks, and a hand-over to the loop would wake it for each call."""
-        obs = self.observer
-        obs.started(call)
-        call.received = 1
-        obs.received(call)
-        if call.code == grpc.StatusCode.OK:
-            call.sent = 1
-            obs.sent(call)
-        obs.handled(call, seconds)
-        access.write_line(call, seconds)
+    def _claim(self) -> bool:
+        """As at the socket's path: only a stale socket of the user's is removed."""
+        there = socketfile.clear_stale(self.path)
+        if there is None:
+            return True
+        what = "a socket someone listens on" if there.live else describe(there.stat)
+        log.warning("no read door: %s is %s, which txd never removes", self.path, what)
+        return False
+
+    async def _run(self) -> int | None:
+        """Starts the process and returns its exit code once it ends."""
+        level, fmt = logsetup.configured
+        self.proc = proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "txd.daemon.readserver",
+            str(self.path),
+            str(self.store_path),
+            level,
+            fmt,
+            stdin=subprocess.PIPE,  # its end tells the process the daemon is gone
+            stdout=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        if await proc.stdout.readline() == b"ready\n":
+            with contextlib.suppress(OSError):
+                self._inode = self.path.lstat().st_ino
+            log.info("read door on %s (pid %d)", self.path, proc.pid)
+        rc = await proc.wait()
+        self._remove_socket()
+        return rc
+
+    def _remove_socket(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.lstat().st_ino == self._inode:  # still the one it served
+                self.path.unlink()
+        self._inode = -1
+
+    async def _end(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            proc.terminate()
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_TIMEOUT)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        self._remove_socket()

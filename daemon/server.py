@@ -245,10 +245,11 @@ async def _serve(
 
     listeners = Listeners(socket_path, _claim_socket, start)
     others: list[grpc.aio.Server] = []  # the TCP listener's: health shared with the socket's
-    read: ReadDoor | None = None
     try:
         await listeners.first()
-        read = ReadDoor.open(service, socket_path, service.metrics)
+        door = ReadDoor(socket_path, service.store.path)
+        service.cache.on_store_failing = door.store_failing
+        service.tasks.create_task(door.keep(), name="read door")
         if listen is not None:
             health = listeners.served[0][1]
             others.append(await create_tcp_server(service, health, listen, about))
@@ -276,5 +277,3 @@ async def _serve(
     finally:
         await listeners.stop(0)  # idempotent; ends a server left by an error above
         await asyncio.gather(*(s.stop(0) for s in others))
-        if read is not None:
-            await asyncio.to_thread(read.stop)

@@ -1,7 +1,8 @@
-"""The read door (txd.daemon.readdoor): Status served on `<socket>.read` by a thread of the
-daemon's own, outside the event loop that takes every other call. A real daemon, real sockets:
-the same answers and errors as the main socket's, an answer while the loop is held, the access
-line and metrics of each call, the clients' use of it and their fallback to the main socket."""
+"""The read door (txd.daemon.readdoor, readserver): Status served on `<socket>.read` by a process
+the daemon starts, outside the event loop that takes every other call. A real daemon, real
+sockets: the same answers and errors as the socket's, an answer while the loop is held, the
+access line of each call, the clients' use of it and their fallback to the socket, the process
+started again when it dies and ended with the daemon, the door closed while the store fails."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import select
 import signal
 import socket
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,7 +64,9 @@ def _daemon(root: Path, **env: str) -> Daemon:
 def d(root: Path) -> Iterator[Daemon]:
     daemon = _daemon(root)
     try:
-        yield daemon.start()
+        daemon.start()
+        door_opened(daemon)
+        yield daemon
     finally:
         daemon.close()
 
@@ -71,9 +75,29 @@ def door(d: Daemon) -> Path:
     return Path(defaults.read_door(d.socket))
 
 
+def logged(d: Daemon, start: str, times: int = 1) -> str:
+    """The message of the `times`th line of the daemon's log that starts with `start`, once
+    written: the daemon says it is ready before its door's task has run."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        found = [r["msg"] for r in records(d) if r["msg"].startswith(start)]
+        if len(found) >= times:
+            return found[times - 1]
+        time.sleep(0.02)
+    raise AssertionError(f"no line {start!r} ({times}) within {TIMEOUT} s:\n{d.log()}")
+
+
+def door_opened(d: Daemon, times: int = 1) -> int:
+    """The pid of the read door's process once it serves (the `times`th time)."""
+    return int(logged(d, "read door on ", times).rsplit("pid ", 1)[1].rstrip(")"))
+
+
+def records(d: Daemon) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in d.log().splitlines() if line.startswith("{")]
+
+
 def access(d: Daemon) -> list[dict[str, Any]]:
-    lines = (json.loads(line) for line in d.log().splitlines())
-    return [r for r in lines if r.get("logger") == "txd.access"]
+    return [r for r in records(d) if r.get("logger") == "txd.access"]
 
 
 async def status_doors(d: Daemon) -> list[tuple[str, str]]:
@@ -139,6 +163,7 @@ async def test_the_read_door_answers_while_the_event_loop_is_held(root: Path) ->
     daemon = _daemon(root, PYTHONPATH=str(root / "site"), TXD_TEST_HOLD=str(root))
     try:
         daemon.start()
+        door_opened(daemon)
         async with daemon.client() as c:
             handle = await c.run(sh_app("echo done"), "local_cwd")
             assert (await c.wait(handle)).state == AppState.SUCCEEDED
@@ -166,19 +191,7 @@ async def test_the_read_door_answers_while_the_event_loop_is_held(root: Path) ->
         daemon.close()
 
 
-async def test_read_door_calls_are_logged_and_counted(d: Daemon) -> None:
-    def handled(text: str, code: str) -> float:
-        want = ('grpc_method="Status"', f'grpc_code="{code}"')
-        for line in text.splitlines():
-            if line.startswith("grpc_server_handled_total{") and all(w in line for w in want):
-                return float(line.rsplit(" ", 1)[1])
-        return 0.0
-
-    async def metrics() -> str:
-        async with grpc.aio.insecure_channel(f"unix:{d.socket}") as ch:
-            return (await RunnerStub(ch).Metrics(pb.MetricsRequest(), timeout=TIMEOUT)).text
-
-    before = await metrics()
+async def test_read_door_calls_are_logged(d: Daemon) -> None:
     async with d.client() as c:
         handle = await c.run(sh_app("echo done"), "local_cwd")
         await c.wait(handle)
@@ -186,10 +199,8 @@ async def test_read_door_calls_are_logged_and_counted(d: Daemon) -> None:
             await c.status(handle)
         with pytest.raises(NotFoundError, match="no job"):
             await c.status("nosuch")
-    after = await metrics()
-    assert handled(after, "OK") - handled(before, "OK") == 3
-    assert handled(after, "NotFound") - handled(before, "NotFound") == 1
-    reads = [r for r in access(d) if r["door"] == "read"]  # after the Metrics call: all there
+    await status_doors(d)  # every line written
+    reads = [r for r in access(d) if r["door"] == "read"]
     assert [(r["method"], r["code"]) for r in reads] == [
         *[("/txd.v1.Runner/Status", "OK")] * 3,
         ("/txd.v1.Runner/Status", "NOT_FOUND"),
@@ -232,6 +243,35 @@ async def test_txctl_status_goes_through_the_read_door(d: Daemon) -> None:
     assert (await status_doors(d)) == [("read", "OK")]
 
 
+def _ended(pid: int) -> None:
+    """Returns once process `pid` (not ours to wait for) has ended: its pidfd turns readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        assert select.select([fd], [], [], TIMEOUT)[0], f"process {pid} still runs"
+    finally:
+        os.close(fd)
+
+
+async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Daemon) -> None:
+    first = door_opened(d)
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+    os.kill(first, signal.SIGKILL)
+    _ended(first)
+    second = door_opened(d, times=2)  # a new process, on the same path
+    assert second != first
+    assert "read door's process ended (exit -9): starting it again" in d.log()
+    async with d.client() as c:
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+    assert (await status_doors(d))[-1] == ("read", "OK")
+    d.kill()  # the daemon dies without a word: the door's process ends too
+    _ended(second)
+
+
 def test_a_stale_socket_is_replaced_and_a_stop_removes_the_door(root: Path) -> None:
     daemon = _daemon(root)
     dead = socket.socket(socket.AF_UNIX)  # a crashed daemon's: nobody listens
@@ -239,6 +279,7 @@ def test_a_stale_socket_is_replaced_and_a_stop_removes_the_door(root: Path) -> N
     dead.close()
     try:
         daemon.start()
+        door_opened(daemon)
         with socket.socket(socket.AF_UNIX) as probe:
             probe.connect(str(door(daemon)))  # served again
         assert daemon.stop() == 0
@@ -252,9 +293,8 @@ async def test_a_file_that_is_no_stale_socket_is_left_alone(root: Path) -> None:
     door(daemon).write_text("the user's own file\n")
     try:
         daemon.start()
+        assert logged(daemon, "no read door: ").endswith("which txd never removes")
         assert door(daemon).read_text() == "the user's own file\n"
-        assert "no read door: " in daemon.log()
-        assert "which txd never removes" in daemon.log()
         async with daemon.client() as c:  # Status through the main socket
             handle = await c.run(sh_app("echo done"), "local_cwd")
             assert (await c.wait(handle)).state == AppState.SUCCEEDED
@@ -270,8 +310,8 @@ async def test_no_read_door_for_a_store_on_a_network_file_system(root: Path) -> 
     daemon = _daemon(root, TXD_STATE_FS="network")
     try:
         daemon.start()
+        logged(daemon, "no read door: the job store is on a network file system")
         assert not door(daemon).exists()
-        assert "no read door: the job store is on a network file system" in daemon.log()
         async with daemon.client() as c:
             handle = await c.run(sh_app("echo done"), "local_cwd")
             assert (await c.wait(handle)).state == AppState.SUCCEEDED

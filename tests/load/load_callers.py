@@ -5,7 +5,8 @@
 CALLERS callers, each on a gRPC connection of its own, call Status, List and Watch on the
 daemon's newest jobs, each call starting a random 0..2*PAUSE seconds after the caller's last one
 started (at once when that one took longer), until stdin closes (or MAX_SECONDS pass): the calls
-offered do not grow as the daemon answers faster, as they would with a pause after each answer. Prints "ready" once every caller's first List call answered, and at the end
+offered do not grow as the daemon answers faster, as they would with a pause after each answer.
+Prints "ready" once every caller's first List call answered, and at the end
 one JSON line: calls by kind, the errors, and every Status call's latency in seconds. Every unary
 call has a DEADLINE; a Watch must end (its job terminal) within MAX_SECONDS. With GONE_OK
 (1: the run deletes jobs), a job that is no longer known is counted as "gone", not an error.
