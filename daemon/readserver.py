@@ -82,7 +82,10 @@ def serve(socket: Path, store: Path) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def await_eof() -> None:  # the daemon's pipe: its end (the daemon gone) stops this too
-        sys.stdin.buffer.read()
+        # os.read, not sys.stdin: a buffered reader's lock held by this daemon thread would
+        # make the interpreter's exit fatal.
+        while os.read(0, 4096):
+            pass
         stop.set()
 
     threading.Thread(target=await_eof, daemon=True).start()
