@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import subprocess
 import sys
@@ -74,6 +75,8 @@ class ReadDoor:
                     return
                 started = time.monotonic()
                 rc = await self._run()
+                if rc is None:
+                    return  # refused to serve there: said why
                 if not self._store_ok.is_set():
                     continue  # closed on purpose
                 quick = quick + 1 if time.monotonic() - started < QUICK_EXIT else 1
@@ -101,26 +104,30 @@ class ReadDoor:
         return False
 
     async def _run(self) -> int | None:
-        """Starts the process and returns its exit code once it ends."""
+        """Starts the process and returns its exit code once it ends; None when it refused
+        to serve at the path (the socket's checks, made again just before it binds)."""
         level, fmt = logsetup.configured
+        settings = {"socket": str(self.path), "store": str(self.store_path)}
+        settings |= {"level": level, "format": fmt}
         self.proc = proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "txd.daemon.readserver",
-            str(self.path),
-            str(self.store_path),
-            level,
-            fmt,
-            stdin=subprocess.PIPE,  # its end tells the process the daemon is gone
+            stdin=subprocess.PIPE,  # the settings, then its end tells the daemon is gone
             stdout=subprocess.PIPE,
         )
-        assert proc.stdout is not None
-        if await proc.stdout.readline() == b"ready\n":
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(settings).encode() + b"\n")
+        said = (await proc.stdout.readline()).decode(errors="replace").rstrip("\n")
+        if said == "ready":
             with contextlib.suppress(OSError):
                 self._inode = self.path.lstat().st_ino
             log.info("read door on %s (pid %d)", self.path, proc.pid)
         rc = await proc.wait()
         self._remove_socket()
+        if said.startswith("refused: "):
+            log.warning("no read door: %s", said.removeprefix("refused: "))
+            return None
         return rc
 
     def _remove_socket(self) -> None:

@@ -247,7 +247,7 @@ def _inside_rows(
             note = _inside_summary(ours[-1])
         elif name.startswith(("Status", "the nice")) and not any(o["status"] for o in ours):
             # Ours answered Status at its read door: none reached the socket's server.
-            note = "ours: no Status reached a server observed"
+            note = "ours: Status answered by the read door's process, which is not observed"
         beside(
             ctx.res,
             f"load: {name}",

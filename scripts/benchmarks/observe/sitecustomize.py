@@ -4,8 +4,7 @@ TXD_BENCH_OBSERVE=FILE set (and taken out of the environment, so the daemon's ch
 observe themselves) it records, and writes to FILE as JSON when the daemon exits:
 
 - `status`: every Status call's time in the daemon: from the gRPC server taking the call
-  (the interceptor runs) to the handler starting, and the handler's own time, in ms (on the
-  socket's asyncio server, or the read door's synchronous one where it answers Status);
+  (the interceptor runs) to the handler starting, and the handler's own time, in ms;
 - `probe`: for each Status call carrying `txd-bench-sent: NICE MONOTONIC` (load_probe.py's),
   [nice, ms from the probe sending it to gRPC taking it, ms from then to the handler's end];
 - `taken`: the time.monotonic() of every call gRPC took (any method), to see how fast the
@@ -136,41 +135,6 @@ if _OUT:
         return _server(*args, **kwargs)
 
     grpc.aio.server = _observed_server
-
-    class _SyncStatusTimer(grpc.ServerInterceptor):
-        """The same for a synchronous server (the read door's, daemon.readdoor): it takes a
-        call when its worker thread runs the interceptor."""
-
-        def intercept_service(self, continuation: Any, details: Any) -> Any:
-            taken, taken_mono = time.perf_counter(), time.monotonic()
-            _data["taken"].append(taken_mono)
-            handler = continuation(details)
-            if handler is None or not details.method.endswith("/Status"):
-                return handler
-            inner = handler.unary_unary
-            sent = dict(details.invocation_metadata or ()).get("txd-bench-sent")
-
-            def timed(request: Any, context: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return inner(request, context)
-                finally:
-                    end = time.perf_counter()
-                    _data["status"].append((1000 * (start - taken), 1000 * (end - start)))
-                    if sent:
-                        nice, at = sent.split()
-                        intake = 1000 * (taken_mono - float(at))
-                        _data["probe"].append((int(nice), intake, 1000 * (end - taken), float(at)))
-
-            return handler._replace(unary_unary=timed)
-
-    _sync_server = grpc.server
-
-    def _observed_sync_server(*args: Any, **kwargs: Any) -> Any:
-        kwargs["interceptors"] = [*(kwargs.get("interceptors") or ()), _SyncStatusTimer()]
-        return _sync_server(*args, **kwargs)
-
-    grpc.server = _observed_sync_server
 
     @atexit.register
     def _write() -> None:
