@@ -18,7 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import json
-import logging
 import os
 import signal
 import sys
@@ -34,8 +33,6 @@ from txd.daemon.jobstore import StoreReader
 from txd.filekind import describe
 from txd.schedulers.errors import NotFound
 from txd.v1 import runner_pb2 as pb
-
-log = logging.getLogger(__name__)
 
 STATUS = "/txd.v1.Runner/Status"
 # The socket's message sizes (txd.defaults), so that an oversized request is refused alike.
