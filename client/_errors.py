@@ -134,7 +134,7 @@ _BY_CODE = {
         InternalError,
     )
 }
-_BACKEND_KEY = "txd-backend"  # txd.daemon.servicer.BACKEND_KEY
+_BACKEND_KEY = "txd-backend"  # txd.daemon.errorstatus.BACKEND_KEY
 
 
 def from_rpc_error(err: grpc.RpcError) -> TxdError:

@@ -1,7 +1,8 @@
 """One access line per RPC, from a server interceptor on each door (the Unix socket's server and
-the TCP listener's): the method, its gRPC status code, how long it took, the door it came
-through, the peer where gRPC knows one (a TCP address; a Unix socket's peer is only "unix:"),
-and for streams the messages each way. A stream's line is written when it ends.
+the TCP listener's; the read door's process, daemon.readserver, writes its own through
+write_line): the method, its gRPC status code, how long it took, the door it came through, the
+peer where gRPC knows one (a TCP address; a Unix socket's peer is only "unix:"), and for streams
+the messages each way. A stream's line is written when it ends.
 
 Clients of `txctl --host ssh://...` come through the Unix socket (ssh forwards to it, or
 `txd dial-stdio` relays to it): they are the door `unix`, like local ones.
@@ -30,6 +31,7 @@ log = logging.getLogger("txd.access")
 
 UNIX = "unix"
 TCP = "tcp"
+READ = "read"  # the read door's socket (daemon.readdoor)
 _MAX_METHOD = 200  # an unknown method's name is the client's choice: cut in the line
 
 

@@ -16,7 +16,7 @@ import datetime as dt
 import logging
 import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -131,6 +131,9 @@ class StatusCache:
         self._unsaved: dict[str, JobRecord] = {}  # by handle: statuses the store lacks
         self._flush_due = False  # a write of _unsaved is due at the end of this turn
         self._store_failing = False  # the last write failed (said once, until one succeeds)
+        # Told when the store starts and stops failing writes (the read door closes meanwhile:
+        # it reads the store, which then lacks statuses this cache holds).
+        self.on_store_failing: Callable[[bool], None] | None = None
 
     def _save(self, rec: JobRecord) -> None:
         """Writes rec's status to the store with every other status changed in this turn of
@@ -163,9 +166,14 @@ class StatusCache:
         except sqlite3.Error as e:
             if not self._store_failing:
                 log.warning("cannot record %d job statuses for now: %s", len(pending), e)
-            self._store_failing = True
+                self._store_failing = True
+                if self.on_store_failing is not None:
+                    self.on_store_failing(True)
             return
-        self._store_failing = False
+        if self._store_failing:
+            self._store_failing = False
+            if self.on_store_failing is not None:
+                self.on_store_failing(False)
         for r in pending:
             if self._unsaved.get(r.handle) is r:
                 del self._unsaved[r.handle]

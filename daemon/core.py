@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-from txd.daemon import config, exposition, logs, submission, validate
+from txd.daemon import config, exposition, handles, logs, submission, validate
 from txd.daemon.backends import Backends, SettingsError
 from txd.daemon.cache import Shown, StatusCache, unknown
 from txd.daemon.events import EventHub, EventSettings, EventSettingsError
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 # lost its state, or wrapped around) gets `<id>.2`, `<id>.3` ...: handles are never reused.
 MAX_ID_SUFFIX = 1000
 # An ambiguous short id names this many of the jobs it matches.
-MAX_CANDIDATES = 10
 # The most jobs one Prune call removes (its response lists them all).
 PRUNE_BATCH = 1000
 # DryRun's native request is cut to this many characters: with one entry per replica it can
@@ -422,39 +421,11 @@ class JobService:
     # -- status -----------------------------------------------------------------------------
 
     def resolve(self, text: str) -> str:
-        """The handle of the job `text` names: a whole handle (`{scheduler}://{session}/{app_id}`,
-        returned as it is), a job's app id, or a prefix of one app id, as docker takes short
-        container ids. An app id equal to `text` wins over longer ones it begins (job `123`
-        over `1234`). Raises NotFound when nothing matches, InvalidArgument when several
-        jobs do (naming the first MAX_CANDIDATES): the request as typed names no one job."""
-        validate.check_handle(text)
-        if "://" in text:
-            return str(validate.parse_handle(text))
-        if not text:
-            raise InvalidArgument("app_handle", "empty: give a handle, an app id or its prefix")
-        found = self.store.by_app_id_prefix(text, MAX_CANDIDATES + 1)
-        exact = [handle for handle, app_id in found if app_id == text]
-        if len(exact) == 1:
-            return exact[0]
-        candidates = exact or [handle for handle, _ in found]
-        if len(candidates) == 1:
-            return candidates[0]
-        if not candidates:
-            raise NotFound(
-                f"no job {text!r}: no handle, app id or app id prefix of a known job "
-                "(list known jobs with `txctl list`)"
-            )
-        total = len(candidates) if exact else self.store.count_app_id_prefix(text)
-        shown = ", ".join(candidates[:MAX_CANDIDATES])
-        more = f" and {total - MAX_CANDIDATES} more" if total > MAX_CANDIDATES else ""
-        raise InvalidArgument(
-            "app_handle",
-            f"{text!r} matches {total} jobs: {shown}{more}; give more of the app id, "
-            "or the whole handle",
-        )
+        """The handle of the job `text` names (daemon.handles.resolve)."""
+        return handles.resolve(text, self.store)
 
     def lookup(self, text: str) -> JobRecord:
-        """The job `text` names (see resolve)."""
+        """The job `text` names (see resolve): the status cache's record, else the store's."""
         handle = self.resolve(text)
         if (job := self.cache.get(handle)) is not None:
             return job.record

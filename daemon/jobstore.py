@@ -422,7 +422,48 @@ class Cursor:
     handle: str
 
 
-class JobStore:
+class StoreReads:
+    """The reads a Status needs (a job by handle, by app id or its prefix), on the instance's
+    own connection."""
+
+    _db: sqlite3.Connection
+
+    def get(self, handle: str) -> JobRecord | None:
+        row = self._db.execute(f"{_SELECT} WHERE handle = ?", (handle,)).fetchone()
+        return _record(row) if row else None
+
+    def by_app_id_prefix(self, prefix: str, limit: int) -> list[tuple[str, str]]:
+        """(handle, app_id) of up to `limit` jobs whose app id starts with `prefix`, by app id
+        (so an app id equal to `prefix` comes first), then handle. One range of the app id
+        index: text compares byte by byte, so the ids with a prefix lie in [prefix, end)."""
+        sql, args = _prefix_range(prefix)
+        rows = self._db.execute(
+            f"SELECT handle, app_id FROM jobs WHERE {sql} ORDER BY app_id, handle LIMIT ?",
+            (*args, limit),
+        )
+        return [(r["handle"], r["app_id"]) for r in rows if r["app_id"].startswith(prefix)]
+
+    def count_app_id_prefix(self, prefix: str) -> int:
+        sql, args = _prefix_range(prefix)
+        count: int = self._db.execute(f"SELECT count(*) FROM jobs WHERE {sql}", args).fetchone()[0]
+        return count
+
+
+class StoreReader(StoreReads):
+    """A connection to the job store, read-only, for the read door's process
+    (daemon.readserver): in WAL mode it reads what the daemon committed, while the daemon
+    writes. Not on a network file system, where the daemon's connection holds the file's lock
+    exclusively (see NETWORK_FS)."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class JobStore(StoreReads):
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> JobStore:
         """The job store of a state dir, <state_dir>/jobs.db (see adopt_old_name)."""
@@ -681,29 +722,9 @@ class JobStore:
         )
         return [_record(r) for r in rows]
 
-    def get(self, handle: str) -> JobRecord | None:
-        row = self._db.execute(f"{_SELECT} WHERE handle = ?", (handle,)).fetchone()
-        return _record(row) if row else None
-
     def by_request_id(self, request_id: str) -> JobRecord | None:
         row = self._db.execute(f"{_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
         return _record(row) if row else None
-
-    def by_app_id_prefix(self, prefix: str, limit: int) -> list[tuple[str, str]]:
-        """(handle, app_id) of up to `limit` jobs whose app id starts with `prefix`, by app id
-        (so an app id equal to `prefix` comes first), then handle. One range of the app id
-        index: text compares byte by byte, so the ids with a prefix lie in [prefix, end)."""
-        sql, args = _prefix_range(prefix)
-        rows = self._db.execute(
-            f"SELECT handle, app_id FROM jobs WHERE {sql} ORDER BY app_id, handle LIMIT ?",
-            (*args, limit),
-        )
-        return [(r["handle"], r["app_id"]) for r in rows if r["app_id"].startswith(prefix)]
-
-    def count_app_id_prefix(self, prefix: str) -> int:
-        sql, args = _prefix_range(prefix)
-        count: int = self._db.execute(f"SELECT count(*) FROM jobs WHERE {sql}", args).fetchone()[0]
-        return count
 
     def counts(self) -> list[tuple[str, int, int]]:
         """(scheduler, state, jobs) for every scheduler and state the store holds jobs of."""

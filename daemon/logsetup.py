@@ -23,6 +23,7 @@ TEXT_FORMAT = "%(asctime)s txd %(levelname)s %(name)s: %(message)s"
 # polls and every txctl call would bury the lines people read (--log-level debug shows them).
 ACCESS_LEVELS = {"text": logging.DEBUG, "json": logging.INFO}
 access_level = ACCESS_LEVELS["text"]
+configured = ("info", "text")  # (level, format) as configure() last set them
 # The keys a JSON line always has: a record's fields never overwrite them.
 _BASE = ("time", "level", "logger", "msg")
 
@@ -48,8 +49,9 @@ class JsonFormatter(logging.Formatter):
 
 def configure(level: str, fmt: str) -> None:
     """Sets up the root logger on stderr; `fmt` one of FORMATS."""
-    global access_level
+    global access_level, configured
     access_level = ACCESS_LEVELS[fmt]
+    configured = (level, fmt)
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -6,7 +6,6 @@ import asyncio
 import logging
 import os
 import signal
-import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,9 @@ from grpc_health.v1._async import HealthServicer
 from txd import defaults
 from txd.daemon import access, reflection, serving, socketfile, tcp, wire
 from txd.daemon.core import JobService
+from txd.daemon.readdoor import ReadDoor
 from txd.daemon.servicer import About, RunnerServicer
+from txd.daemon.socketfile import SocketNotPrivate
 from txd.daemon.sockwatch import Listeners
 from txd.daemon.tasks import Tasks
 from txd.filekind import describe
@@ -42,11 +43,6 @@ class SocketBlocked(Exception):
     user's file, or a file that is no socket. txd never removes it."""
 
 
-class SocketNotPrivate(Exception):
-    """Other users could reach the socket: its folder is not the user's own, or it and every
-    folder of the user's above it let others in."""
-
-
 def _claim_socket(path: Path) -> None:
     """Creates the socket's folder (mode 0700) and removes a stale socket file, refusing to
     take over a socket another live daemon listens on, to remove a file that is no socket of
@@ -54,7 +50,7 @@ def _claim_socket(path: Path) -> None:
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _check_private(folder)
+        socketfile.check_private(folder)
     except OSError as e:
         raise SocketNotPrivate(f"cannot use the socket's folder {folder}: {e.strerror}") from None
     there = socketfile.clear_stale(path)
@@ -66,35 +62,6 @@ def _claim_socket(path: Path) -> None:
             "removes it; remove it or move it away, or choose another --socket"
         )
     raise AlreadyRunning(f"a txd daemon is already listening on {path}", serving_here=True)
-
-
-def _check_private(folder: Path) -> None:
-    """Who may connect is decided here, once, by the file system: gRPC's asyncio server tells a
-    servicer nothing of its peer ("unix:"), so a per-call SO_PEERCRED check is not possible.
-    The socket is private when the folder, or a folder above it (all of them the user's own,
-    so nobody else can swap one), lets neither group nor others enter. mkdir leaves an
-    existing folder's mode alone: a pre-made /tmp/txd-UID (another user's, or 0777) or a
-    --socket in a folder anyone can enter is refused rather than served."""
-    uid = os.geteuid()
-    st = folder.stat()
-    if st.st_uid != uid:
-        raise SocketNotPrivate(
-            f"the socket's folder {folder} belongs to uid {st.st_uid}, not to you (uid {uid}): "
-            "choose a folder of your own with --socket or TXD_SOCKET"
-        )
-    real = folder.resolve()
-    for above in (real, *real.parents):
-        st = above.stat()
-        if st.st_uid != uid:
-            break
-        if not st.st_mode & 0o011:  # no x for group or others: nobody else gets through
-            return
-    mode = stat.S_IMODE(folder.stat().st_mode)
-    raise SocketNotPrivate(
-        f"the socket's folder {folder} (mode {mode:04o}) lets other users in, and no folder of "
-        f"yours above it keeps them out: chmod 700 {folder}, or choose a --socket in a folder "
-        "only you can enter"
-    )
 
 
 def _hold_state_dir(state_dir: Path, socket_path: Path, period: float) -> serving.Serving:
@@ -246,6 +213,9 @@ async def _serve(
     others: list[grpc.aio.Server] = []  # the TCP listener's: health shared with the socket's
     try:
         await listeners.first()
+        door = ReadDoor(socket_path, service.store.path)
+        service.cache.on_store_failing = door.store_failing
+        service.tasks.create_task(door.keep(), name="read door")
         if listen is not None:
             health = listeners.served[0][1]
             others.append(await create_tcp_server(service, health, listen, about))

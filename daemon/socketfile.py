@@ -35,3 +35,37 @@ def clear_stale(path: Path) -> Occupant | None:
             path.unlink()
             return None
     return Occupant(st, live=True)
+
+
+class SocketNotPrivate(Exception):
+    """Other users could reach the socket: its folder is not the user's own, or it and every
+    folder of the user's above it let others in."""
+
+
+def check_private(folder: Path) -> None:
+    """Who may connect is decided here, once, by the file system: gRPC's asyncio server tells a
+    servicer nothing of its peer ("unix:"), so a per-call SO_PEERCRED check is not possible.
+    The socket is private when the folder, or a folder above it (all of them the user's own,
+    so nobody else can swap one), lets neither group nor others enter. mkdir leaves an
+    existing folder's mode alone: a pre-made /tmp/txd-UID (another user's, or 0777) or a
+    --socket in a folder anyone can enter is refused rather than served."""
+    uid = os.geteuid()
+    st = folder.stat()
+    if st.st_uid != uid:
+        raise SocketNotPrivate(
+            f"the socket's folder {folder} belongs to uid {st.st_uid}, not to you (uid {uid}): "
+            "choose a folder of your own with --socket or TXD_SOCKET"
+        )
+    real = folder.resolve()
+    for above in (real, *real.parents):
+        st = above.stat()
+        if st.st_uid != uid:
+            break
+        if not st.st_mode & 0o011:  # no x for group or others: nobody else gets through
+            return
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    raise SocketNotPrivate(
+        f"the socket's folder {folder} (mode {mode:04o}) lets other users in, and no folder of "
+        f"yours above it keeps them out: chmod 700 {folder}, or choose a --socket in a folder "
+        "only you can enter"
+    )

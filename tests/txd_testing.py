@@ -475,7 +475,12 @@ class Daemon:
 
 
 # Lines in a daemon's log that mean a bug, whatever the test checked.
-LOG_ALARMS = ("Traceback", "Task exception was never retrieved", "internal error")
+LOG_ALARMS = (
+    "Traceback",
+    "Task exception was never retrieved",
+    "internal error",
+    "Fatal Python error",  # the interpreter itself failed (the daemon's or its read door's)
+)
 
 
 def log_alarms(log: str) -> list[str]:

@@ -29,6 +29,12 @@ def socket_path(explicit: str | None = None) -> Path:
     return Path(chosen) if chosen else runtime_dir() / "txd.sock"
 
 
+def read_door(socket: str | Path) -> str:
+    """The read door's socket beside the daemon's `socket`: Status served by a thread of its
+    own (txd.daemon.readdoor)."""
+    return f"{socket}.read"
+
+
 def state_dir(explicit: str | None = None) -> Path:
     """--state-dir, else $TXD_STATE_DIR, else $XDG_STATE_HOME/txd, else ~/.local/state/txd."""
     chosen = explicit or os.environ.get(STATE_DIR_ENV)

@@ -37,6 +37,15 @@ def _umount(path: Path) -> None:
     subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)
 
 
+async def _door_reopened(d: Daemon) -> None:
+    """Returns once the daemon has logged its read door serving after it logged it closed."""
+    deadline = asyncio.get_running_loop().time() + TIMEOUT
+    closed = "read door closed until the job store takes writes again"
+    while (log := d.log()).rfind("read door on ") < log.find(closed):  # decides nothing
+        assert asyncio.get_running_loop().time() < deadline, log[-3000:]
+        await asyncio.sleep(0.02)
+
+
 async def _readable(gate: Gate) -> None:
     """Returns once a line was written to the gate's pipe (by the job)."""
     loop = asyncio.get_running_loop()
@@ -89,8 +98,10 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             assert status.msg.startswith("output lost: r/0 "), status.msg
             assert status.msg.endswith(" bytes (No space left on device)"), status.msg
 
-            # The disk is full: the daemon still answers, a new job cannot be recorded.
-            assert (await c.status(h)).state == AppState.RUNNING
+            # The disk is full: the daemon still answers, a new job cannot be recorded. The
+            # read door, which reads the store, is closed while the store lacks that status.
+            assert "read door closed until the job store takes writes again" in d.log()
+            assert (await c.status(h)).msg == status.msg
             with pytest.raises(ResourceExhaustedError) as info:
                 await c.run(sh_app("true", name="nospace"), cwd=str(d.root))
             assert "No space left on device" in str(info.value) or "full" in str(info.value)
@@ -119,6 +130,10 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             text = (await c.metrics(prometheus=True)).text
             found = re.search(r"^txd_log_bytes_lost_total (\S+)$", text, re.M)
             assert found and float(found[1]) == sum(counts), text
+
+            # The read door opens again once the store takes writes.
+            await _door_reopened(d)
+            assert (await c.status(h)).msg == final.msg
 
             # And new work is recorded again.
             again = await c.run(sh_app("echo fine", name="after"), cwd=str(d.root))

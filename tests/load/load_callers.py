@@ -3,8 +3,10 @@
     python load_callers.py SOCKET CALLERS SEED PAUSE DEADLINE MAX_SECONDS [GONE_OK [NICE]]
 
 CALLERS callers, each on a gRPC connection of its own, call Status, List and Watch on the
-daemon's newest jobs, pausing a random 0..2*PAUSE seconds between calls, until stdin closes (or
-MAX_SECONDS pass). Prints "ready" once every caller's first List call answered, and at the end
+daemon's newest jobs, each call starting a random 0..2*PAUSE seconds after the caller's last one
+started (at once when that one took longer), until stdin closes (or MAX_SECONDS pass): the calls
+offered do not grow as the daemon answers faster, as they would with a pause after each answer.
+Prints "ready" once every caller's first List call answered, and at the end
 one JSON line: calls by kind, the errors, and every Status call's latency in seconds. Every unary
 call has a DEADLINE; a Watch must end (its job terminal) within MAX_SECONDS. With GONE_OK
 (1: the run deletes jobs), a job that is no longer known is counted as "gone", not an error.
@@ -81,6 +83,7 @@ class Callers:
         client = self.clients[k]
         rng = random.Random(self.seed * 1000 + k)
         while not self.stop.is_set():
+            began = time.monotonic()
             try:
                 await self.one(client, rng)
             except NotFoundError as e:
@@ -90,8 +93,10 @@ class Callers:
                 self.handles = []  # List again
             except TxdError as e:
                 self.errors.append(f"{type(e).__name__}: {e}")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), rng.uniform(0, 2 * self.pause))
+            gap = rng.uniform(0, 2 * self.pause) - (time.monotonic() - began)
+            if gap > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), gap)
 
     async def close(self) -> None:
         for c in self.clients:

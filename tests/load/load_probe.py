@@ -8,7 +8,8 @@ priority NICE (os.setpriority; below 0 needs root), it lists the daemon's newest
 tenth call, untimed) and asks the Status of one of them, a random 0..2*PAUSE seconds apart,
 until stdin closes (or MAX_SECONDS pass). Prints "ready" once connected and at the end one JSON
 line: the Status latencies in seconds, the errors. Each Status call carries its send time in
-metadata (`txd-bench-sent`), for the bench's look inside the daemon.
+metadata (`txd-bench-sent`), for the bench's look inside the daemon, and goes where the client's
+status() sends it: the daemon's read door where it has one, else its socket.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import sys
 import time
 
 import grpc
+from txd import defaults
 from txd.client import AsyncClient, NotFoundError, TxdError
 from txd.v1 import runner_pb2 as pb
+from txd.v1.runner_pb2_grpc import RunnerStub
 
 
 async def main(argv: list[str]) -> None:
@@ -38,7 +41,13 @@ async def main(argv: list[str]) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
     eof = loop.create_task(stdin.read())
     handles: list[str] = []
-    async with AsyncClient(socket, timeout=deadline, own_connection=True) as client:
+    door = defaults.read_door(socket)
+    asked = door if os.path.exists(door) else socket
+    async with (
+        AsyncClient(socket, timeout=deadline, own_connection=True) as client,
+        grpc.aio.insecure_channel(f"unix:{asked}") as channel,
+    ):
+        stub = RunnerStub(channel)
         handles = [s.app_handle for s in (await client.list_page(page_size=20)).apps]
         print("ready", flush=True)
         end = time.monotonic() + max_seconds
@@ -53,7 +62,7 @@ async def main(argv: list[str]) -> None:
                     # The send time, for the bench's look inside the daemon (observe/).
                     sent = (("txd-bench-sent", f"{nice} {time.monotonic()!r}"),)
                     req = pb.StatusRequest(app_handle=rng.choice(handles))
-                    await client.stub.Status(req, timeout=deadline, metadata=sent)
+                    await stub.Status(req, timeout=deadline, metadata=sent)
                     latencies.append(time.perf_counter() - start)
             except NotFoundError:
                 handles = []

@@ -55,7 +55,7 @@ class Shape:
     slow_pause: float = 0.05  # seconds a slow reader waits after each chunk
     callers: int = 200
     caller_procs: int = 4
-    caller_pause: float = 0.2  # mean seconds between a caller's calls
+    caller_pause: float = 0.2  # mean seconds between the starts of a caller's calls
     deadline: float = 30.0  # every unary call's, and a Watch's
     bound: float = 240.0  # the whole run's
     # One Status caller in a process of its own per entry, at that scheduling priority (nice;
@@ -89,6 +89,10 @@ class Report:
     rss_samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, KiB, fds)
     hwm_kib: int = 0  # VmHWM at the end: the peak RSS since the start
     daemon_cpu: float = 0.0  # the daemon's own CPU seconds (user + system) during the run
+    # The read door's process (txd.daemon.readserver), where the daemon has one: its CPU
+    # seconds during the run and its peak RSS.
+    door_cpu: float = 0.0
+    door_hwm_kib: int = 0
 
     def error(self, what: str) -> None:
         self.error_count += 1
@@ -111,6 +115,11 @@ class Report:
             f"{1000 * self.percentile(99):.1f} ms (n={len(self.status_latencies)}); "
             f"RSS at start {self.rss_start_kib / KiB:.1f} MiB, peak {self.hwm_kib / KiB:.1f} "
             f"MiB; peak fds {self.peak_fds}; daemon CPU {self.daemon_cpu:.1f} s"
+            + (
+                f"; read door CPU {self.door_cpu:.1f} s, peak RSS {self.door_hwm_kib / KiB:.1f} MiB"
+                if self.door_hwm_kib
+                else ""
+            )
         )
 
 
@@ -129,6 +138,17 @@ def vm_kib(pid: int, key: str) -> int:
 def reset_peak_rss(pid: int) -> None:
     with open(f"/proc/{pid}/clear_refs", "w") as f:
         f.write("5")  # VmHWM := VmRSS
+
+
+def door_pid(daemon: int) -> int | None:
+    """The daemon's read door process (txd.daemon.readserver), if it runs one."""
+    for tid in os.listdir(f"/proc/{daemon}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{daemon}/task/{tid}/children") as f:
+            for child in f.read().split():
+                with open(f"/proc/{child}/cmdline", "rb") as c:
+                    if b"txd.daemon.readserver" in c.read():
+                        return int(child)
+    return None
 
 
 def cpu_seconds(pid: int) -> float:
@@ -203,6 +223,8 @@ class Load:
                 with contextlib.suppress(ProcessLookupError):  # a thread that has just ended
                     os.setpriority(os.PRIO_PROCESS, int(tid), shape.daemon_nice)
         t0, cpu0 = time.perf_counter(), cpu_seconds(self.pid)
+        self.door = door_pid(self.pid)
+        self.door_cpu0 = cpu_seconds(self.door) if self.door else 0.0
         own_nice = os.getpriority(os.PRIO_PROCESS, 0)
         if shape.generator_nice == own_nice:
             return await self._run(t0, cpu0)
@@ -232,6 +254,10 @@ class Load:
             rep.wall = time.perf_counter() - t0
             rep.hwm_kib = vm_kib(self.pid, "VmHWM")
             rep.daemon_cpu = cpu_seconds(self.pid) - cpu0
+            if self.door:
+                with contextlib.suppress(OSError, LookupError):  # it ended meanwhile
+                    rep.door_cpu = cpu_seconds(self.door) - self.door_cpu0
+                    rep.door_hwm_kib = vm_kib(self.door, "VmHWM")
         return rep
 
     async def sample(self, t0: float) -> None:

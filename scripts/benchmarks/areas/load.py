@@ -242,6 +242,12 @@ def _inside_rows(
         "cyclic GC pauses, all": lambda o: sum(ms for _, ms, _ in o["gc"]),
     }
     for name, f in figures.items():
+        note = ""
+        if name.startswith("event loop lateness (p99)"):
+            note = _inside_summary(ours[-1])
+        elif name.startswith(("Status", "the nice")) and not any(o["status"] for o in ours):
+            # Ours answered Status at its read door: none reached the socket's server.
+            note = "ours: Status answered by the read door's process, which is not observed"
         beside(
             ctx.res,
             f"load: {name}",
@@ -249,7 +255,7 @@ def _inside_rows(
             [f(o) for o in base] if base else None,
             fmt_ms,
             tree=ctx.base_tree,
-            note=_inside_summary(ours[-1]) if name.startswith("event loop lateness (p99)") else "",
+            note=note,
         )
 
 

@@ -1,0 +1,144 @@
+"""The read door's process (daemon.readdoor starts it):
+
+    python -m txd.daemon.readserver     (stdin: {"socket", "store", "level", "format"} as a line)
+
+Serves txd.v1.Runner/Status on the Unix socket `socket` from a read-only connection to the job
+store `store`, with a synchronous gRPC server (its own poller thread, one worker): a process of
+its own, so that neither the daemon's event loop nor its GIL stands between a Status call and
+its answer. The daemon writes every status through to the store before it answers anyone
+about it, so the answer is the socket's. Prints "ready" on stdout once serving; ends on
+SIGTERM or when the daemon dies (PR_SET_PDEATHSIG), and on stdin's end. Its log lines (the
+access line of each call, door `read`) go to stderr, the daemon's log, in the daemon's format.
+The settings come on stdin, not as arguments: a process whose command line names the daemon's
+socket would look like a second daemon on it to whoever looks for one (`pgrep -f`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from txd import defaults
+from txd.daemon import access, handles, logsetup, socketfile, wire
+from txd.daemon.errorstatus import error_status
+from txd.daemon.jobstore import StoreReader
+from txd.filekind import describe
+from txd.schedulers.errors import NotFound
+from txd.v1 import runner_pb2 as pb
+
+STATUS = "/txd.v1.Runner/Status"
+# The socket's message sizes (txd.defaults), so that an oversized request is refused alike.
+OPTIONS = [
+    ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
+    ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
+]
+PR_SET_PDEATHSIG = 1
+
+
+class Answers:
+    """Status from the store, as the daemon's JobService.lookup finds a job there."""
+
+    def __init__(self, store: StoreReader) -> None:
+        self.store = store
+
+    def status(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        call = access.Call(STATUS, access.UNARY, access.READ)
+        call.received = 1
+        try:
+            text = wire.parse(pb.StatusRequest, raw).app_handle
+            handle = handles.resolve(text, self.store)
+            rec = self.store.get(handle)
+            if rec is None:
+                raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
+            call.sent = 1
+            return pb.StatusResponse(status=rec.status).SerializeToString()
+        except Exception as e:
+            call.code, details, trailers = error_status(e)
+            context.set_trailing_metadata(trailers)
+            context.abort(call.code, details)  # raises
+            raise
+        finally:
+            access.write_line(call, time.monotonic() - call.start)
+
+
+def serve(socket: Path, store: Path) -> None:
+    # The socket's checks, here, just before binding: the folder may have been replaced since
+    # the daemon looked (by another user, given one of the user's folders above it).
+    try:
+        socketfile.check_private(socket.parent)
+        there = socketfile.clear_stale(socket)
+    except (OSError, socketfile.SocketNotPrivate) as e:
+        _say(f"refused: {e}")
+        return
+    if there is not None:
+        _say(f"refused: {socket} is {describe(there.stat)}, which txd never removes")
+        return
+    answers = Answers(StoreReader(store))
+    handler = grpc.method_handlers_generic_handler(
+        "txd.v1.Runner", {"Status": grpc.unary_unary_rpc_method_handler(answers.status)}
+    )
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="txd-read")
+    server = grpc.server(pool, handlers=[handler], options=OPTIONS)
+    server.add_insecure_port(f"unix:{socket}")
+    server.start()
+    os.chmod(socket, 0o600)  # as the socket's: the folder decides, this still holds
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if not _say("ready"):
+        server.stop(None).wait()
+        return
+
+    def await_eof() -> None:  # the daemon's pipe: its end (the daemon gone) stops this too
+        # os.read, not sys.stdin: a buffered reader's lock held by this daemon thread would
+        # make the interpreter's exit fatal.
+        while os.read(0, 4096):
+            pass
+        stop.set()
+
+    threading.Thread(target=await_eof, daemon=True).start()
+    stop.wait()
+    server.stop(None).wait()
+
+
+def _say(line: str) -> bool:
+    """One line to the daemon; False when it is gone already."""
+    try:
+        print(line, flush=True)
+    except BrokenPipeError:
+        return False
+    return True
+
+
+def _settings() -> dict[str, str]:
+    """The one line of settings the daemon writes first on stdin (read unbuffered: the rest
+    of stdin is watched for its end)."""
+    line = b""
+    while not line.endswith(b"\n"):
+        more = os.read(0, 1)
+        if not more:
+            sys.exit(0)  # the daemon went before it said anything
+        line += more
+    settings: dict[str, str] = json.loads(line)
+    return settings
+
+
+def main() -> None:
+    settings = _settings()
+    # A Ctrl-C at the daemon's terminal reaches its process group: the daemon stops this one.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    logsetup.configure(settings["level"], settings["format"])
+    serve(Path(settings["socket"]), Path(settings["store"]))
+
+
+if __name__ == "__main__":
+    main()

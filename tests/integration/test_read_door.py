@@ -1,0 +1,321 @@
+"""The read door (txd.daemon.readdoor, readserver): Status served on `<socket>.read` by a process
+the daemon starts, outside the event loop that takes every other call. A real daemon, real
+sockets: the same answers and errors as the socket's, an answer while the loop is held, the
+access line of each call, the clients' use of it and their fallback to the socket, the process
+started again when it dies and ended with the daemon, the door closed while the store fails."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from txd import defaults
+from txd.client import NotFoundError
+from txd.v1 import AppState
+from txd.v1 import runner_pb2 as pb
+from txd.v1.runner_pb2_grpc import RunnerStub
+from txd_testing import Daemon, Gates, remove_tree, sh_app, short_tmpdir
+
+TIMEOUT = 30
+
+# Loaded by the daemon (PYTHONPATH): on SIGUSR2 its main thread, the event loop's, writes a line
+# to the fifo `held` and then blocks reading the fifo `release`: the loop takes nothing until
+# the test writes a line there.
+HOLD = """\
+import os, signal
+
+def _hold(signum, frame):
+    folder = os.environ["TXD_TEST_HOLD"]
+    with open(os.path.join(folder, "held"), "w") as f:
+        f.write("held\\n")
+    with open(os.path.join(folder, "release")) as f:
+        f.readline()
+
+if os.environ.get("TXD_TEST_HOLD"):
+    signal.signal(signal.SIGUSR2, _hold)
+"""
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = short_tmpdir("txdt-read-")
+    try:
+        yield path
+    finally:
+        remove_tree(path)
+
+
+def _daemon(root: Path, **env: str) -> Daemon:
+    return Daemon(root, env=env, args=["--log-format", "json", "--log-level", "debug"])
+
+
+@pytest.fixture
+def d(root: Path) -> Iterator[Daemon]:
+    daemon = _daemon(root)
+    try:
+        daemon.start()
+        door_opened(daemon)
+        yield daemon
+    finally:
+        daemon.close()
+
+
+def door(d: Daemon) -> Path:
+    return Path(defaults.read_door(d.socket))
+
+
+def logged(d: Daemon, start: str, times: int = 1) -> str:
+    """The message of the `times`th line of the daemon's log that starts with `start`, once
+    written: the daemon says it is ready before its door's task has run."""
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        found = [r["msg"] for r in records(d) if r["msg"].startswith(start)]
+        if len(found) >= times:
+            return found[times - 1]
+        time.sleep(0.02)
+    raise AssertionError(f"no line {start!r} ({times}) within {TIMEOUT} s:\n{d.log()}")
+
+
+def door_opened(d: Daemon, times: int = 1) -> int:
+    """The pid of the read door's process once it serves (the `times`th time)."""
+    return int(logged(d, "read door on ", times).rsplit("pid ", 1)[1].rstrip(")"))
+
+
+def records(d: Daemon) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in d.log().splitlines() if line.startswith("{")]
+
+
+def access(d: Daemon) -> list[dict[str, Any]]:
+    return [r for r in records(d) if r.get("logger") == "txd.access"]
+
+
+async def status_doors(d: Daemon) -> list[tuple[str, str]]:
+    """(door, code) of each Status call's access line. The read door writes its line before
+    it answers, the socket's server before it answers; a Where call's answer follows them."""
+    async with grpc.aio.insecure_channel(f"unix:{d.socket}") as ch:
+        await RunnerStub(ch).Where(pb.WhereRequest(), timeout=TIMEOUT)
+    return [(r["door"], r["code"]) for r in access(d) if r["method"].endswith("/Status")]
+
+
+async def both(d: Daemon, handle: str) -> tuple[Any, Any]:
+    """The Status call's outcome (the response, or the error's code, details and trailers) on
+    the main socket and on the read door."""
+    out = []
+    for path in (d.socket, door(d)):
+        async with grpc.aio.insecure_channel(f"unix:{path}") as ch:
+            try:
+                resp = await RunnerStub(ch).Status(
+                    pb.StatusRequest(app_handle=handle), timeout=TIMEOUT
+                )
+                out.append(resp.SerializeToString())
+            except grpc.aio.AioRpcError as e:
+                trailers = sorted((k, v) for k, v in e.trailing_metadata() or ())
+                out.append((e.code(), e.details(), trailers))
+    return out[0], out[1]
+
+
+async def test_the_read_door_answers_as_the_main_socket(d: Daemon) -> None:
+    assert stat.S_ISSOCK(door(d).stat().st_mode)
+    assert stat.S_IMODE(door(d).stat().st_mode) == 0o600
+    with Gates(d.root) as gates:
+        gate = gates.new("run")
+        async with d.client() as c:
+            done = await c.run(sh_app("echo done"), "local_cwd")
+            assert (await c.wait(done)).state == AppState.SUCCEEDED  # in the store only
+            running = await c.run(sh_app(gate.wait), "local_cwd")  # followed in the cache
+            app_id = running.rsplit("/", 1)[1]
+            huge = "x" * (defaults.MAX_REQUEST_BYTES + 1)
+            asks = [done, running, app_id, app_id[:-3], "nosuch", "local_cwd://", "\x00", huge]
+            answers = [await both(d, ask) for ask in asks]
+            gate.open()
+            assert (await c.wait(running)).state == AppState.SUCCEEDED
+    for ask, (main, read) in zip(asks, answers, strict=True):
+        assert read == main, ask
+    wire = [a[1] for a in answers]
+    assert pb.StatusResponse.FromString(wire[0]).status.state == AppState.SUCCEEDED
+    assert pb.StatusResponse.FromString(wire[1]).status.state == AppState.RUNNING
+    assert wire[2] == wire[3] == wire[1]
+    assert wire[4][0] == grpc.StatusCode.NOT_FOUND
+    assert wire[7][0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    for bad in wire[5:7]:
+        assert bad[0] == grpc.StatusCode.INVALID_ARGUMENT
+        assert "grpc-status-details-bin" in dict(bad[2])  # the field, machine-readably
+    assert (await status_doors(d)).count(("read", "OK")) == 4
+    assert (await status_doors(d)).count(("unix", "OK")) == 4
+
+
+async def test_the_read_door_answers_while_the_event_loop_is_held(root: Path) -> None:
+    (root / "site").mkdir()
+    (root / "site" / "sitecustomize.py").write_text(HOLD)
+    for name in ("held", "release"):
+        os.mkfifo(root / name)
+    daemon = _daemon(root, PYTHONPATH=str(root / "site"), TXD_TEST_HOLD=str(root))
+    try:
+        daemon.start()
+        door_opened(daemon)
+        async with daemon.client() as c:
+            handle = await c.run(sh_app("echo done"), "local_cwd")
+            assert (await c.wait(handle)).state == AppState.SUCCEEDED
+        release = os.open(root / "release", os.O_RDWR)  # the daemon's open never blocks
+        try:
+            held = os.open(root / "held", os.O_RDWR)
+            try:
+                os.kill(daemon.pid, signal.SIGUSR2)
+                assert select.select([held], [], [], TIMEOUT)[0], "the loop was not held"
+                assert os.read(held, 5) == b"held\n"  # the loop is held from here on
+            finally:
+                os.close(held)
+            async with grpc.aio.insecure_channel(f"unix:{daemon.socket}") as main_ch:
+                main = asyncio.ensure_future(
+                    RunnerStub(main_ch).Status(pb.StatusRequest(app_handle=handle), timeout=60)
+                )
+                async with daemon.client() as c:
+                    assert (await c.status(handle)).state == AppState.SUCCEEDED
+                assert not main.done()  # the main socket's call waits for the loop
+                os.write(release, b"go\n")
+                assert (await main).status.state == AppState.SUCCEEDED
+        finally:
+            os.close(release)
+    finally:
+        daemon.close()
+
+
+async def test_read_door_calls_are_logged(d: Daemon) -> None:
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+        for _ in range(3):
+            await c.status(handle)
+        with pytest.raises(NotFoundError, match="no job"):
+            await c.status("nosuch")
+    await status_doors(d)  # every line written
+    reads = [r for r in access(d) if r["door"] == "read"]
+    assert [(r["method"], r["code"]) for r in reads] == [
+        *[("/txd.v1.Runner/Status", "OK")] * 3,
+        ("/txd.v1.Runner/Status", "NOT_FOUND"),
+    ]
+    assert all(r["type"] == "unary" and r["ms"] >= 0 for r in reads)
+
+
+async def test_clients_fall_back_to_the_main_socket(d: Daemon) -> None:
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(d))[-1] == ("read", "OK")
+        # A dead daemon's file: nobody listens there (a socket bound, then closed).
+        door(d).unlink()
+        dead = socket.socket(socket.AF_UNIX)
+        dead.bind(str(door(d)))
+        dead.close()
+        # This client's connection goes on to the door it reached; a new one falls back.
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(d))[-1] == ("read", "OK")
+    async with d.client() as c:
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(d))[-1] == ("unix", "OK")
+    proc = d.txctl("status", handle, check=True)
+    assert "SUCCEEDED" in proc.stdout
+    assert (await status_doors(d))[-1] == ("unix", "OK")
+    door(d).unlink()  # none at all
+    async with d.client() as c:
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+    assert (await status_doors(d))[-1] == ("unix", "OK")
+
+
+async def test_txctl_status_goes_through_the_read_door(d: Daemon) -> None:
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+    proc = d.txctl("status", handle, check=True)
+    assert "SUCCEEDED" in proc.stdout
+    assert (await status_doors(d)) == [("read", "OK")]
+
+
+def _ended(pid: int) -> None:
+    """Returns once process `pid` (not ours to wait for) has ended: its pidfd turns readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        assert select.select([fd], [], [], TIMEOUT)[0], f"process {pid} still runs"
+    finally:
+        os.close(fd)
+
+
+async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Daemon) -> None:
+    first = door_opened(d)
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+    os.kill(first, signal.SIGKILL)
+    _ended(first)
+    second = door_opened(d, times=2)  # a new process, on the same path
+    assert second != first
+    assert "read door's process ended (exit -9): starting it again" in d.log()
+    async with d.client() as c:
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+    assert (await status_doors(d))[-1] == ("read", "OK")
+    d.kill()  # the daemon dies without a word: the door's process ends too
+    _ended(second)
+
+
+def test_a_stale_socket_is_replaced_and_a_stop_removes_the_door(root: Path) -> None:
+    daemon = _daemon(root)
+    dead = socket.socket(socket.AF_UNIX)  # a crashed daemon's: nobody listens
+    dead.bind(defaults.read_door(daemon.socket))
+    dead.close()
+    try:
+        daemon.start()
+        door_opened(daemon)
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(str(door(daemon)))  # served again
+        assert daemon.stop() == 0
+        assert not door(daemon).exists()
+    finally:
+        daemon.close()
+
+
+async def test_a_file_that_is_no_stale_socket_is_left_alone(root: Path) -> None:
+    daemon = _daemon(root)
+    door(daemon).write_text("the user's own file\n")
+    try:
+        daemon.start()
+        assert logged(daemon, "no read door: ").endswith("which txd never removes")
+        assert door(daemon).read_text() == "the user's own file\n"
+        async with daemon.client() as c:  # Status through the main socket
+            handle = await c.run(sh_app("echo done"), "local_cwd")
+            assert (await c.wait(handle)).state == AppState.SUCCEEDED
+            assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(daemon)) == [("unix", "OK")]
+        assert daemon.stop() == 0
+        assert door(daemon).read_text() == "the user's own file\n"
+    finally:
+        daemon.close()
+
+
+async def test_no_read_door_for_a_store_on_a_network_file_system(root: Path) -> None:
+    daemon = _daemon(root, TXD_STATE_FS="network")
+    try:
+        daemon.start()
+        logged(daemon, "no read door: the job store is on a network file system")
+        assert not door(daemon).exists()
+        async with daemon.client() as c:
+            handle = await c.run(sh_app("echo done"), "local_cwd")
+            assert (await c.wait(handle)).state == AppState.SUCCEEDED
+            assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(daemon)) == [("unix", "OK")]
+    finally:
+        daemon.close()
