@@ -87,9 +87,14 @@ def serve(socket: Path, store: Path) -> None:
     )
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="txd-read")
     server = grpc.server(pool, handlers=[handler], options=OPTIONS)
-    server.add_insecure_port(f"unix:{socket}")
-    server.start()
-    os.chmod(socket, 0o600)  # as the socket's: the folder decides, this still holds
+    try:
+        server.add_insecure_port(f"unix:{socket}")  # raises RuntimeError if it cannot bind
+        server.start()
+        os.chmod(socket, 0o600)  # as the socket's: the folder decides, this still holds
+    except (OSError, RuntimeError) as e:  # a path too long for a Unix socket, say
+        server.stop(None)
+        _say(f"refused: cannot serve on {socket}: {e}")
+        return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     if not _say("ready"):

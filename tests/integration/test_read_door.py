@@ -319,3 +319,22 @@ async def test_no_read_door_for_a_store_on_a_network_file_system(root: Path) -> 
         assert (await status_doors(daemon)) == [("unix", "OK")]
     finally:
         daemon.close()
+
+
+async def test_no_read_door_where_its_path_is_too_long_for_a_socket(root: Path) -> None:
+    daemon = _daemon(root)
+    # 105 bytes: a Unix socket's path may have 107; the door's, 5 more, may not.
+    daemon.socket = root / ("s" * (105 - len(str(root)) - len("/.sock")) + ".sock")
+    assert len(str(daemon.socket)) == 105
+    try:
+        daemon.start()
+        assert "cannot serve on" in logged(daemon, "no read door: ")
+        async with daemon.client() as c:
+            handle = await c.run(sh_app("echo done"), "local_cwd")
+            assert (await c.wait(handle)).state == AppState.SUCCEEDED
+            assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(daemon)) == [("unix", "OK")]
+        assert daemon.stop() == 0
+        assert "read door's process ended" not in daemon.log()  # refused once, not retried
+    finally:
+        daemon.close()
