@@ -219,10 +219,11 @@ async def test_clients_fall_back_to_the_main_socket(d: Daemon) -> None:
         dead = socket.socket(socket.AF_UNIX)
         dead.bind(str(door(d)))
         dead.close()
-        # This client's connection goes on to the door it reached; a new one falls back.
+        # This client's connection goes on to the door it reached; a new one (of its own:
+        # gRPC shares a process's connections to one path) falls back.
         assert (await c.status(handle)).state == AppState.SUCCEEDED
         assert (await status_doors(d))[-1] == ("read", "OK")
-    async with d.client() as c:
+    async with d.client(own_connection=True) as c:
         assert (await c.status(handle)).state == AppState.SUCCEEDED
         assert (await status_doors(d))[-1] == ("unix", "OK")
     proc = d.txctl("status", handle, check=True)
