@@ -14,7 +14,7 @@ from grpc_status import rpc_status
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
 
-log = logging.getLogger("txd.daemon.servicer")
+log = logging.getLogger("txd.daemon.servicer")  # the name its lines had before the move
 
 _CODES: dict[type[errors.TxdError], grpc.StatusCode] = {
     errors.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
