@@ -19,6 +19,10 @@ reach it by ssh), on which socket, pid, version, start time, and a heartbeat rew
   starting at once do not see each other's flock on node-local locks, and one must win.
 - The daemon re-reads the record before each heartbeat; finding another daemon's record
   there (this one stalled past the limit and was taken over), it stops (see `lost`).
+- Each record's epoch is one more than that of the record it replaced. A stalled daemon may
+  read its own record, stall past a takeover, and then write its beat over the new record: the
+  new daemon, finding a record of a lower epoch than its own, writes its own again instead of
+  stopping, and the stalled one stops at its next beat.
 
 Every write is a write to a file of our own and a rename over the record, so a reader sees the
 old record or the new one, never half of one.
@@ -84,6 +88,10 @@ class Record:
     state: str  # "serving", or "stopped" once the daemon exited cleanly
     id: str  # one per daemon start: tells a taken-over record from our own
     python: str = ""  # the daemon's interpreter: another host's txctl runs its txctl by ssh
+    # One more than the record it replaced: the fence. A stalled daemon's beat that lands
+    # after a takeover's record (it read its own record, then stalled) carries a lower epoch
+    # than the record it overwrote, and the daemon that wrote that one writes it again.
+    epoch: int = 0
 
     @property
     def stale_after(self) -> float:
@@ -107,8 +115,9 @@ def read_record(state_dir: Path) -> Record | None:
     damaged record names nobody: the flock still guards this host)."""
     try:
         data = json.loads((state_dir / RECORD).read_bytes())
-        kinds = {"pid": int, "started": float, "heartbeat": float, "period": float}
-        data.setdefault("python", "")  # a record written before the field existed
+        kinds = {"pid": int, "started": float, "heartbeat": float, "period": float, "epoch": int}
+        data.setdefault("python", "")  # records written before these fields existed
+        data.setdefault("epoch", 0)
         fields = dataclasses.fields(Record)
         return Record(**{f.name: kinds.get(f.name, str)(data[f.name]) for f in fields})
     except (OSError, ValueError, KeyError, TypeError):
@@ -168,6 +177,18 @@ class Serving:
     def _beat(self) -> bool:
         current = read_record(self.state_dir)
         if current is not None and current.id != self.record.id:
+            if current.epoch < self.record.epoch:
+                # The daemon this one replaced, stalled across the takeover, wrote its record
+                # back (it read its own before it stalled): ours goes back, and that daemon
+                # stops at its next beat, finding a record of a higher epoch than its own.
+                log.warning(
+                    "a late write of the txd this one took the state dir over from (%s) "
+                    "replaced the serving record: writing ours again",
+                    current.describe(),
+                )
+                self.record = dataclasses.replace(self.record, heartbeat=time.time())
+                self._write(sync=True)
+                return True
             self.taken_by = current
             log.error(
                 "another txd took this state dir over (%s): this daemon stops without "
@@ -292,6 +313,7 @@ def acquire(
             state="serving",
             id=secrets.token_hex(8),
             python=sys.executable,
+            epoch=(previous.epoch if previous is not None else 0) + 1,
         )
         serving = Serving(state_dir, fd, record, previous)
         serving._write(sync=True)

@@ -180,6 +180,37 @@ def test_a_stalled_daemon_taken_over_stops_without_writing(
     login2.daemon.close()
 
 
+def test_a_stalled_daemons_late_write_does_not_unseat_the_taker(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    """The stalled daemon read its own record, then stalled past the takeover, then wrote its
+    beat over the taker's record (the write that a fence must stop). The taker writes its own
+    again and serves on; before, it read that record as a takeover of its own and stopped."""
+    state, login1, _ = cluster
+    login2 = Host(state.parent.parent, "login2", state, localflock=True)
+    d1 = login1.daemon.start()
+    first = record(state)
+    os.kill(d1.pid, signal.SIGSTOP)
+    try:
+        until(lambda: stale(state))
+        d2 = login2.daemon.start()
+    finally:
+        os.kill(d1.pid, signal.SIGCONT)
+    taker = record(state)
+    assert (taker["host"], taker["epoch"]) == ("login2", first["epoch"] + 1)
+    assert d1.proc is not None and d1.proc.wait(timeout=30) == 0
+    # login1's late beat lands now: its own record, a later heartbeat.
+    late = {**first, "heartbeat": time.time()}
+    (state / serving.RECORD).write_text(json.dumps(late))
+    until(lambda: record(state)["id"] == taker["id"])  # written back at login2's next beat
+    assert "a late write of the txd this one took the state dir over from (host login1" in (
+        d2.log()
+    )
+    assert d2.running()
+    assert login2.txctl("list").returncode == 0
+    login2.daemon.close()
+
+
 _RACER = """
 import json, sys, time
 from pathlib import Path
