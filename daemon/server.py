@@ -159,6 +159,7 @@ async def serve(
     awaited, schedulers and job store closed. A backend that fails on the way is logged; the
     shutdown goes on."""
     hold = _hold_state_dir(state_dir, socket_path, heartbeat)
+    hold.start_beating(asyncio.get_running_loop())  # before the job store opens: it may be slow
     try:
         _claim_socket(socket_path)  # both checks before start(), which ends leftover replicas
     except BaseException:
@@ -171,7 +172,6 @@ async def serve(
                 tasks = Tasks(group)
                 try:
                     service = JobService.open(state_dir, session, settings, tasks=tasks)
-                    tasks.create_task(hold.heartbeat(), name="serving record heartbeat")
                     await _serve(service, hold, socket_path, grace, on_ready, listen, on_stopping)
                 finally:
                     tasks.cancel_all()

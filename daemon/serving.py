@@ -43,7 +43,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -152,10 +151,11 @@ class Serving:
         # "stopped" one would keep other hosts waiting for the staleness limit).
         self._writing = threading.Lock()
         self._closed = False
-        # A thread of the heartbeat's own: on the loop's shared pool, a queue of other blocking
-        # work (module imports, a slow file system under job folders) would delay beats until
-        # another host took a live daemon's state dir over.
-        self._beater = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txd-heartbeat")
+        # A thread of the heartbeat's own, not driven by the event loop: on the loop's shared
+        # pool a queue of other blocking work (module imports, a slow file system under job
+        # folders), or the loop itself held (the job store's opening checks every page of it),
+        # would delay beats until another host took a live daemon's state dir over.
+        self._stop_beating = threading.Event()
 
     @property
     def took_over_from(self) -> str | None:
@@ -200,16 +200,24 @@ class Serving:
         self._write(sync=False)
         return True
 
-    async def heartbeat(self) -> None:
-        """Beats every period until the record is lost (or the task is cancelled)."""
-        while True:
-            await asyncio.sleep(self.record.period)
-            ours = await asyncio.get_running_loop().run_in_executor(self._beater, self.beat)
-            if not ours:
-                self.lost.set()
-                if self.on_lost is not None:
-                    self.on_lost()
-                return
+    def start_beating(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Beats every period from now on (before the job store opens), on a thread of its
+        own, until close() or abandon(); once the record is lost, sets `lost` and calls
+        on_lost in `loop`."""
+
+        def beating() -> None:
+            while not self._stop_beating.wait(self.record.period):
+                if not self.beat():
+                    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                        loop.call_soon_threadsafe(self._lose)
+                    return
+
+        threading.Thread(target=beating, name="txd-heartbeat", daemon=True).start()
+
+    def _lose(self) -> None:
+        self.lost.set()
+        if self.on_lost is not None:
+            self.on_lost()
 
     def _write(self, *, sync: bool) -> None:
         path = self.state_dir / RECORD
@@ -234,12 +242,12 @@ class Serving:
     def close(self) -> None:
         """At a clean exit: the record says `stopped` (if it is still ours), so another host
         starts its own daemon without waiting; then the flock is released."""
+        self._stop_beating.set()
         try:
             with self._writing:
                 self._closed = True
                 self._stopped()
         finally:
-            self._beater.shutdown(wait=False)
             os.close(self.lock_fd)
 
     def abandon(self) -> None:
@@ -251,6 +259,7 @@ class Serving:
         if self.took_over_from is None or prev is None:
             self.close()
             return
+        self._stop_beating.set()
         try:
             with self._writing:
                 self._closed = True
@@ -259,7 +268,6 @@ class Serving:
                     self.record = prev
                     self._write(sync=True)
         finally:
-            self._beater.shutdown(wait=False)
             os.close(self.lock_fd)
 
     def _stopped(self) -> None:

@@ -1,6 +1,8 @@
-"""The serving record's heartbeat (txd.daemon.serving) beats on a thread of its own: a loop's
-shared worker pool full of slow blocking work (module imports, job folders on a hung file
-system) must not delay it, or another host would take a live daemon's state dir over."""
+"""The serving record's heartbeat (txd.daemon.serving) beats on a thread of its own, not driven
+by the event loop: neither a loop's shared worker pool full of slow blocking work (module
+imports, job folders on a hung file system) nor the loop itself held (the job store's opening
+reads every page of it) may delay it, or another host would take a live daemon's state dir
+over."""
 
 from __future__ import annotations
 
@@ -33,12 +35,11 @@ async def test_a_full_worker_pool_does_not_hold_the_heartbeat_back() -> None:
         s.beat = observed_beat  # type: ignore[method-assign]
         # Every worker of the loop's shared pool blocked until the end of the test.
         blockers = [loop.run_in_executor(None, release.wait) for _ in range(64)]
-        beating = asyncio.ensure_future(s.heartbeat())
+        s.start_beating(loop)
         try:
             async with asyncio.timeout(BOUND):
                 await beaten.wait()
         finally:
-            beating.cancel()
             release.set()
             await asyncio.gather(*blockers)
             s.close()
@@ -46,4 +47,34 @@ async def test_a_full_worker_pool_does_not_hold_the_heartbeat_back() -> None:
         assert first is not None and now is not None and now.heartbeat > first.heartbeat
     finally:
         release.set()
+        remove_tree(root)
+
+
+def test_a_held_event_loop_does_not_hold_the_heartbeat_back() -> None:
+    """The loop's thread blocked (as while the job store opens, before the daemon serves): the
+    beats go on. Before, the beats were the loop's to schedule and none came until it was free."""
+    root = short_tmpdir("txdhb-")
+    beaten = threading.Event()
+    loop = asyncio.new_event_loop()
+    try:
+        s = serving.acquire(root / "state", Path(root / "txd.sock"), period=PERIOD, host="h1")
+        first = serving.read_record(root / "state")
+        beat = s.beat
+
+        def observed_beat() -> bool:
+            ours = beat()
+            beaten.set()
+            return ours
+
+        s.beat = observed_beat  # type: ignore[method-assign]
+        s.start_beating(loop)
+        try:
+            assert beaten.wait(BOUND)  # this thread, the loop's, never runs the loop meanwhile
+        finally:
+            s.close()
+        now = serving.read_record(root / "state")
+        assert first is not None and now is not None and now.heartbeat > first.heartbeat
+        assert now.state == "stopped"
+    finally:
+        loop.close()
         remove_tree(root)
