@@ -7,8 +7,9 @@ store `store`, with a synchronous gRPC server (its own poller thread, one worker
 its own, so that neither the daemon's event loop nor its GIL stands between a Status call and
 its answer. The daemon writes every status through to the store before it answers anyone
 about it, so the answer is the socket's. Prints "ready" on stdout once serving; ends on
-SIGTERM or when the daemon dies (PR_SET_PDEATHSIG), and on stdin's end. Its log lines (the
-access line of each call, door `read`) go to stderr, the daemon's log, in the daemon's format.
+SIGTERM, when the daemon dies (PR_SET_PDEATHSIG sends it SIGTERM) and on stdin's end. Its log
+lines (the access line of each call, door `read`) go to stderr, the daemon's log, in the
+daemon's format.
 The settings come on stdin, not as arguments: a process whose command line names the daemon's
 socket would look like a second daemon on it to whoever looks for one (`pgrep -f`).
 """
@@ -21,7 +22,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -95,22 +95,15 @@ def serve(socket: Path, store: Path) -> None:
         server.stop(None)
         _say(f"refused: cannot serve on {socket}: {e}")
         return
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if not _say("ready"):
-        server.stop(None).wait()
-        return
-
-    def await_eof() -> None:  # the daemon's pipe: its end (the daemon gone) stops this too
-        # os.read, not sys.stdin: a buffered reader's lock held by this daemon thread would
-        # make the interpreter's exit fatal.
+    # Serves until the daemon's pipe ends (the daemon gone, however; at once if it is gone
+    # already). SIGTERM (a stop, or the kernel's parent-death signal) keeps its default action
+    # and ends the process at once: it holds nothing to tidy, and a Python handler setting an
+    # Event this thread waits on could deadlock on the Event's own lock (it did, when the
+    # handler ran inside the wait).
+    if _say("ready"):
         while os.read(0, 4096):
             pass
-        stop.set()
-
-    threading.Thread(target=await_eof, daemon=True).start()
-    stop.wait()
-    server.stop(None).wait()
+    os._exit(0)
 
 
 def _say(line: str) -> bool:

@@ -273,6 +273,21 @@ async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Dae
     _ended(second)
 
 
+def test_sigterm_ends_the_door_process_at_once(d: Daemon) -> None:
+    """SIGTERM keeps its default action in the door's process, however many arrive (the
+    daemon's stop and the kernel's parent-death signal may both come): a Python handler that
+    set an Event the main thread waited on deadlocked on the Event's lock when a second signal
+    arrived inside the first (a door outlived its SIGKILLed daemon so, found after a CI run)."""
+    first = door_opened(d)
+    with open(f"/proc/{first}/status") as f:
+        caught = int(next(x for x in f if x.startswith("SigCgt:")).split()[1], 16)
+    assert not caught & (1 << (signal.SIGTERM - 1)), "the door catches SIGTERM"
+    for _ in range(50):
+        os.kill(first, signal.SIGTERM)
+    _ended(first)
+    assert door_opened(d, times=2) != first
+
+
 def test_a_stale_socket_is_replaced_and_a_stop_removes_the_door(root: Path) -> None:
     daemon = _daemon(root)
     dead = socket.socket(socket.AF_UNIX)  # a crashed daemon's: nobody listens
