@@ -188,6 +188,13 @@ def test_a_stalled_daemons_late_write_does_not_unseat_the_taker(
     again and serves on; before, it read that record as a takeover of its own and stopped."""
     state, login1, _ = cluster
     login2 = Host(state.parent.parent, "login2", state, localflock=True)
+    try:
+        _late_write(state, login1, login2)
+    finally:
+        login2.daemon.close()  # not the fixture's: closed here, also when the test fails
+
+
+def _late_write(state: Path, login1: Host, login2: Host) -> None:
     d1 = login1.daemon.start()
     first = record(state)
     os.kill(d1.pid, signal.SIGSTOP)
@@ -208,7 +215,6 @@ def test_a_stalled_daemons_late_write_does_not_unseat_the_taker(
     )
     assert d2.running()
     assert login2.txctl("list").returncode == 0
-    login2.daemon.close()
 
 
 _RACER = """
