@@ -176,28 +176,27 @@ class Serving:
 
     def _beat(self) -> bool:
         current = read_record(self.state_dir)
+        late = False  # a late write of the daemon this one replaced is there
         if current is not None and current.id != self.record.id:
-            if current.epoch < self.record.epoch:
-                # The daemon this one replaced, stalled across the takeover, wrote its record
-                # back (it read its own before it stalled): ours goes back, and that daemon
-                # stops at its next beat, finding a record of a higher epoch than its own.
-                log.warning(
-                    "a late write of the txd this one took the state dir over from (%s) "
-                    "replaced the serving record: writing ours again",
+            if current.epoch >= self.record.epoch:
+                self.taken_by = current
+                log.error(
+                    "another txd took this state dir over (%s): this daemon stops without "
+                    "writing to it again",
                     current.describe(),
                 )
-                self.record = dataclasses.replace(self.record, heartbeat=time.time())
-                self._write(sync=True)
-                return True
-            self.taken_by = current
-            log.error(
-                "another txd took this state dir over (%s): this daemon stops without "
-                "writing to it again",
+                return False
+            # The daemon this one replaced, stalled across the takeover, wrote its record back
+            # (it read its own before it stalled): ours goes back (synced, as at the start),
+            # and that daemon stops at its next beat, finding a record of a higher epoch.
+            log.warning(
+                "a late write of the txd this one took the state dir over from (%s) replaced "
+                "the serving record: writing ours again",
                 current.describe(),
             )
-            return False
+            late = True
         self.record = dataclasses.replace(self.record, heartbeat=time.time())
-        self._write(sync=False)
+        self._write(sync=late)
         return True
 
     def start_beating(self, loop: asyncio.AbstractEventLoop) -> None:
