@@ -35,7 +35,6 @@ from txd.schedulers.errors import (
     AlreadyExists,
     BackendUnavailable,
     InvalidArgument,
-    NotFound,
     ShuttingDown,
     TxdError,
     Unsupported,
@@ -431,10 +430,7 @@ class JobService:
             return job.record
         if (unsaved := self.cache.unsaved(handle)) is not None:
             return unsaved
-        rec = self.store.get(handle)
-        if rec is None:
-            raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
-        return rec
+        return handles.stored(handle, self.store)
 
     def native_request(self, rec: JobRecord) -> str | None:
         """The job's native request as recorded at submit time, cut as DryRun cuts it; None for

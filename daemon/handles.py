@@ -4,7 +4,7 @@ store (the daemon's connection, or the read door's own)."""
 from __future__ import annotations
 
 from txd.daemon import validate
-from txd.daemon.jobstore import StoreReads
+from txd.daemon.jobstore import JobRecord, StoreReads
 from txd.schedulers.errors import InvalidArgument, NotFound
 
 MAX_CANDIDATES = 10  # the jobs an ambiguous prefix's error names
@@ -41,3 +41,11 @@ def resolve(text: str, store: StoreReads) -> str:
         f"{text!r} matches {total} jobs: {shown}{more}; give more of the app id, "
         "or the whole handle",
     )
+
+
+def stored(handle: str, store: StoreReads) -> JobRecord:
+    """The store's record of the job `handle` (a resolved handle); NotFound if it has none."""
+    rec = store.get(handle)
+    if rec is None:
+        raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
+    return rec

@@ -31,7 +31,6 @@ from txd.daemon import access, handles, logsetup, socketfile, wire
 from txd.daemon.errorstatus import error_status
 from txd.daemon.jobstore import StoreReader
 from txd.filekind import describe
-from txd.schedulers.errors import NotFound
 from txd.v1 import runner_pb2 as pb
 
 STATUS = "/txd.v1.Runner/Status"
@@ -54,10 +53,7 @@ class Answers:
         call.received = 1
         try:
             text = wire.parse(pb.StatusRequest, raw).app_handle
-            handle = handles.resolve(text, self.store)
-            rec = self.store.get(handle)
-            if rec is None:
-                raise NotFound(f"no job {handle} (list known jobs with `txctl list`)")
+            rec = handles.stored(handles.resolve(text, self.store), self.store)
             call.sent = 1
             return pb.StatusResponse(status=rec.status).SerializeToString()
         except Exception as e:
