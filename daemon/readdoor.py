@@ -27,9 +27,8 @@ import time
 from pathlib import Path
 
 from txd import defaults
-from txd.daemon import logsetup, socketfile
+from txd.daemon import logsetup
 from txd.daemon.jobstore import on_network_fs
-from txd.filekind import describe
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +70,6 @@ class ReadDoor:
         try:
             while True:
                 await self._store_ok.wait()
-                if not self._claim():
-                    return
                 started = time.monotonic()
                 rc = await self._run()
                 if rc is None:
@@ -94,18 +91,9 @@ class ReadDoor:
         finally:
             await self._end()
 
-    def _claim(self) -> bool:
-        """As at the socket's path: only a stale socket of the user's is removed."""
-        there = socketfile.clear_stale(self.path)
-        if there is None:
-            return True
-        what = "a socket someone listens on" if there.live else describe(there.stat)
-        log.warning("no read door: %s is %s, which txd never removes", self.path, what)
-        return False
-
     async def _run(self) -> int | None:
         """Starts the process and returns its exit code once it ends; None when it refused
-        to serve at the path (the socket's checks, made again just before it binds)."""
+        to serve at the path (the socket's checks, which it makes just before it binds)."""
         level, fmt = logsetup.configured
         settings = {"socket": str(self.path), "store": str(self.store_path)}
         settings |= {"level": level, "format": fmt}

@@ -66,8 +66,9 @@ class Answers:
 
 
 def serve(socket: Path, store: Path) -> None:
-    # The socket's checks, here, just before binding: the folder may have been replaced since
-    # the daemon looked (by another user, given one of the user's folders above it).
+    # The socket's checks, here (not in the daemon), just before binding: the folder may be
+    # replaced by another user's at any time before (given one of the user's folders above
+    # it), and only a stale socket of the user's is ever removed at the path.
     try:
         socketfile.check_private(socket.parent)
         there = socketfile.clear_stale(socket)
@@ -75,7 +76,8 @@ def serve(socket: Path, store: Path) -> None:
         _say(f"refused: {e}")
         return
     if there is not None:
-        _say(f"refused: {socket} is {describe(there.stat)}, which txd never removes")
+        what = "a socket someone listens on" if there.live else describe(there.stat)
+        _say(f"refused: {socket} is {what}, which txd never removes")
         return
     answers = Answers(StoreReader(store))
     handler = grpc.method_handlers_generic_handler(
