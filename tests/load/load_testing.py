@@ -35,6 +35,8 @@ from txd_testing import Gates
 
 CALLERS_SCRIPT = Path(__file__).with_name("load_callers.py")
 PROBE_SCRIPT = Path(__file__).with_name("load_probe.py")
+SLEEPER_SCRIPT = Path(__file__).with_name("load_sleeper.py")
+SLEEP_PERIOD = 0.010  # s, a sleeper's sleep between wake-ups
 KiB, MiB = 1 << 10, 1 << 20
 PAYLOADS = 16  # distinct payloads of the ordinary jobs
 BIG_PAYLOADS = 4  # distinct payloads of the slow-read jobs
@@ -62,6 +64,9 @@ class Shape:
     # below 0 needs root): load_probe.py. The callers above share 4 processes.
     probes: tuple[int, ...] = ()
     probe_pause: float = 0.05  # mean seconds between a probe's calls
+    # One process that only sleeps per entry, at that priority (load_sleeper.py): how late the
+    # machine wakes a process that waits on nothing else, the floor under any reply's time.
+    sleepers: tuple[int, ...] = ()
     # The load generator's scheduling priority (nice): the caller processes' and, for the run,
     # this process's own (its submitters and followers). The probes keep theirs.
     generator_nice: int = 0
@@ -85,6 +90,7 @@ class Report:
     calls: dict[str, int] = field(default_factory=dict)  # by the callers, by kind
     status_latencies: list[float] = field(default_factory=list)
     probe_latencies: dict[int, list[float]] = field(default_factory=dict)  # by nice
+    sleeper_lateness: dict[int, list[float]] = field(default_factory=dict)  # by nice
     rss_start_kib: int = 0
     rss_samples: list[tuple[float, int, int]] = field(default_factory=list)  # (t, KiB, fds)
     hwm_kib: int = 0  # VmHWM at the end: the peak RSS since the start
@@ -292,11 +298,17 @@ class Load:
         rep.errors += errors[: ERROR_SAMPLES - len(rep.errors)]
 
     async def start_probes(self) -> list[asyncio.subprocess.Process]:
-        shape, procs = self.shape, []
-        for k, nice in enumerate(shape.probes):
-            args = (self.socket, nice, k, shape.probe_pause, shape.deadline, shape.bound)
+        """The probes, then the sleepers (Shape.probes, Shape.sleepers), each once running."""
+        shape = self.shape
+        probes = [
+            (PROBE_SCRIPT, self.socket, nice, k, shape.probe_pause, shape.deadline, shape.bound)
+            for k, nice in enumerate(shape.probes)
+        ]
+        sleepers = [(SLEEPER_SCRIPT, nice, SLEEP_PERIOD, shape.bound) for nice in shape.sleepers]
+        procs = []
+        for script, *args in probes + sleepers:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, str(PROBE_SCRIPT), *map(str, args),
+                sys.executable, str(script), *map(str, args),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
             procs.append(proc)
@@ -304,25 +316,29 @@ class Load:
             async with asyncio.timeout(shape.deadline):
                 line = await proc.stdout.readline()
             if line != b"ready\n":
-                raise RuntimeError(f"a probe process did not start: {line!r}")
+                raise RuntimeError(f"{script.name} did not start: {line!r}")
         return procs
 
     async def stop_probes(self, procs: list[asyncio.subprocess.Process]) -> None:
-        rep = self.report
+        rep, shape = self.report, self.shape
         for p in procs:
             assert p.stdin is not None
             p.stdin.close()
-        for nice, p in zip(self.shape.probes, procs, strict=True):
+        kinds = [("probe", n) for n in shape.probes] + [("sleeper", n) for n in shape.sleepers]
+        for (kind, nice), p in zip(kinds, procs, strict=True):
             assert p.stdout is not None
             try:
-                async with asyncio.timeout(2 * self.shape.deadline):
+                async with asyncio.timeout(2 * shape.deadline):
                     out = json.loads(await p.stdout.read())
                     await p.wait()
             except (TimeoutError, ValueError) as e:
-                rep.error(f"a probe process did not report: {e!r}")
+                rep.error(f"a {kind} process did not report: {e!r}")
                 with contextlib.suppress(ProcessLookupError):
                     p.kill()
                 await p.wait()
+                continue
+            if kind == "sleeper":
+                rep.sleeper_lateness[nice] = out["lateness"]
                 continue
             rep.probe_latencies[nice] = out["status_latencies"]
             for e in out["errors"]:

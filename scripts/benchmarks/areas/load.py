@@ -7,10 +7,13 @@ second not lower than before.
 
 Where a Status call's time goes is measured three ways beside the callers' own figure: two
 probes, each one Status caller in a process of its own (load_probe.py), one at the callers'
-priority (nice 0) and one above it (nice -10); and inside the daemon (observe/: the time from
-gRPC taking a Status call to its handler starting, the handler's time, the cyclic GC's pauses,
-and the event loop's lateness split into the loop thread running, waiting for a core and
-blocked; each of the daemon's threads' CPU time and wait for a core).
+priority (nice 0) and one above it (nice -10), with beside each a process that only sleeps 10 ms
+at a time (load_sleeper.py): how late the machine wakes a process that waits on nothing else,
+the floor under any answer's time (one Status wakes the caller and the door at least); and
+inside the daemon (observe/: the time from gRPC taking a Status call to its handler starting,
+the handler's time, the cyclic GC's pauses, and the event loop's lateness split into the loop
+thread running, waiting for a core and blocked; each of the daemon's threads' CPU time and
+wait for a core).
 
 TXD_BENCH_LOAD_DAEMON_NICE=N (a diagnosis; root): both daemons' threads at nice N once warmed
 up, to see what is left of the tail when the daemon need not wait for a core."""
@@ -45,9 +48,11 @@ def observed_env(root: Path) -> dict[str, str]:
 
 async def run(ctx: Context) -> None:
     res = ctx.res
-    shape = lt.Shape(probes=PROBES)
+    shape = lt.Shape(probes=PROBES, sleepers=PROBES)
     if not ctx.quick:
-        shape = lt.Shape(jobs=5000, slow_bytes=16 * lt.MiB, bound=900, probes=PROBES)
+        shape = lt.Shape(
+            jobs=5000, slow_bytes=16 * lt.MiB, bound=900, probes=PROBES, sleepers=PROBES
+        )
     if os.environ.get("TXD_BENCH_LOAD_DAEMON_NICE"):
         nice = int(os.environ["TXD_BENCH_LOAD_DAEMON_NICE"])
         shape = dataclasses.replace(shape, daemon_nice=nice)
@@ -216,6 +221,18 @@ def _probe_rows(
                 tree=ctx.base_tree,
                 note=f"n={n:,} in the last; one caller, a random pause of 0..0.1 s",
             )
+        beside(
+            ctx.res,
+            f"load: a sleeper's wake-up lateness at nice {nice} (p99){suffix}",
+            [pct([1000 * x for x in r.sleeper_lateness.get(nice) or [0.0]], 99) for r in ours],
+            [pct([1000 * x for x in r.sleeper_lateness.get(nice) or [0.0]], 99) for r in base]
+            if base
+            else None,
+            fmt_ms,
+            tree=ctx.base_tree,
+            note=f"a process sleeping {1000 * lt.SLEEP_PERIOD:.0f} ms at a time, waiting on "
+            "nothing else: the machine's floor under any reply's time",
+        )
 
 
 def _intake(nice: int) -> Any:
