@@ -29,6 +29,7 @@ from pathlib import Path
 from txd import defaults
 from txd.daemon import logsetup
 from txd.daemon.jobstore import on_network_fs
+from txd.daemon.sockwatch import identity
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ class ReadDoor:
         self.proc: asyncio.subprocess.Process | None = None
         self._store_ok = asyncio.Event()
         self._store_ok.set()
-        self._inode = -1  # the socket file's while the process serves it
+        self._bound: tuple[int, int, int] | None = None  # its socket's, while served
+        self._moved = False  # its socket was removed or replaced: started again at once
 
     def store_failing(self, failing: bool) -> None:
         """The status cache's word on the store (StatusCache.on_store_failing): closed while
@@ -59,6 +61,19 @@ class ReadDoor:
                 self.proc.kill()
         elif not self._store_ok.is_set():
             self._store_ok.set()
+
+    def check(self) -> None:
+        """Starts the process again when its socket file was removed or replaced (the socket
+        watch calls this each second, once the daemon serves on its own path again: a folder
+        removed with both sockets in it is made again first)."""
+        if self._bound is None or identity(self.path) == self._bound:
+            return
+        if self.proc is not None and self.proc.returncode is None and not self._moved:
+            log.warning(
+                "the read door's socket %s was removed or replaced: serving there again", self.path
+            )
+            self._moved = True
+            self.proc.terminate()
 
     async def keep(self) -> None:
         """Runs the door's process for the daemon's life (a background task; cancelled at
@@ -74,8 +89,9 @@ class ReadDoor:
                 rc = await self._run()
                 if rc is None:
                     return  # refused to serve there: said why
-                if not self._store_ok.is_set():
-                    continue  # closed on purpose
+                if self._moved or not self._store_ok.is_set():
+                    self._moved = False
+                    continue  # ended on purpose
                 quick = quick + 1 if time.monotonic() - started < QUICK_EXIT else 1
                 if quick >= GIVE_UP:
                     log.warning(
@@ -108,8 +124,7 @@ class ReadDoor:
         proc.stdin.write(json.dumps(settings).encode() + b"\n")
         said = (await proc.stdout.readline()).decode(errors="replace").rstrip("\n")
         if said == "ready":
-            with contextlib.suppress(OSError):
-                self._inode = self.path.lstat().st_ino
+            self._bound = identity(self.path)
             log.info("read door on %s (pid %d)", self.path, proc.pid)
         rc = await proc.wait()
         self._remove_socket()
@@ -119,10 +134,10 @@ class ReadDoor:
         return rc
 
     def _remove_socket(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if self.path.lstat().st_ino == self._inode:  # still the one it served
+        if self._bound is not None and identity(self.path) == self._bound:  # the one it served
+            with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
-        self._inode = -1
+        self._bound = None
 
     async def _end(self) -> None:
         proc = self.proc

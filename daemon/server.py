@@ -226,7 +226,7 @@ async def _serve(
         log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
         if on_ready is not None:
             on_ready()
-        service.tasks.create_task(listeners.watch(), name="socket watch")
+        service.tasks.create_task(listeners.watch(then=door.check), name="socket watch")
         hold.on_lost = stop.set  # the state dir lost to another host stops this daemon too
         await stop.wait()
         if hold.lost.is_set():

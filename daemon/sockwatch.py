@@ -31,7 +31,7 @@ CHECK_INTERVAL = 1.0
 Served = tuple[grpc.aio.Server, HealthServicer]
 
 
-def _identity(path: Path) -> tuple[int, int, int] | None:
+def identity(path: Path) -> tuple[int, int, int] | None:
     """(device, inode, file type) of what sits at `path` now, None when nothing does (the
     type too: a file made after the socket's removal may get its inode number)."""
     try:
@@ -64,11 +64,11 @@ class Listeners:
     async def first(self) -> None:
         """Serves on the path (already claimed by the caller)."""
         self.served.append(await self._start(self.path))
-        self._bound = _identity(self.path)
+        self._bound = identity(self.path)
 
     def lost(self) -> bool:
         """Whether the path no longer holds the socket this daemon bound."""
-        return _identity(self.path) != self._bound
+        return identity(self.path) != self._bound
 
     async def check(self) -> bool:
         """Rebinds when the socket is lost; True when the daemon serves on the path after it."""
@@ -87,7 +87,7 @@ class Listeners:
             await served[0].stop(None)
             return False
         self.served.append(served)
-        self._bound = _identity(self.path)
+        self._bound = identity(self.path)
         self._reported = ""
         log.warning(
             "the socket %s was removed or replaced: serving there again (open calls go on)",
@@ -100,12 +100,14 @@ class Listeners:
             log.warning("%s (checking again every %gs)", problem, CHECK_INTERVAL)
             self._reported = problem
 
-    async def watch(self) -> None:
-        """Checks every CHECK_INTERVAL seconds until cancelled (at shutdown)."""
+    async def watch(self, then: Callable[[], object] = lambda: None) -> None:
+        """Checks every CHECK_INTERVAL seconds until cancelled (at shutdown); `then` runs
+        after each check that leaves the daemon serving on the path (its folder there)."""
         while True:
             await asyncio.sleep(CHECK_INTERVAL)
             try:
-                await self.check()
+                if await self.check():
+                    then()
             except Exception:  # a failed start: logged, tried again next time
                 log.exception("serving again on %s failed", self.path)
 
@@ -122,5 +124,5 @@ class Listeners:
             return
         self._stopping = self._closed = True
         await asyncio.gather(*(server.stop(grace) for server, _ in self.served))
-        if self._bound is not None and _identity(self.path) == self._bound:
+        if self._bound is not None and identity(self.path) == self._bound:
             os.unlink(self.path)  # ours: a later daemon finds no leftover

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import stat
@@ -271,6 +272,34 @@ async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Dae
     assert (await status_doors(d))[-1] == ("read", "OK")
     d.kill()  # the daemon dies without a word: the door's process ends too
     _ended(second)
+
+
+async def test_a_removed_door_is_served_again(root: Path) -> None:
+    """The door's file removed alone (a tmp cleaner), then the socket's whole folder with both
+    files (logind at the user's last logout): each time a new process serves the door again,
+    once the daemon serves on its own path, and Status goes through it."""
+    d = _daemon(root)
+    d.socket = root / "run" / "txd.sock"  # a folder of its own, which the test removes
+    try:
+        d.start()
+        first = door_opened(d)
+        async with d.client() as c:
+            handle = await c.run(sh_app("echo done"), "local_cwd")
+            await c.wait(handle)
+        door(d).unlink()
+        second = door_opened(d, times=2)
+        _ended(first)
+        assert f"the read door's socket {door(d)} was removed or replaced" in d.log()
+        shutil.rmtree(d.socket.parent)
+        third = door_opened(d, times=3)
+        _ended(second)
+        assert len({first, second, third}) == 3
+        async with d.client() as c:
+            assert (await c.status(handle)).state == AppState.SUCCEEDED
+        assert (await status_doors(d))[-1] == ("read", "OK")
+        assert "read door's process ended" not in d.log()  # not counted as a failure
+    finally:
+        d.close()
 
 
 def test_sigterm_ends_the_door_process_at_once(d: Daemon) -> None:
