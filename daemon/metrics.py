@@ -3,7 +3,8 @@ registry per daemon, read by the Metrics RPC and by the opt-in exposition (daemo
 
 - gRPC server metrics under go-grpc-prometheus's names and labels, so that its dashboards and
   alert rules (etcd's, Kubernetes') work as they are; counted by the access interceptor
-  (daemon.access) on both doors, for the methods txd serves only.
+  (daemon.access) on the socket and the TCP listener, and as the read door's process tells of
+  its calls (daemon.readdoor), for the methods txd serves only.
 - txd's own: jobs by scheduler and state, state transitions, backend calls and failures, stale
   statuses, log bytes lost, events committed and event subscribers; the process's (process_*).
 
@@ -154,6 +155,21 @@ class Metrics(access.Observer):
         rpc = self._rpc(call)
         rpc.handled(call.code).inc()
         rpc.handling.observe(seconds)
+
+    def answered_elsewhere(
+        self, full_method: str, kind: str, door: str, calls: Iterable[tuple[str, float]]
+    ) -> None:
+        """Calls another process answered (the read door's): each (code name, seconds) counted
+        as the access interceptor counts a call of one request and, if it succeeded, one
+        response."""
+        call = access.Call(full_method, kind, door)
+        for code, seconds in calls:
+            call.code = grpc.StatusCode[code]
+            self.started(call)
+            self.received(call)
+            if call.code == grpc.StatusCode.OK:
+                self.sent(call)
+            self.handled(call, seconds)
 
     # -- txd's own --------------------------------------------------------------------------
 

@@ -27,8 +27,10 @@ import time
 from pathlib import Path
 
 from txd import defaults
-from txd.daemon import logsetup
+from txd.daemon import access, logsetup
 from txd.daemon.jobstore import on_network_fs
+from txd.daemon.metrics import Metrics
+from txd.daemon.readserver import STATUS
 from txd.daemon.sockwatch import identity
 
 log = logging.getLogger(__name__)
@@ -40,9 +42,10 @@ STOP_TIMEOUT = 5.0  # s between SIGTERM and SIGKILL
 
 
 class ReadDoor:
-    def __init__(self, socket_path: Path, store_path: Path) -> None:
+    def __init__(self, socket_path: Path, store_path: Path, metrics: Metrics) -> None:
         self.path = Path(defaults.read_door(socket_path))
         self.store_path = store_path
+        self.metrics = metrics
         self.proc: asyncio.subprocess.Process | None = None
         self._store_ok = asyncio.Event()
         self._store_ok.set()
@@ -126,12 +129,39 @@ class ReadDoor:
         if said == "ready":
             self._bound = identity(self.path)
             log.info("read door on %s (pid %d)", self.path, proc.pid)
+            await self._count(proc.stdout)
         rc = await proc.wait()
         self._remove_socket()
         if said.startswith("refused: "):
             log.warning("no read door: %s", said.removeprefix("refused: "))
             return None
         return rc
+
+    async def _count(self, told: asyncio.StreamReader) -> None:
+        """The calls the process answered, into the daemon's metrics, until its stdout ends
+        (readserver.Tally)."""
+        while True:
+            try:
+                line = await told.readline()
+            except ValueError:  # a line over the reader's limit: not the door's, skipped
+                log.warning("the read door's process wrote a line too long to read")
+                continue
+            if not line:
+                return
+            try:
+                said = json.loads(line)
+                calls = [(str(code), float(s)) for code, s in said.get("calls", ())]
+                dropped = int(said.get("dropped", 0))
+            except (ValueError, TypeError, AttributeError):
+                log.warning("the read door's process wrote %r", line[:200])
+                continue
+            self.metrics.answered_elsewhere(STATUS, access.UNARY, access.READ, calls)
+            if dropped:
+                log.warning(
+                    "%d calls of the read door not counted in the metrics: the daemon read "
+                    "none of its lines meanwhile",
+                    dropped,
+                )
 
     def _remove_socket(self) -> None:
         if self._bound is not None and identity(self.path) == self._bound:  # the one it served

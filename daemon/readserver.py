@@ -9,7 +9,8 @@ its answer. The daemon writes every status through to the store before it answer
 about it, so the answer is the socket's. Prints "ready" on stdout once serving; ends on
 SIGTERM, when the daemon dies (PR_SET_PDEATHSIG sends it SIGTERM) and on stdin's end. Its log
 lines (the access line of each call, door `read`) go to stderr, the daemon's log, in the
-daemon's format.
+daemon's format; the calls' codes and times go to the daemon on stdout, a JSON line every
+quarter second, for its gRPC server metrics (Tally).
 The settings come on stdin, not as arguments: a process whose command line names the daemon's
 socket would look like a second daemon on it to whoever looks for one (`pgrep -f`).
 """
@@ -22,6 +23,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,20 +35,65 @@ from txd.daemon.jobstore import StoreReader
 from txd.filekind import describe
 from txd.v1 import runner_pb2 as pb
 
-STATUS = "/txd.v1.Runner/Status"
+STATUS = "/txd.v1.Runner/Status"  # the one method served here
 # The socket's message sizes (txd.defaults), so that an oversized request is refused alike.
 OPTIONS = [
     ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
     ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
 PR_SET_PDEATHSIG = 1
+TALLY_EVERY = 0.25  # s: how often the calls answered are told to the daemon
+TALLY_LINE = 1000  # calls per line at most (the daemon reads lines of up to 64 KiB)
+TALLY_HELD = 100_000  # calls held while the daemon reads none; more are only counted
+
+
+class Tally:
+    """The calls answered, told to the daemon for its metrics (grpc_server_*) as JSON lines
+    on stdout: {"calls": [[code name, seconds], ...]} and {"dropped": n}. Written by a thread
+    of its own, so that a daemon slow to read (its event loop held) never holds a call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: list[tuple[str, float]] = []
+        self._dropped = 0
+        self._some = threading.Event()
+        threading.Thread(target=self._tell, name="txd-read-tally", daemon=True).start()
+
+    def add(self, code: grpc.StatusCode, seconds: float) -> None:
+        with self._lock:
+            if len(self._calls) < TALLY_HELD:
+                self._calls.append((code.name, round(seconds, 6)))
+            else:
+                self._dropped += 1
+        if not self._some.is_set():
+            self._some.set()
+
+    def _tell(self) -> None:
+        while True:
+            self._some.wait()
+            time.sleep(TALLY_EVERY)  # the calls of a quarter second in one line
+            with self._lock:
+                calls, self._calls = self._calls, []
+                dropped, self._dropped = self._dropped, 0
+                self._some.clear()
+            lines: list[dict[str, object]] = [
+                {"calls": calls[i : i + TALLY_LINE]} for i in range(0, len(calls), TALLY_LINE)
+            ]
+            if dropped:
+                lines.append({"dropped": dropped})
+            try:
+                sys.stdout.write("".join(json.dumps(line) + "\n" for line in lines))
+                sys.stdout.flush()
+            except OSError:  # the daemon is gone: stdin's end ends this process
+                return
 
 
 class Answers:
     """Status from the store, as the daemon's JobService.lookup finds a job there."""
 
-    def __init__(self, store: StoreReader) -> None:
+    def __init__(self, store: StoreReader, tally: Tally) -> None:
         self.store = store
+        self.tally = tally
 
     def status(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         call = access.Call(STATUS, access.UNARY, access.READ)
@@ -62,7 +109,9 @@ class Answers:
             context.abort(call.code, details)  # raises
             raise
         finally:
-            access.write_line(call, time.monotonic() - call.start)
+            seconds = time.monotonic() - call.start
+            access.write_line(call, seconds)
+            self.tally.add(call.code, seconds)
 
 
 def serve(socket: Path, store: Path) -> None:
@@ -79,7 +128,7 @@ def serve(socket: Path, store: Path) -> None:
         what = "a socket someone listens on" if there.live else describe(there.stat)
         _say(f"refused: {socket} is {what}, which txd never removes")
         return
-    answers = Answers(StoreReader(store))
+    answers = Answers(StoreReader(store), Tally())
     handler = grpc.method_handlers_generic_handler(
         "txd.v1.Runner", {"Status": grpc.unary_unary_rpc_method_handler(answers.status)}
     )

@@ -213,7 +213,7 @@ async def _serve(
     others: list[grpc.aio.Server] = []  # the TCP listener's: health shared with the socket's
     try:
         await listeners.first()
-        door = ReadDoor(socket_path, service.store.path)
+        door = ReadDoor(socket_path, service.store.path, service.metrics)
         service.cache.on_store_failing = door.store_failing
         service.tasks.create_task(door.keep(), name="read door")
         if listen is not None:

@@ -7,6 +7,7 @@ started again when it dies and ended with the daemon, the door closed while the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import select
@@ -21,6 +22,7 @@ from typing import Any
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from txd import defaults
 from txd.client import NotFoundError
 from txd.v1 import AppState
@@ -207,6 +209,55 @@ async def test_read_door_calls_are_logged(d: Daemon) -> None:
         ("/txd.v1.Runner/Status", "NOT_FOUND"),
     ]
     assert all(r["type"] == "unary" and r["ms"] >= 0 for r in reads)
+
+
+async def test_read_door_calls_count_in_the_metrics(d: Daemon) -> None:
+    """The daemon's gRPC server metrics count the door's calls as the socket's: Status's series
+    move by the door's calls (told by its process a quarter second at a time) and the socket's."""
+    status = {"grpc_service": "txd.v1.Runner", "grpc_type": "unary", "grpc_method": "Status"}
+    series = [
+        ("grpc_server_started_total", {}),
+        ("grpc_server_msg_received_total", {}),
+        ("grpc_server_msg_sent_total", {}),
+        ("grpc_server_handling_seconds_count", {}),
+        ("grpc_server_handled_total", {"grpc_code": "OK"}),
+        ("grpc_server_handled_total", {"grpc_code": "NotFound"}),
+    ]
+
+    async def counts(c: Any) -> list[float]:
+        text = (await c.metrics(prometheus=True)).text
+        found = {
+            (x.name, frozenset(x.labels.items())): x.value
+            for f in text_string_to_metric_families(text)
+            for x in f.samples
+        }
+        return [
+            found.get((name, frozenset({**status, **labels}.items())), 0.0)
+            for name, labels in series
+        ]
+
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+        before = await counts(c)
+        async with grpc.aio.insecure_channel(f"unix:{door(d)}") as ch:
+            stub = RunnerStub(ch)
+            for _ in range(2):
+                await stub.Status(pb.StatusRequest(app_handle=handle), timeout=TIMEOUT)
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stub.Status(pb.StatusRequest(app_handle="nosuch"), timeout=TIMEOUT)
+            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        async with grpc.aio.insecure_channel(f"unix:{d.socket}") as ch:
+            await RunnerStub(ch).Status(pb.StatusRequest(app_handle=handle), timeout=TIMEOUT)
+        # started, received, sent, timed, OK, NotFound
+        want = [b + m for b, m in zip(before, [4, 4, 3, 4, 3, 1], strict=True)]
+        got = await counts(c)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(TIMEOUT):  # the door tells its calls every 0.25 s
+                while got != want:
+                    await asyncio.sleep(0.05)
+                    got = await counts(c)
+        assert got == want
 
 
 async def test_clients_fall_back_to_the_main_socket(d: Daemon) -> None:
