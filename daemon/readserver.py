@@ -57,6 +57,9 @@ class Tally:
         self._calls: list[tuple[str, float]] = []
         self._dropped = 0
         self._some = threading.Event()
+
+    def start(self) -> None:
+        """Starts telling, once the process said "ready" (a line of calls must not come first)."""
         threading.Thread(target=self._tell, name="txd-read-tally", daemon=True).start()
 
     def add(self, code: grpc.StatusCode, seconds: float) -> None:
@@ -128,7 +131,8 @@ def serve(socket: Path, store: Path) -> None:
         what = "a socket someone listens on" if there.live else describe(there.stat)
         _say(f"refused: {socket} is {what}, which txd never removes")
         return
-    answers = Answers(StoreReader(store), Tally())
+    tally = Tally()
+    answers = Answers(StoreReader(store), tally)
     handler = grpc.method_handlers_generic_handler(
         "txd.v1.Runner", {"Status": grpc.unary_unary_rpc_method_handler(answers.status)}
     )
@@ -148,6 +152,7 @@ def serve(socket: Path, store: Path) -> None:
     # Event this thread waits on could deadlock on the Event's own lock (it did, when the
     # handler ran inside the wait).
     if _say("ready"):
+        tally.start()
         while os.read(0, 4096):
             pass
     os._exit(0)
