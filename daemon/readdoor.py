@@ -51,16 +51,18 @@ class ReadDoor:
         self._store_ok.set()
         self._bound: tuple[int, int, int] | None = None  # its socket's, while served
         self._moved = False  # its socket was removed or replaced: started again at once
+        self._given_up = False  # no door for this daemon's life (keep() said why)
 
     def store_failing(self, failing: bool) -> None:
         """The status cache's word on the store (StatusCache.on_store_failing): closed while
         it cannot take writes, opened again once it can."""
         if failing:
+            if self._store_ok.is_set() and not self._given_up:
+                log.warning("read door closed until the job store takes writes again")
             self._store_ok.clear()
             if self.proc is not None and self.proc.returncode is None:
                 # Killed, not asked: this runs before anyone is told of the status the store
                 # lacks, and the process holds nothing to tidy (it only reads).
-                log.warning("read door closed until the job store takes writes again")
                 self.proc.kill()
         elif not self._store_ok.is_set():
             self._store_ok.set()
@@ -83,6 +85,7 @@ class ReadDoor:
         shutdown): started again when it ends, unless it keeps failing at start."""
         if on_network_fs(self.store_path.parent):
             log.info("no read door: the job store is on a network file system")
+            self._given_up = True
             return
         quick = 0
         try:
@@ -108,6 +111,7 @@ class ReadDoor:
                 log.warning("read door's process ended (exit %s): starting it again", rc)
                 await asyncio.sleep(RESTART_DELAY)
         finally:
+            self._given_up = True
             await self._end()
 
     async def _run(self) -> int | None:
@@ -124,6 +128,8 @@ class ReadDoor:
             stdout=subprocess.PIPE,
         )
         assert proc.stdin is not None and proc.stdout is not None
+        if not self._store_ok.is_set():  # the store failed while the process was being made
+            proc.kill()
         proc.stdin.write(json.dumps(settings).encode() + b"\n")
         said = (await proc.stdout.readline()).decode(errors="replace").rstrip("\n")
         if said == "ready":

@@ -9,16 +9,19 @@ import asyncio
 import contextlib
 import os
 import re
+import select
 import shutil
 import sqlite3
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from txd import defaults
 from txd.client import ResourceExhaustedError
-from txd.v1 import AppState
+from txd.v1 import AppState, AppStatus
 from txd_testing import Daemon, Gate, Gates, log_alarms, read_logs, sh_app, short_tmpdir
 
 DISK = 2 * 1024 * 1024
@@ -26,6 +29,39 @@ FILLER = 1024 * 1024  # what the test frees to give space back
 WRITTEN = 3_000_000  # the job's output: more than the whole disk
 TIMEOUT = 60.0
 MARK = re.compile(rb"\n\[txd: (\d+) bytes of output lost here: No space left on device\]\n")
+
+# Loaded by the daemon (PYTHONPATH): the read door's process is made only once the test writes
+# a line to the fifo `door-go` in the folder TXD_TEST_DOOR_HOLD (the event loop goes on
+# meanwhile, and the file `door-held` there says it waits); the pid made is then written to
+# `door-made` there.
+HOLD_DOOR = """\
+import asyncio, os
+
+if os.environ.get("TXD_TEST_DOOR_HOLD"):
+    _make = asyncio.create_subprocess_exec
+
+    async def _held(*args, **kwargs):
+        if "txd.daemon.readserver" not in args or "TXD_TEST_DOOR_HOLD" not in os.environ:
+            return await _make(*args, **kwargs)
+        folder = os.environ.pop("TXD_TEST_DOOR_HOLD")  # once: not the door made again
+        fd = os.open(os.path.join(folder, "door-go"), os.O_RDONLY | os.O_NONBLOCK)
+        with open(os.path.join(folder, "door-held"), "w") as f:
+            f.write("held")
+        loop = asyncio.get_running_loop()
+        go = loop.create_future()
+        loop.add_reader(fd, lambda: go.done() or go.set_result(None))
+        try:
+            await go
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+        proc = await _make(*args, **kwargs)
+        with open(os.path.join(folder, "door-made"), "w") as f:
+            f.write(str(proc.pid))
+        return proc
+
+    asyncio.create_subprocess_exec = _held
+"""
 
 
 def _mount_tmpfs(path: Path, size: int) -> None:
@@ -57,13 +93,20 @@ async def _readable(gate: Gate) -> None:
         loop.remove_reader(gate._fd)
 
 
-@pytest.fixture
-def full_disk_daemon() -> Iterator[Any]:
-    """A daemon whose state dir is a fresh tmpfs of DISK bytes, with a FILLER file on it."""
+@contextlib.contextmanager
+def _on_full_disk(hold_door: bool = False) -> Iterator[Daemon]:
+    """A daemon whose state dir is a fresh tmpfs of DISK bytes, with a FILLER file on it; with
+    hold_door, its read door's process is made only when the test says (HOLD_DOOR)."""
     if os.geteuid() != 0:
         pytest.skip("needs root, to mount a tmpfs")
     root = short_tmpdir("txdt-disk-")
-    d = Daemon(root)
+    env = {}
+    if hold_door:
+        (root / "site").mkdir()
+        (root / "site" / "sitecustomize.py").write_text(HOLD_DOOR)
+        os.mkfifo(root / "door-go")
+        env = {"PYTHONPATH": str(root / "site"), "TXD_TEST_DOOR_HOLD": str(root)}
+    d = Daemon(root, env=env)
     d.state_dir.mkdir()
     try:
         try:
@@ -78,22 +121,40 @@ def full_disk_daemon() -> Iterator[Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture
+def full_disk_daemon() -> Iterator[Daemon]:
+    with _on_full_disk() as d:
+        yield d
+
+
+async def _output_lost(c: Any, handle: str) -> AppStatus:
+    """The job's first status that says bytes were lost (pushed, not polled)."""
+    async with asyncio.timeout(TIMEOUT), contextlib.aclosing(c.watch(handle)) as statuses:
+        async for status in statuses:
+            if "output lost" in status.msg:
+                return status
+    raise AssertionError(f"the watch of {handle} ended without a loss")
+
+
+def _filler(gates: Gates) -> tuple[str, Gate, Gate]:
+    """A job's script that writes more than the disk holds, says so on `written` and then
+    waits on `space` before its last line."""
+    space = gates.new("space")
+    written = gates.new("written")
+    script = (
+        f"head -c {WRITTEN} /dev/zero | tr '\\0' x; echo; echo > {written.path}; "
+        f"{space.wait}; echo after-the-gap"
+    )
+    return script, space, written
+
+
 async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: Any) -> None:
     d = full_disk_daemon
     with Gates(d.root) as gates:
-        gate = gates.new("space")
-        written = gates.new("written")  # the job says it has written all its output
-        script = (
-            f"head -c {WRITTEN} /dev/zero | tr '\\0' x; echo; echo > {written.path}; "
-            f"{gate.wait}; echo after-the-gap"
-        )
+        script, gate, written = _filler(gates)
         async with d.client(timeout=20) as c:
             h = await c.run(sh_app(script, name="filler"), cwd=str(d.root))
-            # The status says so as soon as bytes are lost (pushed, not polled).
-            async with asyncio.timeout(TIMEOUT), contextlib.aclosing(c.watch(h)) as statuses:
-                async for status in statuses:
-                    if "output lost" in status.msg:
-                        break
+            status = await _output_lost(c, h)
             assert status.state == AppState.RUNNING, status
             assert status.msg.startswith("output lost: r/0 "), status.msg
             assert status.msg.endswith(" bytes (No space left on device)"), status.msg
@@ -146,3 +207,55 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
         assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
         names = sorted(r[0] for r in db.execute("SELECT app FROM jobs"))
     assert len(names) == 2
+
+
+async def test_a_store_failing_while_the_door_starts_keeps_the_door_closed() -> None:
+    """The store fails while the read door's process is being made (held by HOLD_DOOR until
+    then): the daemon says the door is closed, the process made is ended before it serves, and
+    the door opens once the store takes writes again (before, it served the store's older
+    status, unsaid)."""
+    with _on_full_disk(hold_door=True) as d, Gates(d.root) as gates:
+        _written(d.root / "door-held")  # the door's making waits
+        script, space, written = _filler(gates)
+        async with d.client(timeout=20) as c:
+            h = await c.run(sh_app(script, name="filler"), cwd=str(d.root))
+            lost = await _output_lost(c, h)
+            assert "read door closed until the job store takes writes again" in d.log()
+            go = os.open(d.root / "door-go", os.O_WRONLY | os.O_NONBLOCK)  # the daemon reads it
+            os.write(go, b"go\n")
+            os.close(go)
+            _ended(int(_written(d.root / "door-made")))
+            assert "read door on " not in d.log()
+            assert not Path(defaults.read_door(d.socket)).exists()
+            assert (await c.status(h)).msg == lost.msg  # through the socket
+            async with asyncio.timeout(TIMEOUT):
+                await _readable(written)
+            (d.state_dir / "filler").unlink()
+            space.open()
+            final = await c.wait(h, timeout=TIMEOUT)
+            assert final.state == AppState.SUCCEEDED, final
+            await _door_reopened(d)
+            assert (await c.status(h)).msg == final.msg
+        d.stop()
+        assert not log_alarms(d.log()), d.log()
+
+
+def _written(path: Path) -> str:
+    """The text of the file at `path`, once it is there and not empty (written once, whole)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (path.exists() and (text := path.read_text())):
+        assert time.monotonic() < deadline, f"{path} not written within {TIMEOUT} s"
+        time.sleep(0.02)
+    return text
+
+
+def _ended(pid: int) -> None:
+    """Returns once process `pid` (not ours to wait for) has ended: its pidfd turns readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        assert select.select([fd], [], [], TIMEOUT)[0], f"process {pid} still runs"
+    finally:
+        os.close(fd)
