@@ -160,8 +160,10 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             assert status.msg.endswith(" bytes (No space left on device)"), status.msg
 
             # The disk is full: the daemon still answers, a new job cannot be recorded. The
-            # read door, which reads the store, is closed while the store lacks that status.
-            assert "read door closed until the job store takes writes again" in d.log()
+            # read door, which reads the store, is closed while the store lacks that status
+            # (which it nearly always does: a store that found room for it may serve it).
+            if "output lost" not in _stored_msg(d, h):
+                assert "read door closed until the job store takes writes again" in d.log()
             assert (await c.status(h)).msg == status.msg
             with pytest.raises(ResourceExhaustedError) as info:
                 await c.run(sh_app("true", name="nospace"), cwd=str(d.root))
@@ -220,6 +222,8 @@ async def test_a_store_failing_while_the_door_starts_keeps_the_door_closed() -> 
         async with d.client(timeout=20) as c:
             h = await c.run(sh_app(script, name="filler"), cwd=str(d.root))
             lost = await _output_lost(c, h)
+            if "output lost" in _stored_msg(d, h):
+                pytest.skip("the job store found room for the status: nothing to close for")
             assert "read door closed until the job store takes writes again" in d.log()
             go = os.open(d.root / "door-go", os.O_WRONLY | os.O_NONBLOCK)  # the daemon reads it
             os.write(go, b"go\n")
@@ -238,6 +242,16 @@ async def test_a_store_failing_while_the_door_starts_keeps_the_door_closed() -> 
             assert (await c.status(h)).msg == final.msg
         d.stop()
         assert not log_alarms(d.log()), d.log()
+
+
+def _stored_msg(d: Daemon, handle: str) -> str:
+    """The status message the job store holds for the job, read as the read door reads it.
+    The status that first says bytes were lost is written through to the store before anyone
+    is told of it: a store without it failed that write."""
+    uri = f"file:{d.state_dir / 'jobs.db'}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+        (blob,) = db.execute("SELECT status FROM jobs WHERE handle = ?", (handle,)).fetchone()
+    return AppStatus.FromString(blob).msg
 
 
 def _written(path: Path) -> str:
