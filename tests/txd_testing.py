@@ -296,6 +296,12 @@ class PidWatch:
         return self.wait(0)
 
 
+def wait_ended(pid: int, timeout: float) -> None:
+    """Returns once process `pid` (not ours to wait for) has ended; fails after `timeout` s."""
+    with PidWatch([pid]) as watch:
+        assert not watch.wait(timeout), f"process {pid} still runs"
+
+
 def recorded_replicas(state_dir: Path) -> list[dict[str, Any]]:
     """Every replica local_cwd recorded in the job store under state_dir (pid, start_ticks ...:
     the job's `native` facts)."""

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import os
 import re
-import select
 import shutil
 import sqlite3
 import subprocess
@@ -22,7 +21,16 @@ import pytest
 from txd import defaults
 from txd.client import ResourceExhaustedError
 from txd.v1 import AppState, AppStatus
-from txd_testing import Daemon, Gate, Gates, log_alarms, read_logs, sh_app, short_tmpdir
+from txd_testing import (
+    Daemon,
+    Gate,
+    Gates,
+    log_alarms,
+    read_logs,
+    sh_app,
+    short_tmpdir,
+    wait_ended,
+)
 
 DISK = 2 * 1024 * 1024
 FILLER = 1024 * 1024  # what the test frees to give space back
@@ -228,7 +236,7 @@ async def test_a_store_failing_while_the_door_starts_keeps_the_door_closed() -> 
             go = os.open(d.root / "door-go", os.O_WRONLY | os.O_NONBLOCK)  # the daemon reads it
             os.write(go, b"go\n")
             os.close(go)
-            _ended(int(_written(d.root / "door-made")))
+            wait_ended(int(_written(d.root / "door-made")), TIMEOUT)
             assert "read door on " not in d.log()
             assert not Path(defaults.read_door(d.socket)).exists()
             assert (await c.status(h)).msg == lost.msg  # through the socket
@@ -261,15 +269,3 @@ def _written(path: Path) -> str:
         assert time.monotonic() < deadline, f"{path} not written within {TIMEOUT} s"
         time.sleep(0.02)
     return text
-
-
-def _ended(pid: int) -> None:
-    """Returns once process `pid` (not ours to wait for) has ended: its pidfd turns readable."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        assert select.select([fd], [], [], TIMEOUT)[0], f"process {pid} still runs"
-    finally:
-        os.close(fd)

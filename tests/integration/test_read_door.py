@@ -28,7 +28,7 @@ from txd.client import NotFoundError
 from txd.v1 import AppState
 from txd.v1 import runner_pb2 as pb
 from txd.v1.runner_pb2_grpc import RunnerStub
-from txd_testing import Daemon, Gates, remove_tree, sh_app, short_tmpdir
+from txd_testing import Daemon, Gates, remove_tree, sh_app, short_tmpdir, wait_ended
 
 TIMEOUT = 30
 
@@ -296,25 +296,13 @@ async def test_txctl_status_goes_through_the_read_door(d: Daemon) -> None:
     assert (await status_doors(d)) == [("read", "OK")]
 
 
-def _ended(pid: int) -> None:
-    """Returns once process `pid` (not ours to wait for) has ended: its pidfd turns readable."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
-    try:
-        assert select.select([fd], [], [], TIMEOUT)[0], f"process {pid} still runs"
-    finally:
-        os.close(fd)
-
-
 async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Daemon) -> None:
     first = door_opened(d)
     async with d.client() as c:
         handle = await c.run(sh_app("echo done"), "local_cwd")
         await c.wait(handle)
     os.kill(first, signal.SIGKILL)
-    _ended(first)
+    wait_ended(first, TIMEOUT)
     second = door_opened(d, times=2)  # a new process, on the same path
     assert second != first
     assert "read door's process ended (exit -9): starting it again" in d.log()
@@ -322,7 +310,7 @@ async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Dae
         assert (await c.status(handle)).state == AppState.SUCCEEDED
     assert (await status_doors(d))[-1] == ("read", "OK")
     d.kill()  # the daemon dies without a word: the door's process ends too
-    _ended(second)
+    wait_ended(second, TIMEOUT)
 
 
 async def test_a_removed_door_is_served_again(root: Path) -> None:
@@ -339,11 +327,11 @@ async def test_a_removed_door_is_served_again(root: Path) -> None:
             await c.wait(handle)
         door(d).unlink()
         second = door_opened(d, times=2)
-        _ended(first)
+        wait_ended(first, TIMEOUT)
         assert f"the read door's socket {door(d)} was removed or replaced" in d.log()
         shutil.rmtree(d.socket.parent)
         third = door_opened(d, times=3)
-        _ended(second)
+        wait_ended(second, TIMEOUT)
         assert len({first, second, third}) == 3
         async with d.client() as c:
             assert (await c.status(handle)).state == AppState.SUCCEEDED
@@ -364,7 +352,7 @@ def test_sigterm_ends_the_door_process_at_once(d: Daemon) -> None:
     assert not caught & (1 << (signal.SIGTERM - 1)), "the door catches SIGTERM"
     for _ in range(50):
         os.kill(first, signal.SIGTERM)
-    _ended(first)
+    wait_ended(first, TIMEOUT)
     assert door_opened(d, times=2) != first
 
 
