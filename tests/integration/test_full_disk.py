@@ -36,6 +36,7 @@ DISK = 2 * 1024 * 1024
 FILLER = 1024 * 1024  # what the test frees to give space back
 WRITTEN = 3_000_000  # the job's output: more than the whole disk
 TIMEOUT = 60.0
+CLOSED = "read door closed until the job store takes writes again"  # the daemon's log line
 MARK = re.compile(rb"\n\[txd: (\d+) bytes of output lost here: No space left on device\]\n")
 
 # Loaded by the daemon (PYTHONPATH): the read door's process is made only once the test writes
@@ -84,8 +85,7 @@ def _umount(path: Path) -> None:
 async def _door_reopened(d: Daemon) -> None:
     """Returns once the daemon has logged its read door serving after it logged it closed."""
     deadline = asyncio.get_running_loop().time() + TIMEOUT
-    closed = "read door closed until the job store takes writes again"
-    while (log := d.log()).rfind("read door on ") < log.find(closed):  # decides nothing
+    while (log := d.log()).rfind("read door on ") < log.find(CLOSED):  # decides nothing
         assert asyncio.get_running_loop().time() < deadline, log[-3000:]
         await asyncio.sleep(0.02)
 
@@ -171,7 +171,7 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             # read door, which reads the store, is closed while the store lacks that status
             # (which it nearly always does: a store that found room for it may serve it).
             if "output lost" not in _stored_msg(d, h):
-                assert "read door closed until the job store takes writes again" in d.log()
+                assert CLOSED in d.log()
             assert (await c.status(h)).msg == status.msg
             with pytest.raises(ResourceExhaustedError) as info:
                 await c.run(sh_app("true", name="nospace"), cwd=str(d.root))
@@ -179,12 +179,7 @@ async def test_full_disk_loses_output_not_jobs_and_recovers(full_disk_daemon: An
             assert [a.name for a in await c.list()] == ["filler"]
 
             # Space returns: the job goes on and ends well, its log marks the gap.
-            async with asyncio.timeout(TIMEOUT):
-                await _readable(written)
-            (d.state_dir / "filler").unlink()
-            gate.open()
-            final = await c.wait(h, timeout=TIMEOUT)
-            assert final.state == AppState.SUCCEEDED, final
+            final = await _space_back(d, c, h, written, gate)
             log = await read_logs(c, h)
             # x...x, a mark for each run of lost bytes, x...x (what came after), the last line.
             pieces = MARK.split(log)
@@ -232,7 +227,7 @@ async def test_a_store_failing_while_the_door_starts_keeps_the_door_closed() -> 
             lost = await _output_lost(c, h)
             if "output lost" in _stored_msg(d, h):
                 pytest.skip("the job store found room for the status: nothing to close for")
-            assert "read door closed until the job store takes writes again" in d.log()
+            assert CLOSED in d.log()
             go = os.open(d.root / "door-go", os.O_WRONLY | os.O_NONBLOCK)  # the daemon reads it
             os.write(go, b"go\n")
             os.close(go)
@@ -240,16 +235,23 @@ async def test_a_store_failing_while_the_door_starts_keeps_the_door_closed() -> 
             assert "read door on " not in d.log()
             assert not Path(defaults.read_door(d.socket)).exists()
             assert (await c.status(h)).msg == lost.msg  # through the socket
-            async with asyncio.timeout(TIMEOUT):
-                await _readable(written)
-            (d.state_dir / "filler").unlink()
-            space.open()
-            final = await c.wait(h, timeout=TIMEOUT)
-            assert final.state == AppState.SUCCEEDED, final
+            final = await _space_back(d, c, h, written, space)
             await _door_reopened(d)
             assert (await c.status(h)).msg == final.msg
         d.stop()
         assert not log_alarms(d.log()), d.log()
+
+
+async def _space_back(d: Daemon, c: Any, handle: str, written: Gate, space: Gate) -> AppStatus:
+    """Once the filler job has written all its output, frees FILLER's bytes and lets the job
+    go on (`space`); its terminal status, which must be SUCCEEDED."""
+    async with asyncio.timeout(TIMEOUT):
+        await _readable(written)
+    (d.state_dir / "filler").unlink()
+    space.open()
+    final = await c.wait(handle, timeout=TIMEOUT)
+    assert final.state == AppState.SUCCEEDED, final
+    return final
 
 
 def _stored_msg(d: Daemon, handle: str) -> str:
