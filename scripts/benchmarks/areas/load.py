@@ -204,9 +204,8 @@ def _late(o: dict[str, Any]) -> str:
 def _probe_rows(
     ctx: Context, ours: list[lt.Report], base: list[lt.Report] | None, suffix: str = ""
 ) -> None:
-    def ms(r: lt.Report, nice: int, p: float) -> float:
-        xs = r.probe_latencies.get(nice) or [0.0]
-        return pct([1000 * x for x in xs], p)
+    def ms(by_nice: dict[int, list[float]], nice: int, p: float) -> float:
+        return pct([1000 * x for x in by_nice.get(nice) or [0.0]], p)
 
     for nice in PROBES:
         for p in (50, 99):
@@ -215,8 +214,8 @@ def _probe_rows(
                 ctx.res,
                 f"load: Status latency from a probe process of its own at nice {nice} (p{p})"
                 + suffix,
-                [ms(r, nice, p) for r in ours],
-                [ms(r, nice, p) for r in base] if base else None,
+                [ms(r.probe_latencies, nice, p) for r in ours],
+                [ms(r.probe_latencies, nice, p) for r in base] if base else None,
                 fmt_ms,
                 tree=ctx.base_tree,
                 note=f"n={n:,} in the last; one caller, a random pause of 0..0.1 s",
@@ -224,10 +223,8 @@ def _probe_rows(
         beside(
             ctx.res,
             f"load: a sleeper's wake-up lateness at nice {nice} (p99){suffix}",
-            [pct([1000 * x for x in r.sleeper_lateness.get(nice) or [0.0]], 99) for r in ours],
-            [pct([1000 * x for x in r.sleeper_lateness.get(nice) or [0.0]], 99) for r in base]
-            if base
-            else None,
+            [ms(r.sleeper_lateness, nice, 99) for r in ours],
+            [ms(r.sleeper_lateness, nice, 99) for r in base] if base else None,
             fmt_ms,
             tree=ctx.base_tree,
             note=f"a process sleeping {1000 * lt.SLEEP_PERIOD:.0f} ms at a time, waiting on "
