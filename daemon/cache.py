@@ -178,6 +178,14 @@ class StatusCache:
             if self._unsaved.get(r.handle) is r:
                 del self._unsaved[r.handle]
 
+    def _saved_before_told(self, handle: str) -> None:
+        """The store has the job's status before a reader (Wait, Watch, a log follow's end)
+        tells anyone of it: the read door answers Status from the store. A reader woken by the
+        change runs after this turn's write; one that found the change already made (it looked
+        in the same turn) may run before it, so the write is made now."""
+        if handle in self._unsaved:
+            self.flush()
+
     def unsaved(self, handle: str) -> JobRecord | None:
         """The job's record, if the store lacks its latest status."""
         return self._unsaved.get(handle)
@@ -311,13 +319,12 @@ class StatusCache:
     async def wait(self, rec: JobRecord) -> AppStatus:
         """The job's status once nothing can change any more."""
         job = self._followed.get(rec.handle)
-        if job is None:
-            return rec.status
-        while job.followed:
+        while job is not None and job.followed:
             if self._closing:
                 raise ShuttingDown(self._closing)
             await job.pulse.wait_past(job.pulse.gen)
-        return job.status
+        self._saved_before_told(rec.handle)
+        return rec.status if job is None else job.status
 
     async def watch(self, rec: JobRecord) -> AsyncIterator[AppStatus]:
         """The statuses of `watch_shown`. Callers must not change them (they are shared)."""
@@ -332,6 +339,7 @@ class StatusCache:
         open stream holds no status of its own, only a reference (25,000 open streams)."""
         job = self._followed.get(rec.handle)
         if job is None:
+            self._saved_before_told(rec.handle)
             yield Shown(0, rec.status)
             return
         sent: Shown | None = None
@@ -345,6 +353,7 @@ class StatusCache:
                 shown is not sent and not _same_but_updated(sent.status, shown.status)
             ):
                 sent = shown
+                self._saved_before_told(rec.handle)
                 yield shown
             # Test what was sent: the job may have ended during the yield.
             if ended:
@@ -359,3 +368,4 @@ class StatusCache:
             if self._closing:
                 raise ShuttingDown(self._closing)
             await job.pulse.wait_past(job.pulse.gen)
+        self._saved_before_told(handle)

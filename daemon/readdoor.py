@@ -6,9 +6,9 @@ streams log chunks and Watch statuses: under a storm of submissions a Status cal
 70-90 others before gRPC took it (docs/performance.md). A thread of the daemon's own did not do:
 it took the GIL from the loop at every hand-over and Run calls slowed by 10-15%. The process
 reads the job store, which the status cache writes every status through to (at the end of the
-event loop's turn that changed it, before a Wait or Watch is told); while the store cannot take
-writes (a full disk) the cache holds statuses the store lacks, so the door is closed until
-writes succeed again.
+event loop's turn that changed it, and always before a Wait, a Watch or a log follow's end
+tells it); while the store cannot take writes (a full disk) the cache holds statuses the store
+lacks, so the door is closed until writes succeed again.
 
 The Python client and txctl ask Status there when the file exists and the socket otherwise; any
 client may call txd.v1.Runner/Status on either. Not opened where the job store is on a network

@@ -231,6 +231,36 @@ async def test_until_ended_returns_once_the_job_is_not_followed(
         await ended
 
 
+async def test_readers_in_the_turn_of_a_change_find_it_in_the_store(
+    cache: StatusCache, store: JobStore
+) -> None:
+    """Wait, Watch and a log follow's end tell a status only once the store has it (the read
+    door answers Status from the store), also when they look in the same turn of the event
+    loop as the change, before that turn's write: no await between the change and the look."""
+
+    def in_store(rec: JobRecord) -> AppState.ValueType:
+        got = store.get(rec.handle)
+        assert got is not None
+        return got.status.state
+
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.SUCCEEDED))
+    assert (await cache.wait(rec)).state == AppState.SUCCEEDED
+    assert in_store(rec) == AppState.SUCCEEDED
+
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.FAILED))
+    await cache.until_ended(rec.handle)
+    assert in_store(rec) == AppState.FAILED
+
+    rec, job = follow(cache, store)
+    cache.record(job, st(AppState.RUNNING))
+    watch = cache.watch(rec)
+    assert (await anext(watch)).state == AppState.RUNNING
+    assert in_store(rec) == AppState.RUNNING
+    await watch.aclose()
+
+
 async def test_close_ends_waits_and_watches_of_followed_jobs(
     cache: StatusCache, store: JobStore
 ) -> None:
