@@ -350,8 +350,15 @@ def test_sigterm_ends_the_door_process_at_once(d: Daemon) -> None:
     with open(f"/proc/{first}/status") as f:
         caught = int(next(x for x in f if x.startswith("SigCgt:")).split()[1], 16)
     assert not caught & (1 << (signal.SIGTERM - 1)), "the door catches SIGTERM"
-    for _ in range(50):
-        os.kill(first, signal.SIGTERM)
+    fd = os.pidfd_open(first)  # signals go to that process, never to a pid reused after it
+    try:
+        for _ in range(50):
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGTERM)
+            except ProcessLookupError:  # it ended (and was reaped) within the burst
+                break
+    finally:
+        os.close(fd)
     wait_ended(first, TIMEOUT)
     assert door_opened(d, times=2) != first
 
