@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -33,6 +33,7 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", defaults.MAX_REQUEST_BYTES),
     ("grpc.max_receive_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
+DOORS = {"read": defaults.read_door, "watch": defaults.watch_door}  # beside the socket
 EVENTS_ACK_EVERY = 100  # most events taken between acknowledgements
 EVENTS_BATCH = 64  # events per response at most (one write of the daemon's for many changes)
 _STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
@@ -117,9 +118,9 @@ class AsyncClient:
         self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
         self._stub: RunnerStub | None = None
-        # The read door (txd.daemon.readdoor): None until looked for, False where there is none.
-        self._read: RunnerStub | Literal[False] | None = None
-        self._read_channel: grpc.aio.Channel | None = None
+        # The side doors beside the daemon's socket ("read", "watch"), by name: absent until
+        # looked for, None where there is none.
+        self._doors: dict[str, tuple[grpc.aio.Channel, RunnerStub] | None] = {}
         if isinstance(reconnect, ResumePolicy):
             policy = reconnect
         else:
@@ -160,29 +161,31 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._close_read_door()
+        for name in list(self._doors):
+            await self._close_door(name)
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = self._stub = None
 
-    def _read_door(self) -> RunnerStub | None:
-        """The stub of the daemon's read door, where its socket has one beside it (a local
-        daemon's; not through a TCP listener or an ssh tunnel): Status answered outside the
-        event loop that queues every other call (txd.daemon.readdoor)."""
-        if self._read is None:
-            path = defaults.read_door(self.target)
-            self._read = False
+    def _door(self, name: str) -> RunnerStub | None:
+        """The stub of one of the daemon's side doors, where its socket has it beside it (a
+        local daemon's; not through a TCP listener or an ssh tunnel): "read", Status answered
+        outside the event loop that queues every other call (txd.daemon.readdoor); "watch",
+        Watch streams at a fraction of grpcio's cost per open stream (txd.daemon.watchdoor)."""
+        if name not in self._doors:
+            path = DOORS[name](self.target)
+            self._doors[name] = None
             if self._tcp is None and os.path.exists(path):
                 options = [*CHANNEL_OPTIONS, *self._options]
-                self._read_channel = grpc.aio.insecure_channel(f"unix:{path}", options=options)
-                self._read = RunnerStub(self._read_channel)
-        return self._read or None
+                channel = grpc.aio.insecure_channel(f"unix:{path}", options=options)
+                self._doors[name] = channel, RunnerStub(channel)
+        door = self._doors[name]
+        return door[1] if door is not None else None
 
-    async def _close_read_door(self) -> None:
-        """Forgets the read door, to be looked for again on the next Status."""
-        if self._read_channel is not None:
-            await self._read_channel.close(None)
-        self._read, self._read_channel = None, None
+    async def _close_door(self, name: str) -> None:
+        """Forgets the door, to be looked for again on its next use."""
+        if (door := self._doors.pop(name, None)) is not None:
+            await door[0].close(None)
 
     async def connect(self) -> None:
         """Starts the ssh tunnel to a remote host, when none runs (the first call does it;
@@ -315,7 +318,7 @@ class AsyncClient:
         the main socket's, and not queued behind its other calls under load."""
         request = pb.StatusRequest(app_handle=handle)
         await self.connect()
-        if (door := self._read_door()) is not None:
+        if (door := self._door("read")) is not None:
             try:
                 return (await door.Status(request, timeout=self.timeout)).status
             except grpc.RpcError as e:
@@ -323,7 +326,7 @@ class AsyncClient:
                     raise from_rpc_error(e) from None
                 # Not answering (a dead daemon's file, a daemon stopping): the main socket
                 # answers, or says why not.
-                await self._close_read_door()
+                await self._close_door("read")
         return (await self._call("Status", request)).status
 
     async def wait(self, handle: str, timeout: float | None = None) -> AppStatus:
@@ -346,11 +349,33 @@ class AsyncClient:
         while True:  # bounded as wait()'s
             gen = self.resumer.generation
             try:
-                async for msg in self._stream("Watch", pb.WatchRequest(app_handle=handle)):
+                async for msg in self._watch_once(pb.WatchRequest(app_handle=handle)):
                     yield msg.status
                 return
             except TxdError as e:
                 await self.resumer.recover(e, f"the watch of {handle}", gen)
+
+    async def _watch_once(self, request: pb.WatchRequest) -> AsyncIterator[pb.WatchResponse]:
+        """One Watch call: at the watch door where there is one, else at the socket."""
+        await self.connect()
+        if (door := self._door("watch")) is not None:
+            call = door.Watch(request)
+            got = False
+            try:
+                async for msg in call:
+                    got = True
+                    yield msg
+                return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or got:
+                    raise from_rpc_error(e) from None
+                # Not answering before its first status (a dead daemon's file): the socket
+                # answers, or says why not.
+                await self._close_door("watch")
+            finally:
+                call.cancel()  # the consumer stopped early: end the stream on the daemon too
+        async for msg in self._stream("Watch", request):
+            yield msg
 
     async def events(
         self,

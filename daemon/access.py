@@ -32,6 +32,7 @@ log = logging.getLogger("txd.access")
 UNIX = "unix"
 TCP = "tcp"
 READ = "read"  # the read door's socket (daemon.readdoor)
+WATCH_DOOR = "watch"  # the watch door's socket (daemon.watchdoor)
 _MAX_METHOD = 200  # an unknown method's name is the client's choice: cut in the line
 
 

@@ -21,6 +21,7 @@ from txd.daemon.servicer import About, RunnerServicer
 from txd.daemon.socketfile import SocketNotPrivate
 from txd.daemon.sockwatch import Listeners
 from txd.daemon.tasks import Tasks
+from txd.daemon.watchdoor import WatchDoor
 from txd.filekind import describe
 from txd.v1 import runner_pb2
 
@@ -210,12 +211,14 @@ async def _serve(
         return await create_server(service, path, about)
 
     listeners = Listeners(socket_path, _claim_socket, start)
+    watch_door = WatchDoor(socket_path, service)
     others: list[grpc.aio.Server] = []  # the TCP listener's: health shared with the socket's
     try:
         await listeners.first()
         door = ReadDoor(socket_path, service.store.path, service.metrics)
         service.cache.on_store_failing = door.store_failing
         service.tasks.create_task(door.keep(), name="read door")
+        await watch_door.start()
         if listen is not None:
             health = listeners.served[0][1]
             others.append(await create_tcp_server(service, health, listen, about))
@@ -226,7 +229,12 @@ async def _serve(
         log.info("txd serving on %s (state in %s, pid %d)", socket_path, state_dir, os.getpid())
         if on_ready is not None:
             on_ready()
-        service.tasks.create_task(listeners.watch(then=door.check), name="socket watch")
+
+        async def doors_again() -> None:  # the folder is there: the doors' sockets checked
+            door.check()
+            await watch_door.check()
+
+        service.tasks.create_task(listeners.watch(then=doors_again), name="socket watch")
         hold.on_lost = stop.set  # the state dir lost to another host stops this daemon too
         await stop.wait()
         if hold.lost.is_set():
@@ -239,7 +247,10 @@ async def _serve(
             await service.shutdown(grace)
         finally:
             # Calls still running (waits, log follows) get `grace` seconds.
-            await asyncio.gather(listeners.stop(grace), *(s.stop(grace) for s in others))
+            await asyncio.gather(
+                listeners.stop(grace), watch_door.stop(grace), *(s.stop(grace) for s in others)
+            )
     finally:
         await listeners.stop(0)  # idempotent; ends a server left by an error above
+        await watch_door.stop(0)
         await asyncio.gather(*(s.stop(0) for s in others))

@@ -100,14 +100,14 @@ class Listeners:
             log.warning("%s (checking again every %gs)", problem, CHECK_INTERVAL)
             self._reported = problem
 
-    async def watch(self, then: Callable[[], object] = lambda: None) -> None:
+    async def watch(self, then: Callable[[], Awaitable[object]] | None = None) -> None:
         """Checks every CHECK_INTERVAL seconds until cancelled (at shutdown); `then` runs
         after each check that leaves the daemon serving on the path (its folder there)."""
         while True:
             await asyncio.sleep(CHECK_INTERVAL)
             try:
-                if await self.check():
-                    then()
+                if await self.check() and then is not None:
+                    await then()
             except Exception:  # a failed start: logged, tried again next time
                 log.exception("serving again on %s failed", self.path)
 

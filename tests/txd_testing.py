@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -550,6 +550,19 @@ def run_python(
     )
 
 
+async def until(check: Callable[[], Awaitable[object]], what: str, timeout: float = 30.0) -> None:
+    """Waits, reading the daemon's state through `check()`, until it returns true (bounded:
+    an AssertionError naming `what` after `timeout` seconds)."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                if await check():
+                    return
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"not {what} within {timeout} s") from None
+
+
 __all__: Sequence[str] = [
     "DAEMON_ONLY_VAR",
     "HANDLE_RE",
@@ -577,6 +590,7 @@ __all__: Sequence[str] = [
     "sh_app",
     "short_tmpdir",
     "unique",
+    "until",
 ]
 
 

@@ -35,6 +35,12 @@ def read_door(socket: str | Path) -> str:
     return f"{socket}.read"
 
 
+def watch_door(socket: str | Path) -> str:
+    """The watch door's socket beside the daemon's `socket`: Watch streams served by a small
+    HTTP/2 server of the daemon's (txd.daemon.watchdoor)."""
+    return f"{socket}.watch"
+
+
 def state_dir(explicit: str | None = None) -> Path:
     """--state-dir, else $TXD_STATE_DIR, else $XDG_STATE_HOME/txd, else ~/.local/state/txd."""
     chosen = explicit or os.environ.get(STATE_DIR_ENV)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from txd.client import UnavailableError
 from txd.v1 import AppDef, AppState, AppStatus, Role
-from txd_testing import Daemon, install_plugin, remove_tree, short_tmpdir
+from txd_testing import Daemon, install_plugin, remove_tree, short_tmpdir, until
 
 TIMEOUT = 30.0
 # What a daemon log must never show, whatever the backend did.
@@ -78,18 +78,6 @@ def assert_clean_log(daemon: Daemon) -> None:
 
 def reconnects(daemon: Daemon) -> int:
     return len(re.findall(r"fakepush: .*reconnecting in", daemon.log()))
-
-
-async def until(check: Any, what: str) -> None:
-    """Waits, reading the daemon's state through `check()`, until it returns true (bounded)."""
-    try:
-        async with asyncio.timeout(TIMEOUT):
-            while True:
-                if await check():
-                    return
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        pytest.fail(f"not {what} within {TIMEOUT} s")
 
 
 async def test_watchers_see_a_dropped_change_stream_as_stale_then_current(

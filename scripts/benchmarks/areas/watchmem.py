@@ -5,11 +5,11 @@ once every stream has had its first status, and the difference is divided by the
 
 Side by side in one run, interleaved, twice each: this tree's daemon and the base's (a
 worktree of the older commit with its own .venv, --base-tree; its rows are left out without
-it). Then once each: this tree's daemon with gRPC's unfinished promise-based HTTP/2 server
-transport (GRPC_EXPERIMENTS=ph2_server), and the floor (benchmarks.grpc_floor: a bare
-grpc.aio server whose Watch holds the stream and does nothing else), which is grpcio's own
-per-stream cost and what txd cannot go below with its current gRPC stack. The clients are
-plain grpc.aio channels, the same for every server."""
+it), each with its streams where txd's client opens them (the watch door, a daemon's that has
+one; else its socket). Then once each: this tree's daemon with the streams at its socket
+(grpcio's server, for clients that do not use the door), and the floor (benchmarks.grpc_floor:
+a bare grpc.aio server whose Watch holds the stream and does nothing else), grpcio's own
+per-stream cost. The clients are plain grpc.aio channels, the same for every server."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 from load_testing import vm_kib
+from txd import defaults
 from txd.client import AsyncClient
 from txd.v1 import runner_pb2 as pb
 from txd_testing import Daemon
@@ -111,18 +112,19 @@ def _daemon(ctx: Context, name: str, python: str | None, env: dict[str, str] | N
     return ctx.daemons.start(d)
 
 
-async def _txd(
-    ctx: Context, name: str, python: str | None, env: dict[str, str] | None = None
-) -> Streams:
+async def _txd(ctx: Context, name: str, python: str | None, door: bool = True) -> Streams:
+    """A fresh daemon's cost per stream, its streams opened where txd's client opens them (the
+    watch door, where the daemon has one), or at its socket (grpcio's server) when not `door`."""
     clients, jobs = (10, 100) if ctx.quick else (100, 250)
-    d = _daemon(ctx, name, python, env)
+    d = _daemon(ctx, name, python, None)
     try:
         async with AsyncClient(d.socket, timeout=60) as client:
             handles, _ = await submit_many(
                 client, trivial_app("watchmem", "sleep", ["600"]), jobs, 10
             )
         requests = [pb.WatchRequest(app_handle=h).SerializeToString() for h in handles]
-        got = await measure(d.socket, d.pid, requests, clients)
+        at = Path(defaults.watch_door(d.socket))
+        got = await measure(at if door and at.exists() else d.socket, d.pid, requests, clients)
     finally:
         stop(d)
     log(
@@ -186,7 +188,7 @@ async def run(ctx: Context) -> None:
         if base_python is not None:
             base.append(await _txd(ctx, f"watch-base-{k}", base_python))
         new.append(await _txd(ctx, f"watch-new-{k}", None))
-    ph2 = await _txd(ctx, "watch-ph2", None, {"GRPC_EXPERIMENTS": "ph2_server"})
+    socket = await _txd(ctx, "watch-socket", None, door=False)
     floor = await _floor(ctx)
     log(f"  grpc floor: {floor.n:,} streams, {floor.per_stream:,.0f} B/stream")
 
@@ -212,10 +214,10 @@ async def run(ctx: Context) -> None:
         f"+{new[0].kib / 1024:.0f} MiB for {n:,} streams",
     )
     res.add(
-        f"daemon RSS per open Watch stream, {n:,} streams, {new_commit} with ph2_server",
-        f"{ph2.per_stream / 1024:.1f} KiB",
-        note="GRPC_EXPERIMENTS=ph2_server: gRPC's promise-based HTTP/2 server transport, an "
-        "unfinished experiment (off by default in grpcio), not used by txd",
+        f"daemon RSS per open Watch stream, {n:,} streams, {new_commit} at its socket",
+        f"{socket.per_stream / 1024:.1f} KiB",
+        note="the same daemon's Watch through grpcio's server (the daemon's socket), for "
+        "clients that do not use the watch door",
     )
     res.add(
         f"bare grpc.aio server RSS per open stream, {n:,} streams (grpcio's own floor)",
