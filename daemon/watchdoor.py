@@ -106,11 +106,17 @@ class _Stream:
         self.whole = False  # the client's half ended: the request is all there
 
 
+class _H2(h2.connection.H2Connection):
+    # The closed streams h2 remembers (to tell a late frame from a protocol error): 65,536 by
+    # default, megabytes on a long-lived connection that opened as many Watch calls.
+    MAX_CLOSED_STREAMS = 1024
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, door: WatchDoor) -> None:
         self.door = door
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
-        self.h2 = h2.connection.H2Connection(config=config)
+        self.h2 = _H2(config=config)
         self.h2.local_settings = h2.settings.Settings(
             client=False,
             initial_values={
