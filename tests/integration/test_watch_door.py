@@ -97,6 +97,19 @@ def held_job(gates: Gates) -> tuple[Any, Any]:
     return gate, sh_app(f"{gate.wait}; echo done")
 
 
+def started(d: Daemon, app: Any) -> str:
+    """The handle of `app` run on local_cwd, once RUNNING (for the tests that drive the door
+    with the blocking raw client)."""
+
+    async def start() -> str:
+        async with d.client() as c:
+            handle: str = await c.run(app, "local_cwd")
+            await running(c, handle)
+            return handle
+
+    return asyncio.run(start())
+
+
 async def running(c: Any, handle: str) -> None:
     async for status in c.watch(handle):
         if status.state == AppState.RUNNING:
@@ -110,6 +123,8 @@ async def test_the_door_answers_as_the_socket(d: Daemon) -> None:
     requests = [
         pb.WatchRequest(app_handle="local_cwd://nosuch/x").SerializeToString(),
         pb.WatchRequest(app_handle="ambig").SerializeToString(),
+        # Quoted in the message: percent-encoded in grpc-message, as gRPC says.
+        pb.WatchRequest(app_handle="local_cwd://nosuch/é%ü 100%").SerializeToString(),
         b"\x0a\x02\xff\xfe",  # app_handle not UTF-8: INVALID_ARGUMENT naming the field
         b"\xff\xff",  # no message at all
     ]
@@ -139,6 +154,7 @@ async def test_the_door_answers_as_the_socket(d: Daemon) -> None:
         assert by_door == by_socket
     codes = [(await outcome(door(d), r))[1][0] for r in requests]
     assert codes == [
+        grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -416,13 +432,7 @@ def test_a_deadline_ends_the_stream_deadline_exceeded(d: Daemon, raw: RawClient)
     with Gates(d.root) as gates:
         _, app = held_job(gates)
 
-        async def start() -> str:
-            async with d.client() as c:
-                handle: str = await c.run(app, "local_cwd")
-                await running(c, handle)
-                return handle
-
-        handle = asyncio.run(start())
+        handle = started(d, app)
         request = framed(pb.WatchRequest(app_handle=handle).SerializeToString())
         t0 = time.monotonic()
         answer = raw.finish(raw.call(request, extra=[(b"grpc-timeout", b"300m")]))
@@ -441,13 +451,7 @@ def test_a_client_slow_to_take_gets_every_byte_in_order(d: Daemon) -> None:
         with Gates(d.root) as gates:
             gate, app = held_job(gates)
 
-            async def start() -> str:
-                async with d.client() as c:
-                    handle: str = await c.run(app, "local_cwd")
-                    await running(c, handle)
-                    return handle
-
-            handle = asyncio.run(start())
+            handle = started(d, app)
             sid = client.call(framed(pb.WatchRequest(app_handle=handle).SerializeToString()))
             part = client.read(sid, lambda a: len(a.data) >= 16)
             assert len(part.data) == 16
