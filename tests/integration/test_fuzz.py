@@ -9,7 +9,8 @@ patched into the serialized message, as any client can put on the wire), and ran
 
 For every request: the daemon answers it OK or with INVALID_ARGUMENT (its google.rpc.BadRequest
 naming a field of that request), NOT_FOUND, ALREADY_EXISTS, or RESOURCE_EXHAUSTED (only for a
-request over the 4 MiB message limit); never UNKNOWN, INTERNAL or anything else. After every
+request over the 4 MiB message limit); never UNKNOWN, INTERNAL or anything else. Every Watch
+goes to the watch door too (txd.daemon.watchdoor), which must end it as the socket does. After every
 example a second client's Health check is answered by the same daemon process, and at the end
 its log holds no traceback. Hypothesis runs each property a fixed number of examples under a
 per-example deadline, with no example database (nothing written to the repository).
@@ -68,6 +69,7 @@ class Wire:
     daemon: Daemon
     channel: grpc.Channel
     probe: health_pb2_grpc.HealthStub  # on a channel of its own: the "other client"
+    door: grpc.Channel  # the watch door's: every Watch is sent there too, with the same outcome
     sent: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     handles: list[str] = field(default_factory=list)
@@ -76,10 +78,31 @@ class Wire:
     def call(self, method: str, data: bytes) -> list[bytes]:
         """The response messages' bytes, or grpc.RpcError."""
         self.sent += 1
+        if method == "Watch":
+            return self._watched(data)
         if method in STREAMS:
             stream = self.channel.unary_stream(SERVICE + method)
             return list(stream(data, timeout=CALL_TIMEOUT))
         return [self.channel.unary_unary(SERVICE + method)(data, timeout=CALL_TIMEOUT)]
+
+    def _watched(self, data: bytes) -> list[bytes]:
+        """A Watch at the socket and at the watch door: the same error (code, message and
+        trailers), or the same last status (a job may end between the two calls)."""
+        outcomes: list[Any] = []
+        for channel in (self.channel, self.door):
+            try:
+                stream = channel.unary_stream(SERVICE + "Watch")
+                outcomes.append(list(stream(data, timeout=CALL_TIMEOUT)))
+            except grpc.RpcError as e:
+                outcomes.append(e)
+        at_socket, at_door = outcomes
+        if isinstance(at_socket, grpc.RpcError):
+            assert isinstance(at_door, grpc.RpcError), at_door
+            assert _ending(at_door) == _ending(at_socket)
+            raise at_socket
+        assert not isinstance(at_door, grpc.RpcError), _ending(at_door)
+        assert at_door[-1:] == at_socket[-1:]
+        return list(at_socket)
 
     def check(self, method: str, request: Message, data: bytes | None = None) -> list[bytes]:
         """Sends request (or `data` as its bytes) and asserts the answer is one txd may give;
@@ -106,6 +129,11 @@ class Wire:
         assert self.daemon.running(), self.daemon.log()[-4000:]
         reply = self.probe.Check(health_pb2.HealthCheckRequest(), timeout=CALL_TIMEOUT)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def _ending(e: Any) -> tuple[Any, ...]:
+    trailers = sorted((k, v) for k, v in e.trailing_metadata() or ())
+    return e.code(), e.details(), trailers
 
 
 def _assert_refusal(e: grpc.RpcError, request: Message, size: int) -> None:
@@ -140,8 +168,9 @@ def wire() -> Iterator[Wire]:
         with (
             grpc.insecure_channel(f"unix:{d.socket}", options=options) as channel,
             grpc.insecure_channel(f"unix:{d.socket}") as other,
+            grpc.insecure_channel(f"unix:{defaults.watch_door(d.socket)}", options=options) as door,
         ):
-            w = Wire(d, channel, health_pb2_grpc.HealthStub(other))
+            w = Wire(d, channel, health_pb2_grpc.HealthStub(other), door)
             yield w
             w.alive()
             assert d.pid == pid
@@ -529,6 +558,15 @@ def test_random_bytes(wire: Wire, method: str, data: bytes) -> None:
     if method in ("Run", "Delete", "Cancel"):
         method = "DryRun"  # never a real job or a real cancel from random bytes
     wire.check(method, getattr(pb, f"{method}Request")(), data)
+    wire.alive()
+
+
+def test_over_the_message_limit_at_the_watch_door(wire: Wire) -> None:
+    req = pb.WatchRequest(app_handle="x" * (defaults.MAX_REQUEST_BYTES + 1))
+    with pytest.raises(grpc.RpcError) as info:
+        list(wire.door.unary_stream(SERVICE + "Watch")(req.SerializeToString(), timeout=60))
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    _assert_refusal(info.value, req, req.ByteSize())
     wire.alive()
 
 

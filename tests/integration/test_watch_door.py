@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.settings
 import pytest
@@ -426,6 +427,42 @@ def test_requests_that_break_grpc_s_rules_get_a_status_naming_the_fault(
     # The connection still serves a good call after them.
     answer = raw.finish(raw.call(framed(good)))
     assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # + SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("sent", "goaway"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False),  # no HTTP/2 at all: closed
+        (PREFACE + bytes.fromhex("000001000000000000") + b"x", True),  # DATA on stream 0
+    ],
+)
+def test_bytes_that_break_http2_close_that_connection_only(
+    d: Daemon, sent: bytes, goaway: bool
+) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(str(door(d)))
+        s.sendall(sent)
+        got = b""
+        while chunk := s.recv(65536):  # until the door closes the connection
+            got += chunk
+    frames = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    frames.initiate_connection()
+    ended = [e for e in frames.receive_data(got) if isinstance(e, h2.events.ConnectionTerminated)]
+    if goaway:  # a protocol error within HTTP/2 is told (GOAWAY) before the close
+        assert [e.error_code for e in ended] == [h2.errors.ErrorCodes.PROTOCOL_ERROR]
+    else:
+        assert ended == []
+    client = RawClient(door(d))  # another connection is served
+    try:
+        request = pb.WatchRequest(app_handle="nosuch").SerializeToString()
+        answer = client.finish(client.call(framed(request)))
+        assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
+    finally:
+        client.close()
 
 
 def test_a_deadline_ends_the_stream_deadline_exceeded(d: Daemon, raw: RawClient) -> None:
