@@ -16,11 +16,13 @@ module each under areas/:
           one 100 MiB line on fresh daemons: `txctl logs --tail 1` (daemon peak RSS), --regex
           of a needle at its middle and of a pattern that cannot match (with --base-tree,
           the base's daemon beside, interleaved)
-  latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait
+  latency job end (its last timestamp) -> terminal status arriving at a client blocked in Wait,
+          and at a client watching (the watch door and the socket, in turns)
   rss     daemon VmRSS while it tracks 10,000 finished jobs (fresh daemon; 1,000 with --quick)
   watchmem daemon VmRSS per open Watch stream, 100 clients x 250 running jobs (25,000 streams;
-          1,000 with --quick), beside the base commit's daemon (--base-tree), the same with
-          gRPC's ph2_server experiment, and a bare grpc.aio server (grpcio's own floor)
+          1,000 with --quick) at the watch door, beside the base commit's daemon
+          (--base-tree); the same daemon at its socket (grpcio), and a bare grpc.aio server
+          (grpcio's own floor)
   events  the events stream over a job store filled with 100,000 status changes (10,000 with
           --quick): replayed events/s to one subscriber (all of them) and to 100 at once (the
           newest 10,000 each); job store bytes per event;
