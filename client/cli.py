@@ -427,6 +427,20 @@ def main(argv: list[str] | None = None) -> int:
         return exits.INTERNAL
 
 
+def _quiet_grpc() -> None:
+    """gRPC's C core writes log lines of its own to stderr (an `epoll_wait error` at a Ctrl-C,
+    say: grpc/grpc issue 43055), where txctl's own messages are what the user reads: off unless
+    GRPC_VERBOSITY asks for them. gRPC reads the variable once, at its import; it is not left
+    set for the processes txctl starts (a daemon's log keeps gRPC's lines)."""
+    if "GRPC_VERBOSITY" in os.environ or "grpc" in sys.modules:
+        return
+    os.environ["GRPC_VERBOSITY"] = "NONE"
+    try:
+        import grpc  # noqa: F401
+    finally:
+        del os.environ["GRPC_VERBOSITY"]
+
+
 async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "completion":
         from txd.client._completion import script
@@ -453,6 +467,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
         args.submission = _submission(args)
         if args.submission is None:
             return 0
+    _quiet_grpc()  # before gRPC's first import, which the client's brings
     from txd.client._async import AsyncClient
     from txd.client._errors import TxdError
 

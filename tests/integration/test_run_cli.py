@@ -448,6 +448,41 @@ def test_logs_follow_interrupted_exits_130(shared_daemon: Any, workdir: Path) ->
     )
 
 
+# Loaded by txctl (PYTHONPATH): at its exit, once gRPC is imported, a channel to a path too
+# long for a Unix socket makes gRPC's C core log an error line of its own; and what txctl left
+# in GRPC_VERBOSITY is told on stderr.
+GRPC_NOISE = """\
+import atexit, os, sys
+
+def _noise():
+    import grpc
+    print(f"GRPC_VERBOSITY={os.environ.get('GRPC_VERBOSITY')}", file=sys.stderr, flush=True)
+    channel = grpc.insecure_channel("unix:/tmp/" + "x" * 200)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=0.2)
+    except grpc.FutureTimeoutError:
+        pass
+
+atexit.register(_noise)
+"""
+
+
+@pytest.mark.parametrize("asked", [None, "ERROR"])
+def test_grpc_s_own_log_lines_stay_off_stderr_unless_asked(
+    shared_daemon: Any, tmp_path: Path, asked: str | None
+) -> None:
+    """gRPC's C-core lines (grpc/grpc issue 43055's `epoll_wait error` at a Ctrl-C, say) are
+    not txctl's: off by default, on with GRPC_VERBOSITY, and the setting is not passed on."""
+    (tmp_path / "sitecustomize.py").write_text(GRPC_NOISE)
+    extra = {"PYTHONPATH": str(tmp_path)}
+    if asked is not None:
+        extra["GRPC_VERBOSITY"] = asked
+    proc = shared_daemon.txctl("list", env=shared_daemon.txctl_env(**extra), check=True)
+    assert f"GRPC_VERBOSITY={asked}" in proc.stderr  # what txctl's children would inherit
+    core = [line for line in proc.stderr.splitlines() if "parse_address" in line]
+    assert bool(core) == (asked is not None), proc.stderr
+
+
 def test_logs_into_closed_pipe_is_not_an_error(shared_daemon: Any, workdir: Path) -> None:
     """`txctl logs H | head -1` on a big log: exit 0 and no traceback."""
     handle = first_line(
