@@ -1,7 +1,8 @@
 """A Node.js client (tests/node/client.test.mjs: @grpc/grpc-js and @grpc/proto-loader loading
 proto/ at run time) against a real daemon: run, watch, exact log bytes, and a validation
-error's code, message and BadRequest field path. The Node packages are installed by
-scripts/install-node (scripts/test runs it)."""
+error's code, message and BadRequest field path; and Watch at the watch door (grpc-js: an HTTP/2
+implementation other than grpcio's) with the socket's statuses and errors. The Node packages
+are installed by scripts/install-node (scripts/test runs it)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,4 @@ def test_node_client(shared_daemon: Any, workdir: Path) -> None:
     )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output
-    assert "pass 2" in output and "fail 0" in output, output
+    assert "pass 3" in output and "fail 0" in output, output

@@ -138,3 +138,30 @@ test('an invalid Run is INVALID_ARGUMENT with the field path in google.rpc.BadRe
     [['app.roles[0].num_replicas', 'must be >= 1, got 0']],
   );
 });
+
+test('Watch at the watch door beside the socket: the same statuses and errors', async () => {
+  const door = new Runner(`unix://${SOCKET}.watch`, grpc.credentials.createInsecure());
+  try {
+    const run = await unary('Run', { app: app({ args: ['-c', 'print("hi")'] }), cwd: WORKDIR });
+    const live = await collect(door.Watch({ app_handle: run.app_handle }, deadline()));
+    assert.equal(live.at(-1).status.state, 'SUCCEEDED');
+    // The job has ended: one status each, the same.
+    const atDoor = await collect(door.Watch({ app_handle: run.app_handle }, deadline()));
+    const atSocket = await collect(client.Watch({ app_handle: run.app_handle }, deadline()));
+    assert.equal(atDoor.length, 1);
+    assert.deepEqual(atDoor, atSocket);
+    assert.deepEqual(live.at(-1), atDoor[0]);
+
+    const failed = (c) =>
+      collect(c.Watch({ app_handle: `${run.app_handle}-nosuch` }, deadline())).then(
+        () => assert.fail('a Watch of no job ended OK'),
+        (e) => e,
+      );
+    const [doorErr, socketErr] = [await failed(door), await failed(client)];
+    assert.equal(doorErr.code, grpc.status.NOT_FOUND);
+    assert.equal(doorErr.details, socketErr.details);
+    assert.match(doorErr.details, /^no job /);
+  } finally {
+    door.close();
+  }
+});
