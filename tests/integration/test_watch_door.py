@@ -391,6 +391,17 @@ class RawClient:
         self.sock.close()
 
 
+def assert_served(d: Daemon) -> None:
+    """A new connection to the door gets its call answered (NOT_FOUND for no job)."""
+    client = RawClient(door(d))
+    try:
+        request = pb.WatchRequest(app_handle="nosuch").SerializeToString()
+        answer = client.finish(client.call(framed(request)))
+        assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
+    finally:
+        client.close()
+
+
 def framed(message: bytes, flag: int = 0) -> bytes:
     return bytes([flag]) + len(message).to_bytes(4, "big") + message
 
@@ -456,13 +467,7 @@ def test_bytes_that_break_http2_close_that_connection_only(
         assert [e.error_code for e in ended] == [h2.errors.ErrorCodes.PROTOCOL_ERROR]
     else:
         assert ended == []
-    client = RawClient(door(d))  # another connection is served
-    try:
-        request = pb.WatchRequest(app_handle="nosuch").SerializeToString()
-        answer = client.finish(client.call(framed(request)))
-        assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
-    finally:
-        client.close()
+    assert_served(d)  # another connection is
 
 
 def test_a_deadline_ends_the_stream_deadline_exceeded(d: Daemon, raw: RawClient) -> None:
@@ -595,10 +600,4 @@ def test_another_user_is_refused_even_where_the_folder_lets_them_in(d: Daemon) -
     finally:
         os.chmod(folder, mode)
         os.chmod(door(d), 0o600)
-    client = RawClient(door(d))  # the user's own still served
-    try:
-        request = pb.WatchRequest(app_handle="nosuch").SerializeToString()
-        answer = client.finish(client.call(framed(request)))
-        assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
-    finally:
-        client.close()
+    assert_served(d)  # the user's own still are
