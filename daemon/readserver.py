@@ -32,7 +32,6 @@ from txd import defaults
 from txd.daemon import access, handles, logsetup, socketfile, wire
 from txd.daemon.errorstatus import error_status
 from txd.daemon.jobstore import StoreReader
-from txd.filekind import describe
 from txd.v1 import runner_pb2 as pb
 
 STATUS = "/txd.v1.Runner/Status"  # the one method served here
@@ -123,13 +122,9 @@ def serve(socket: Path, store: Path) -> None:
     # it), and only a stale socket of the user's is ever removed at the path.
     try:
         socketfile.check_private(socket.parent)
-        there = socketfile.clear_stale(socket)
-    except (OSError, socketfile.SocketNotPrivate) as e:
+        socketfile.make_room(socket)
+    except (OSError, socketfile.SocketNotPrivate, socketfile.PathTaken) as e:
         _say(f"refused: {e}")
-        return
-    if there is not None:
-        what = "a socket someone listens on" if there.live else describe(there.stat)
-        _say(f"refused: {socket} is {what}, which txd never removes")
         return
     tally = Tally()
     answers = Answers(StoreReader(store), tally)

@@ -9,6 +9,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from txd.filekind import describe
+
 
 @dataclass(frozen=True)
 class Occupant:
@@ -35,6 +37,18 @@ def clear_stale(path: Path) -> Occupant | None:
             path.unlink()
             return None
     return Occupant(st, live=True)
+
+
+class PathTaken(Exception):
+    """Something txd never removes stays at a socket's path."""
+
+
+def make_room(path: Path) -> None:
+    """Frees the path as clear_stale does; raises PathTaken naming what stays there."""
+    there = clear_stale(path)
+    if there is not None:
+        what = "a socket someone listens on" if there.live else describe(there.stat)
+        raise PathTaken(f"{path} is {what}, which txd never removes")
 
 
 class SocketNotPrivate(Exception):

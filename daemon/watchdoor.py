@@ -40,7 +40,6 @@ from txd.daemon import access, socketfile, wire
 from txd.daemon.core import JobService
 from txd.daemon.errorstatus import error_status
 from txd.daemon.sockwatch import identity
-from txd.filekind import describe
 from txd.v1 import runner_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -404,8 +403,7 @@ class WatchDoor:
         self._servers: list[asyncio.AbstractServer] = []
         self._bound: tuple[int, int, int] | None = None  # its socket's, while served
         self._reported = ""  # why it is not served, logged once
-        self._stopping = False
-        self._closed = False
+        self._stopping = False  # stop() called: no new server, and a second call returns
         self._quiet = asyncio.Event()  # set when the last open call ends, once stopping
 
     async def start(self) -> bool:
@@ -414,15 +412,12 @@ class WatchDoor:
         and the path may be too long for a socket where the daemon's is not."""
         try:
             socketfile.check_private(self.path.parent)
-            there = socketfile.clear_stale(self.path)
-            if there is not None:
-                what = "a socket someone listens on" if there.live else describe(there.stat)
-                raise OSError(f"{self.path} is {what}, which txd never removes")
+            socketfile.make_room(self.path)
             server = await asyncio.get_running_loop().create_unix_server(
                 lambda: _Connection(self), str(self.path)
             )
             os.chmod(self.path, 0o600)
-        except (OSError, socketfile.SocketNotPrivate) as e:
+        except (OSError, socketfile.SocketNotPrivate, socketfile.PathTaken) as e:
             problem = f"no watch door (Watch goes through the socket): {e}"
             if problem != self._reported:
                 log.warning("%s", problem)
@@ -456,9 +451,9 @@ class WatchDoor:
         """No new connections; the open calls get `grace` seconds to end (a followed job's
         streams end at the daemon's shutdown, UNAVAILABLE), then are ended. Once is enough; a
         second call returns at once."""
-        if self._closed:
+        if self._stopping:
             return
-        self._stopping = self._closed = True
+        self._stopping = True
         for server in self._servers:
             server.close()
         self.quiet()
