@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import grpc
 from txd.client import AsyncClient
-from txd.v1 import AppState
+from txd.v1 import AppState, AppStatus
 from txd.v1 import runner_pb2 as pb
 from txd.v1.runner_pb2_grpc import RunnerStub
 
@@ -36,14 +37,7 @@ async def run(ctx: Context, client: AsyncClient) -> None:
     lat: list[float] = []
     log(f"job-end -> Wait latency x{n}")
     for i in range(n):
-        stamp = stamp_dir / f"{i}"
-        app = trivial_app("latency", sys.executable, ["-c", STAMP, str(stamp)])
-        h = await client.run(app)
-        st = await client.wait(h, timeout=60)
-        arrived = time.time_ns()
-        if st.state != AppState.SUCCEEDED:
-            raise RuntimeError(f"latency job ended {AppState.Name(st.state)}: {st.msg}")
-        lat.append((arrived - int(stamp.read_text())) / 1e6)
+        lat.append(await _lateness(client, stamp_dir / f"{i}", lambda h: client.wait(h, 60)))
     m, p95 = median(lat), pct(lat, 95)
     ctx.res.add(
         "job end -> client blocked in Wait notified (median)",
@@ -56,6 +50,19 @@ async def run(ctx: Context, client: AsyncClient) -> None:
     await _watched(ctx, client, n, stamp_dir)
 
 
+async def _lateness(
+    client: AsyncClient, stamp: Path, told: Callable[[str], Awaitable[AppStatus]]
+) -> float:
+    """Milliseconds from a job's last act (the time it writes to `stamp`) to `told(handle)`
+    returning its terminal status."""
+    h = await client.run(trivial_app("latency", sys.executable, ["-c", STAMP, str(stamp)]))
+    st = await told(h)
+    arrived = time.time_ns()
+    if st.state != AppState.SUCCEEDED:
+        raise RuntimeError(f"latency job ended {AppState.Name(st.state)}: {st.msg}")
+    return (arrived - int(stamp.read_text())) / 1e6
+
+
 async def _watched(ctx: Context, client: AsyncClient, n: int, stamp_dir: Path) -> None:
     """The same job end seen by a Watch stream: at the watch door (client.watch) and at the
     socket (a plain stub), in turns, the first of each pair alternating."""
@@ -63,21 +70,19 @@ async def _watched(ctx: Context, client: AsyncClient, n: int, stamp_dir: Path) -
     log(f"job-end -> Watch latency x{n}, watch door and socket in turns")
     async with grpc.aio.insecure_channel(f"unix:{client.socket_path}") as channel:
         at_socket = RunnerStub(channel)
+
+        async def by_door(h: str) -> AppStatus:
+            return [s async for s in client.watch(h)][-1]
+
+        async def by_socket(h: str) -> AppStatus:
+            request = pb.WatchRequest(app_handle=h)
+            return [r.status async for r in at_socket.Watch(request, timeout=60)][-1]
+
+        told = {"door": by_door, "socket": by_socket}
         for i in range(n):
             for where in ("door", "socket") if i % 2 == 0 else ("socket", "door"):
                 stamp = stamp_dir / f"watch-{where}-{i}"
-                app = trivial_app("latency", sys.executable, ["-c", STAMP, str(stamp)])
-                h = await client.run(app)
-                if where == "door":
-                    statuses = [s async for s in client.watch(h)]
-                else:
-                    request = pb.WatchRequest(app_handle=h)
-                    statuses = [r.status async for r in at_socket.Watch(request, timeout=60)]
-                st = statuses[-1]
-                arrived = time.time_ns()
-                if st.state != AppState.SUCCEEDED:
-                    raise RuntimeError(f"latency job ended {AppState.Name(st.state)}: {st.msg}")
-                lat[where].append((arrived - int(stamp.read_text())) / 1e6)
+                lat[where].append(await _lateness(client, stamp, told[where]))
     door, sock = median(lat["door"]), median(lat["socket"])
     ctx.res.add(
         "job end -> client watching notified, watch door (median)",
