@@ -533,15 +533,20 @@ async def test_a_removed_door_is_served_again(d: Daemon) -> None:
     assert (await watch_doors(d))[-1] == ("watch", "OK")
 
 
+async def assert_watched_through_the_socket(d: Daemon) -> None:
+    """The client's watch of a job to its end goes through the socket (no door)."""
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        assert [s.state async for s in c.watch(handle)][-1] == AppState.SUCCEEDED
+    assert await watch_doors(d) == [("unix", "OK")]
+
+
 async def test_a_file_that_is_no_stale_socket_is_left_alone(root: Path) -> None:
     daemon = _daemon(root)
     door(daemon).write_text("the user's own file\n")
     try:
         daemon.start()
-        async with daemon.client() as c:
-            handle = await c.run(sh_app("echo done"), "local_cwd")
-            assert [s.state async for s in c.watch(handle)][-1] == AppState.SUCCEEDED
-        assert await watch_doors(daemon) == [("unix", "OK")]
+        await assert_watched_through_the_socket(daemon)
         said = [r["msg"] for r in records(daemon) if r["msg"].startswith("no watch door")]
         assert said == [
             f"no watch door (Watch goes through the socket): {door(daemon)} is a regular "
@@ -560,10 +565,7 @@ async def test_no_watch_door_where_its_path_is_too_long_for_a_socket(root: Path)
     assert len(str(daemon.socket)) == 102
     try:
         daemon.start()
-        async with daemon.client() as c:
-            handle = await c.run(sh_app("echo done"), "local_cwd")
-            assert [s.state async for s in c.watch(handle)][-1] == AppState.SUCCEEDED
-        assert await watch_doors(daemon) == [("unix", "OK")]
+        await assert_watched_through_the_socket(daemon)
         assert any(r["msg"].startswith("no watch door") for r in records(daemon))
         assert daemon.stop() == 0
     finally:
