@@ -41,11 +41,13 @@ DAEMON_ONLY_VAR = "TXD_TEST_DAEMON_ONLY"
 STOP_TIMEOUT = 30.0
 
 
-def default_sigint() -> None:
-    """A Popen preexec_fn for a child the test sends SIGINT: the default disposition, which a
-    suite started with SIGINT ignored (`nohup scripts/test &`) would otherwise pass down, and
-    under which Python installs no KeyboardInterrupt handler."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+# A command prefix for a child the test sends SIGINT: it runs with SIGINT's default disposition,
+# which a suite started with SIGINT ignored (`nohup scripts/test &`) would otherwise pass down,
+# and under which Python installs no KeyboardInterrupt handler. A prefix, not a Popen
+# preexec_fn: that makes Popen fork this process, which has gRPC loaded, and gRPC's fork
+# handlers then ran its poller in the child, whose "epoll_wait error: Bad file descriptor" line
+# reached the child's stderr before the exec (10 ms after the fork, in a CI run).
+DEFAULT_SIGINT = ("env", "--default-signal=INT")
 
 
 def short_tmpdir(prefix: str = "txdt-") -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from txd_testing import TXCTL, Gates, default_sigint, first_line, run_python
+from txd_testing import DEFAULT_SIGINT, TXCTL, Gates, first_line, run_python
 
 READ_TIMEOUT = 20.0  # bound on each wait for output below
 
@@ -34,10 +34,9 @@ def gates(tmp_path: Path) -> Iterator[Gates]:
 
 def _txctl_proc(daemon: Any, workdir: Path, *args: str, **kw: Any) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [*TXCTL, "--socket", str(daemon.socket), "--no-autostart", *args],
+        [*DEFAULT_SIGINT, *TXCTL, "--socket", str(daemon.socket), "--no-autostart", *args],
         cwd=workdir,
         env=daemon.txctl_env(),
-        preexec_fn=default_sigint,  # the Ctrl-C tests send it SIGINT
         **{"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kw},
     )
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from txd_testing import (
+    DEFAULT_SIGINT,
     HANDLE_RE,
     TXCTL,
     Gates,
     PidWatch,
     clean_env,
-    default_sigint,
     first_line,
     group_members,
     no_traceback,
@@ -420,12 +420,20 @@ def test_logs_follow_interrupted_exits_130(shared_daemon: Any, workdir: Path) ->
         ).stdout
     )
     proc = subprocess.Popen(
-        [*TXCTL, "--socket", str(shared_daemon.socket), "--no-autostart", "logs", "-f", handle],
+        [
+            *DEFAULT_SIGINT,
+            *TXCTL,
+            "--socket",
+            str(shared_daemon.socket),
+            "--no-autostart",
+            "logs",
+            "-f",
+            handle,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=workdir,
         env=shared_daemon.txctl_env(),
-        preexec_fn=default_sigint,
     )
     try:
         assert proc.stdout is not None and proc.stderr is not None
