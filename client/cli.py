@@ -428,9 +428,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _quiet_grpc() -> None:
-    """gRPC's C core writes log lines of its own to stderr (an `epoll_wait error` at a Ctrl-C,
-    say: grpc/grpc issue 43055), where txctl's own messages are what the user reads: off unless
-    GRPC_VERBOSITY asks for them. gRPC reads the variable once, at its import; it is not left
+    """gRPC's C core writes log lines of its own to stderr (a target it cannot parse, say),
+    where txctl's own messages are what the user reads: off unless GRPC_VERBOSITY asks for
+    them. gRPC reads the variable once, at its import; it is not left
     set for the processes txctl starts (a daemon's log keeps gRPC's lines)."""
     if "GRPC_VERBOSITY" in os.environ or "grpc" in sys.modules:
         return

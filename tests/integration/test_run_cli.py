@@ -479,8 +479,8 @@ atexit.register(_noise)
 def test_grpc_s_own_log_lines_stay_off_stderr_unless_asked(
     shared_daemon: Any, tmp_path: Path, asked: str | None
 ) -> None:
-    """gRPC's C-core lines (grpc/grpc issue 43055's `epoll_wait error` at a Ctrl-C, say) are
-    not txctl's: off by default, on with GRPC_VERBOSITY, and the setting is not passed on."""
+    """gRPC's C-core lines are not txctl's: off by default, on with GRPC_VERBOSITY, and the
+    setting is not passed on."""
     (tmp_path / "sitecustomize.py").write_text(GRPC_NOISE)
     extra = {"PYTHONPATH": str(tmp_path)}
     if asked is not None:
