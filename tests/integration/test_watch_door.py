@@ -1,25 +1,31 @@
 """The watch door (txd.daemon.watchdoor): Watch streams on `<socket>.watch`, served by the
 daemon's own HTTP/2 server (h2) instead of grpcio's. A real daemon, real sockets: the same
 statuses, errors and trailers as the socket's Watch; the clients' use of it and their fallback;
-the access line and metrics of each call; a deadline and a client slow to take its bytes, spoken
-raw with h2's client; the door's socket served again after a removal and left alone where it is
-not txd's. What both doors' server does alike (malformed requests, other users) is in
-test_h2door.py."""
+the access line and metrics of each call; gRPC's rules a client may break (deadline, flow
+control, malformed requests) spoken raw with h2's client; the door's socket served again after
+a removal, left alone where it is not txd's, and closed to other users."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.settings
 import pytest
-from h2raw import RawClient, framed
 from prometheus_client.parser import text_string_to_metric_families
 from txd import defaults
 from txd.v1 import AppDef, AppState, Role
@@ -157,6 +163,17 @@ async def test_the_door_answers_as_the_socket(d: Daemon) -> None:
     ]
 
 
+async def test_other_methods_are_not_served_at_the_door(d: Daemon) -> None:
+    async with grpc.aio.insecure_channel(f"unix:{door(d)}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await RunnerStub(ch).Status(pb.StatusRequest(app_handle="x"), timeout=TIMEOUT)
+    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert e.value.details() == (
+        "/txd.v1.Runner/Status is not served at the watch door (only /txd.v1.Runner/Watch): "
+        "call the daemon's socket"
+    )
+
+
 async def test_a_stopping_daemon_ends_the_door_streams_as_the_socket_s(root: Path) -> None:
     """A job that outlives the daemon (fakepush's; a local one is stopped with it, and its
     streams end with its last status): its open streams are told the daemon is stopping."""
@@ -270,11 +287,187 @@ async def test_a_client_that_leaves_ends_its_stream(d: Daemon) -> None:
 # -- gRPC's rules, spoken raw ---------------------------------------------------------------
 
 
+@dataclass
+class Answer:
+    headers: dict[bytes, bytes] = field(default_factory=dict)
+    data: bytearray = field(default_factory=bytearray)
+    trailers: dict[bytes, bytes] = field(default_factory=dict)
+    ended: bool = False
+
+    @property
+    def status(self) -> tuple[int, str]:
+        end = self.trailers or self.headers  # a trailers-only answer has them in its headers
+        return int(end[b"grpc-status"]), end.get(b"grpc-message", b"").decode()
+
+    def messages(self) -> list[pb.WatchResponse]:
+        out, rest = [], bytes(self.data)
+        while rest:
+            size = int.from_bytes(rest[1:5], "big")
+            out.append(pb.WatchResponse.FromString(rest[5 : 5 + size]))
+            rest = rest[5 + size :]
+        return out
+
+
+class RawClient:
+    """An HTTP/2 client connection to the door, framed by h2, with nothing of gRPC's client
+    library in the way: it sends what a test makes it send and acknowledges data only if told
+    (`ack`); `window` is its streams' initial flow-control window."""
+
+    def __init__(self, path: Path, window: int | None = None, ack: bool = True) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(TIMEOUT)
+        self.sock.connect(str(path))
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        self.h2.initiate_connection()
+        if window is not None:
+            self.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        self.ack = ack
+        self.answers: dict[int, Answer] = {}
+        self._flush()
+
+    def call(
+        self,
+        body: bytes,
+        *,
+        method: str = WATCH,
+        verb: bytes = b"POST",
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> int:
+        sid = self.h2.get_next_available_stream_id()
+        headers = [
+            (b":method", verb),
+            (b":scheme", b"http"),
+            (b":path", method.encode()),
+            (b":authority", b"localhost"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+            *(extra or []),
+        ]
+        self.h2.send_headers(sid, headers)
+        self.h2.send_data(sid, body, end_stream=True)
+        self.answers[sid] = Answer()
+        self._flush()
+        return sid
+
+    def read(self, sid: int, until: Any) -> Answer:
+        """Takes frames until `until(answer)` holds for stream `sid`."""
+        answer = self.answers[sid]
+        while not until(answer):
+            data = self.sock.recv(65536)
+            assert data, "the door closed the connection"
+            for event in self.h2.receive_data(data):
+                got = self.answers.get(getattr(event, "stream_id", 0))
+                if got is None:
+                    continue
+                if isinstance(event, h2.events.ResponseReceived):
+                    got.headers = dict(event.headers)  # type: ignore[arg-type]
+                elif isinstance(event, h2.events.DataReceived):
+                    got.data += event.data or b""
+                    if self.ack:
+                        self.h2.acknowledge_received_data(
+                            event.flow_controlled_length, event.stream_id
+                        )
+                elif isinstance(event, h2.events.TrailersReceived):
+                    got.trailers = dict(event.headers)  # type: ignore[arg-type]
+                elif isinstance(event, h2.events.StreamEnded):
+                    got.ended = True
+            self._flush()
+        return answer
+
+    def finish(self, sid: int) -> Answer:
+        return self.read(sid, lambda a: a.ended)
+
+    def credit(self, sid: int, n: int) -> None:
+        self.h2.increment_flow_control_window(n, stream_id=sid)
+        self.h2.increment_flow_control_window(n)
+        self._flush()
+
+    def _flush(self) -> None:
+        self.sock.sendall(self.h2.data_to_send())
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def assert_served(d: Daemon) -> None:
+    """A new connection to the door gets its call answered (NOT_FOUND for no job)."""
+    client = RawClient(door(d))
+    try:
+        request = pb.WatchRequest(app_handle="nosuch").SerializeToString()
+        answer = client.finish(client.call(framed(request)))
+        assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
+    finally:
+        client.close()
+
+
+def framed(message: bytes, flag: int = 0) -> bytes:
+    return bytes([flag]) + len(message).to_bytes(4, "big") + message
+
+
 @pytest.fixture
 def raw(d: Daemon) -> Iterator[RawClient]:
-    client = RawClient(door(d), WATCH)
+    client = RawClient(door(d))
     yield client
     client.close()
+
+
+def test_requests_that_break_grpc_s_rules_get_a_status_naming_the_fault(
+    d: Daemon, raw: RawClient
+) -> None:
+    good = pb.WatchRequest(app_handle="nosuch").SerializeToString()
+    cases = [
+        (framed(good)[:-1], {}, (3, "the request is not one length-prefixed gRPC message")),
+        (framed(good, flag=1), {}, (12, "compressed requests are not accepted")),
+        (
+            framed(good),
+            {"verb": b"GET"},
+            (3, "a gRPC call is a POST of content-type application/grpc"),
+        ),
+        (
+            framed(good),
+            {"extra": [(b"grpc-timeout", b"soon")]},
+            (3, "grpc-timeout b'soon' is not a timeout"),
+        ),
+    ]
+    for body, kw, want in cases:
+        answer = raw.finish(raw.call(body, **kw))
+        assert answer.status == want
+        assert answer.messages() == []
+    # The connection still serves a good call after them.
+    answer = raw.finish(raw.call(framed(good)))
+    assert answer.status[0] == grpc.StatusCode.NOT_FOUND.value[0]
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # + SETTINGS
+
+
+@pytest.mark.parametrize(
+    ("sent", "goaway"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False),  # no HTTP/2 at all: closed
+        (PREFACE + bytes.fromhex("000001000000000000") + b"x", True),  # DATA on stream 0
+    ],
+)
+def test_bytes_that_break_http2_close_that_connection_only(
+    d: Daemon, sent: bytes, goaway: bool
+) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(TIMEOUT)
+        s.connect(str(door(d)))
+        s.sendall(sent)
+        got = b""
+        while chunk := s.recv(65536):  # until the door closes the connection
+            got += chunk
+    frames = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    frames.initiate_connection()
+    ended = [e for e in frames.receive_data(got) if isinstance(e, h2.events.ConnectionTerminated)]
+    if goaway:  # a protocol error within HTTP/2 is told (GOAWAY) before the close
+        assert [e.error_code for e in ended] == [h2.errors.ErrorCodes.PROTOCOL_ERROR]
+    else:
+        assert ended == []
+    assert_served(d)  # another connection is
 
 
 def test_a_deadline_ends_the_stream_deadline_exceeded(d: Daemon, raw: RawClient) -> None:
@@ -286,7 +479,7 @@ def test_a_deadline_ends_the_stream_deadline_exceeded(d: Daemon, raw: RawClient)
         t0 = time.monotonic()
         answer = raw.finish(raw.call(request, extra=[(b"grpc-timeout", b"300m")]))
     assert answer.status == (grpc.StatusCode.DEADLINE_EXCEEDED.value[0], "Deadline Exceeded")
-    states = [m.status.state for m in answer.messages(pb.WatchResponse.FromString)]
+    states = [m.status.state for m in answer.messages()]
     assert states and set(states) == {AppState.RUNNING}, states  # the job still held
     assert time.monotonic() - t0 >= 0.3
 
@@ -295,7 +488,7 @@ def test_a_client_slow_to_take_gets_every_byte_in_order(d: Daemon) -> None:
     """A stream whose flow-control window is 16 bytes, credit given only once the job has
     ended: the door sends within the window (h2's client would fail the connection on a byte
     past it), waits for credit, then sends the rest, whole messages in order."""
-    client = RawClient(door(d), WATCH, window=16, ack=False)
+    client = RawClient(door(d), window=16, ack=False)
     try:
         with Gates(d.root) as gates:
             gate, app = held_job(gates)
@@ -314,7 +507,7 @@ def test_a_client_slow_to_take_gets_every_byte_in_order(d: Daemon) -> None:
             client.credit(sid, 1 << 20)
             answer = client.finish(sid)
         assert answer.status == (0, "")
-        states = [m.status.state for m in answer.messages(pb.WatchResponse.FromString)]
+        states = [m.status.state for m in answer.messages()]
         assert states == [AppState.RUNNING, AppState.SUCCEEDED]
     finally:
         client.close()
@@ -377,3 +570,36 @@ async def test_no_watch_door_where_its_path_is_too_long_for_a_socket(root: Path)
         assert daemon.stop() == 0
     finally:
         daemon.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+def test_another_user_is_refused_even_where_the_folder_lets_them_in(d: Daemon) -> None:
+    """The folder keeps other users out; where someone opens it, the door still checks the
+    peer's uid (SO_PEERCRED) and closes the connection before a byte of HTTP/2."""
+    folder = door(d).parent
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    os.chmod(folder, 0o711)
+    os.chmod(door(d), 0o666)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: nobody
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.settimeout(TIMEOUT)
+                    s.connect(str(door(d)))
+                    try:
+                        got = s.recv(100)
+                    except ConnectionResetError:
+                        got = b""
+                    code = 0 if got == b"" else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # closed, nothing sent
+    finally:
+        os.chmod(folder, mode)
+        os.chmod(door(d), 0o600)
+    assert_served(d)  # the user's own still are
