@@ -22,6 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
 from txd.client import _exitcodes as exits
@@ -111,8 +112,10 @@ def _parser() -> argparse.ArgumentParser:
     _tcp_options(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def cmd(name: str, help: str, json: bool = True) -> argparse.ArgumentParser:
-        sp = sub.add_parser(name, help=help, description=help)
+    def cmd(
+        name: str, help: str, json: bool = True, aliases: Sequence[str] = ()
+    ) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
         sp.set_defaults(subparser=sp)  # for usage errors found after parsing
         if json:
             sp.add_argument("--json", action="store_true", help="print JSON")
@@ -155,7 +158,15 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("component", nargs="?", help="component name, then its arguments")
     run.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    cmd("status", "show a job's status").add_argument("handle")
+    status = cmd("status", "show a job's status")
+    status.add_argument("handle")
+    status.add_argument(
+        "--roles",
+        type=_names,
+        default=[],
+        metavar="ROLE[,ROLE...]",
+        help="only these roles' replicas (as torchx status --roles)",
+    )
     describe = cmd("describe", "show a job's AppDef, options and status")
     describe.add_argument("handle")
     describe.add_argument(
@@ -178,7 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     ):
         cmd(name, help).add_argument("handle")
 
-    logs = cmd("logs", "print a job's logs", json=False)
+    # `log` is TorchX's name for it.
+    logs = cmd("logs", "print a job's logs", json=False, aliases=["log"])
     logs.add_argument("handle", metavar="HANDLE[/ROLE[/K]]")
     logs.add_argument(
         "target",
@@ -291,7 +303,13 @@ def _parser() -> argparse.ArgumentParser:
         help="openmetrics (default), or Prometheus's text format 0.0.4, as node_exporter's "
         "textfile collector and `promtool check metrics` read it",
     )
-    cmd("builtins", "list the builtin components")
+    builtins = cmd("builtins", "list the builtin components")
+    builtins.add_argument(
+        "--print",
+        dest="print_name",
+        metavar="NAME",
+        help="print that builtin's source instead (its module's imports, then the function)",
+    )
     host = cmd("host", "manage saved remote endpoints (ssh://): add, rm, use, list", json=False)
     host_sub = host.add_subparsers(dest="host_command", metavar="ACTION", required=True)
     add = host_sub.add_parser("add", help="save an endpoint: NAME ssh://[USER@]HOST[:PORT]")
@@ -362,6 +380,14 @@ def _nonnegative_int(text: str) -> int:
     return value
 
 
+def _names(text: str) -> list[str]:
+    """A comma-separated list of names (--roles)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected NAME[,NAME...], not {text!r}")
+    return names
+
+
 def _state_names(text: str) -> list[str]:
     """--state: comma-separated AppState names, any case."""
     from txd.v1 import AppState
@@ -383,6 +409,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     sub: argparse.ArgumentParser = args.subparser or parser
     if extra:
         sub.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "log":
+        args.command = "logs"
     if args.command == "list" and args.backend and not args.scheduler:
         sub.error("--backend needs a scheduler: pass -s SCHEDULER (see `txctl schedulers`)")
     if args.command == "run" and args.cancel_on_interrupt and not (args.wait or args.log):
@@ -454,6 +482,13 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "builtins":
         from txd.client import components
 
+        if args.print_name:
+            try:
+                source = components.source(args.print_name)
+            except components.ComponentNotFound as e:
+                raise CliError(str(e)) from None
+            _out({"name": args.print_name, "source": source} if args.json else source, args.json)
+            return 0
         names = components.builtins()
         _out({"builtins": names} if args.json else "\n".join(names), args.json)
         return 0
@@ -895,6 +930,18 @@ async def _cmd_status(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import status_text, to_dict
 
     status = await client.status(args.handle)
+    if args.roles:
+        known = {r.role for r in status.roles}
+        if any(r not in known for r in args.roles):  # none reported yet, or no such role
+            known = {r.name for r in (await client.describe(status.app_handle)).app.roles}
+        if unknown := [r for r in args.roles if r not in known]:
+            raise CliError(
+                f"{status.app_handle} has no role {unknown[0]!r} (its roles: "
+                f"{', '.join(sorted(known))})"
+            )
+        kept = [r for r in status.roles if r.role in args.roles]
+        del status.roles[:]
+        status.roles.extend(kept)
     _out(to_dict(status) if args.json else status_text(status), args.json)
     return 0
 

@@ -6,7 +6,7 @@ Python file (`path/to/file.py:function`). Its parameters become `--name VALUE` o
 
 from __future__ import annotations
 
-from txd.client.components._finder import builtins, resolve
+from txd.client.components._finder import builtins, resolve, source
 from txd.client.components._mounts import parse_mounts
 from txd.client.components._parser import ComponentError, ComponentHelp, ComponentNotFound
 
@@ -17,4 +17,5 @@ __all__ = [
     "builtins",
     "parse_mounts",
     "resolve",
+    "source",
 ]

@@ -50,6 +50,19 @@ def builtins() -> list[str]:
     return sorted(_builtin_functions())
 
 
+def source(name: str) -> str:
+    """The source of builtin `name` as `torchx builtins --print` shows TorchX's: its module's
+    import lines, then the function. Raises ComponentNotFound for a name that is no builtin."""
+    import inspect
+
+    fn = _builtin_functions().get(name)
+    if fn is None:
+        raise _unknown(name, "builtin")
+    lines = inspect.getsource(inspect.getmodule(fn)).splitlines()  # type: ignore[arg-type]
+    imports = [line for line in lines if line.startswith(("import ", "from "))]
+    return "\n".join(imports) + "\n\n\n" + inspect.getsource(fn).rstrip("\n")
+
+
 def resolve(
     spec: str,
     args: list[str],
@@ -100,18 +113,19 @@ def _find(spec: str) -> Callable[..., Any]:
         return _from_file(path, function)
     if spec.endswith(".py"):
         raise ComponentError(f"missing function name in {spec!r} (expected {spec}:FUNCTION)")
-    table = _builtin_functions()
-    fn = table.get(spec)
+    fn = _builtin_functions().get(spec)
     if fn is None:
-        import difflib
-
-        close = difflib.get_close_matches(spec, list(table), n=1)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        raise ComponentNotFound(
-            f"unknown component {spec!r}{hint} (builtins: {', '.join(sorted(table))}; "
-            "or use path/to/file.py:function)"
-        )
+        raise _unknown(spec, "component", "; or use path/to/file.py:function")
     return fn
+
+
+def _unknown(name: str, what: str, more: str = "") -> ComponentNotFound:
+    import difflib
+
+    table = sorted(_builtin_functions())
+    close = difflib.get_close_matches(name, table, n=1)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return ComponentNotFound(f"unknown {what} {name!r}{hint} (builtins: {', '.join(table)}{more})")
 
 
 def _from_file(path: str, function: str) -> Callable[..., Any]:
