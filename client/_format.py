@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from google.protobuf.message import Message
@@ -160,16 +160,36 @@ _TYPE_NAMES = {
 }
 
 
-def _default(opt: RunOpt) -> str:
+def _default(opt: RunOpt, sep: str = ",") -> str:
     kind = opt.default.WhichOneof("kind")
     if kind is None:
         return ""
     value = getattr(opt.default, kind)
     if kind == "list":
-        return ",".join(value.items)
+        return sep.join(value.items)
     if kind == "dict":
-        return ",".join(f"{k}:{v}" for k, v in value.items.items())
+        return sep.join(f"{k}:{v}" for k, v in value.items.items())
     return str(value).lower() if kind == "bool" else str(value)
+
+
+def config_text(opts: Mapping[str, Sequence[RunOpt]], everything: bool) -> str:
+    """A `.txdconfig` (TorchX's `.torchxconfig` format) with a section per scheduler: its
+    required options as `name = #FIXME:(type) help`, as `torchx configure` writes them, and with
+    `everything` the others too, at their defaults (`None`: unset), in the form txctl reads."""
+    lines = [
+        "# Written by `txctl configure`: replace each #FIXME with a value; `txctl runopts`",
+        "# says what every option does.",
+    ]
+    for scheduler, scheduler_opts in opts.items():
+        lines += ["", f"[{scheduler}]"]
+        for opt in scheduler_opts:
+            if opt.required:
+                help = " ".join(opt.help.split())
+                lines.append(f"{opt.name} = #FIXME:({_TYPE_NAMES[opt.type]}) {help}".rstrip())
+            elif everything:
+                unset = opt.default.WhichOneof("kind") is None
+                lines.append(f"{opt.name} = {'None' if unset else _default(opt, ';')}".rstrip())
+    return "\n".join(lines) + "\n"
 
 
 def runopts_text(scheduler: str, opts: Sequence[RunOpt]) -> str:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 from txd.client import _exitcodes as exits
 
+CONFIGURE_FILE = ".txdconfig"  # what `txctl configure` writes, in the working directory
 EPILOG = (
     exits.TABLE + "\nenvironment:\n  TXD_SOCKET        the daemon's socket (as --socket)\n"
     "  TXD_TOKEN         a tcp:// daemon's token (or TXD_TOKEN_FILE: a file holding it)\n"
@@ -275,6 +276,26 @@ def _parser() -> argparse.ArgumentParser:
     prune.add_argument("-s", "--scheduler", default="", help="only this scheduler's jobs")
     prune.add_argument("--dry-run", action="store_true", help="only show what would be deleted")
     cmd("runopts", "show a scheduler's options").add_argument("scheduler", nargs="?", default="")
+    configure = cmd(
+        "configure",
+        f"write {CONFIGURE_FILE} here: each scheduler's required options to fill in (as torchx "
+        "configure)",
+        json=False,
+    )
+    configure.add_argument(
+        "-s",
+        "--schedulers",
+        type=_names,
+        default=[],
+        metavar="SCHED[,SCHED...]",
+        help="only these schedulers (default: every one)",
+    )
+    configure.add_argument(
+        "-a", "--all", action="store_true", help="every option, at its default, not only required"
+    )
+    configure.add_argument(
+        "--print", dest="print_only", action="store_true", help="print it instead of writing it"
+    )
     dash = cmd(
         "dashboard",
         "serve a live web page of the jobs on 127.0.0.1, its URL holding a random token "
@@ -849,6 +870,9 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
     from txd.client._torchx_only import drop_torchx_only
 
     cfg, notes = drop_torchx_only(scheduler, {**config.scheduler_cfg(scheduler), **cli_cfg})
+    for key, value in cfg.items():
+        if value.startswith("#FIXME"):  # as `txctl configure` (or torchx's) left it
+            raise CliError(f"{args.cfg_sources[key]}: fill in the option's value")
     for note in notes:
         print(f"txctl: {note}", file=sys.stderr)
     return app, scheduler, cfg
@@ -1172,6 +1196,37 @@ async def _cmd_runopts(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_configure(client: Any, args: argparse.Namespace) -> int:
+    """torchx configure's file, for txd: `.txdconfig` (which txctl reads before
+    `.torchxconfig`), never written over: one already there may hold the user's values."""
+    from txd.client._format import config_text
+
+    names = args.schedulers or [
+        s.name for s in (await client.schedulers()).schedulers if not s.load_error
+    ]
+    text = config_text({name: await client.runopts(name) for name in names}, args.all)
+    if args.print_only:
+        print(text, end="")
+        return 0
+    try:
+        _write_new(CONFIGURE_FILE, text)
+    except FileExistsError:
+        raise CliError(
+            f"{os.path.abspath(CONFIGURE_FILE)} exists and is left as it is: `txctl configure "
+            "--print` shows the new one, to merge or to write over it yourself"
+        ) from None
+    except OSError as e:
+        raise CliError(f"cannot write {os.path.abspath(CONFIGURE_FILE)}: {e.strerror}") from None
+    print(f"wrote {os.path.abspath(CONFIGURE_FILE)}")
+    return 0
+
+
+def _write_new(path: str, text: str) -> None:
+    """Writes a file that must not exist yet (FileExistsError if it does)."""
+    with open(path, "x", encoding="utf-8") as f:
+        f.write(text)
+
+
 async def _cmd_schedulers(client: Any, args: argparse.Namespace) -> int:
     from txd.client._format import schedulers_text, to_dict
 
@@ -1307,6 +1362,7 @@ _COMMANDS = {
     "prune": _cmd_prune,
     "events": _cmd_events,
     "runopts": _cmd_runopts,
+    "configure": _cmd_configure,
     "schedulers": _cmd_schedulers,
     "logs": _cmd_logs,
     "dashboard": _cmd_dashboard,
