@@ -7,7 +7,7 @@ import builtins
 import datetime as dt
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -582,7 +582,7 @@ class AsyncClient:
         self,
         handle: str,
         role: str = "",
-        replica: int | None = None,
+        replica: int | Sequence[int] | None = None,
         *,
         regex: str = "",
         since: dt.datetime | None = None,
@@ -591,7 +591,8 @@ class AsyncClient:
         streams: str = "combined",
         tail: int | None = None,
     ) -> AsyncIterator[pb.LogsResponse]:
-        """Chunks of raw log bytes, each tagged with its role and replica; with `tail`, only
+        """Chunks of raw log bytes, each tagged with its role and replica (`replica`: one
+        index, or several, of each role read; None: every replica); with `tail`, only
         the last `tail` lines of each replica (then, following, what comes next). A chunk with
         `long_line` set carries no data: a line `regex` may have missed (LogsResponse).
 
@@ -604,7 +605,8 @@ class AsyncClient:
         req = pb.LogsRequest(
             app_handle=handle,
             role=role,
-            replica=replica,
+            replica=replica if isinstance(replica, int) else None,
+            replicas=() if replica is None or isinstance(replica, int) else replica,
             regex=regex,
             since=_timestamp(since),
             until=_timestamp(until),

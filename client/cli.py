@@ -198,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         default="",
         metavar="ROLE[/K]",
-        help="one role, or one replica K of it (default: every replica)",
+        help="one role, or one replica K of it, or several (ROLE/0,2) (default: every replica)",
     )
     logs.add_argument(
         "--tail",
@@ -1257,13 +1257,16 @@ async def _cmd_logs(client: Any, args: argparse.Namespace) -> int:
 
     handle, target = split_log_target(args.handle, args.target)
     role, _, k = target.partition("/")
-    if k and not k.isdigit():
-        raise CliError(f"bad replica {k!r} in {target!r}: expected ROLE/K with K a number")
+    ks = k.split(",")
+    if k and not all(x.isdigit() for x in ks):
+        raise CliError(
+            f"bad replica {k!r} in {target!r}: expected ROLE/K, K a number or several (0,2)"
+        )
     logs = _print_logs(
         client,
         handle,
         role,
-        int(k) if k else None,
+        None if not k else int(k) if len(ks) == 1 else [int(x) for x in ks],
         follow=args.follow,
         regex=args.regex,
         since=_when(args.since),
@@ -1299,7 +1302,7 @@ async def _print_logs(
     client: Any,
     handle: str,
     role: str,
-    replica: int | None,
+    replica: int | list[int] | None,
     *,
     follow: bool,
     out: Any = None,
@@ -1333,7 +1336,11 @@ async def _print_logs(
             if not decided:
                 desc = await client.describe(handle)
                 roles = [r for r in desc.app.roles if not role or r.name == role]
-                if replica is None and sum(r.num_replicas for r in roles) > 1:
+                if replica is None:
+                    several = sum(r.num_replicas for r in roles) > 1
+                else:
+                    several = not isinstance(replica, int) and len(replica) * len(roles) > 1
+                if several:
                     lines = ReplicaLines()
                 decided = True
             write(

@@ -128,15 +128,21 @@ def _targets(handle: str, app: AppDef, req: LogsRequest) -> list[tuple[str, int]
     if not roles:
         names = ", ".join(r.name for r in app.roles)
         raise NotFound(f"{handle} has no role {req.role!r} (roles: {names})")
-    targets = []
+    if req.HasField("replica") and req.replicas:
+        raise InvalidArgument("replicas", "give replica or replicas, not both")
+    wanted = [req.replica] if req.HasField("replica") else list(req.replicas)
+    seen: set[int] = set()
+    for k in wanted:
+        if k in seen:
+            raise InvalidArgument("replicas", f"replica {k} is listed twice")
+        seen.add(k)
+    targets: list[tuple[str, int]] = []
     for role in roles:
         n = num_replicas(role)
-        if req.HasField("replica"):
-            if not 0 <= req.replica < n:
-                raise NotFound(f"role {role.name!r} has replicas 0..{n - 1}, not {req.replica}")
-            targets.append((role.name, req.replica))
-        else:
-            targets.extend((role.name, k) for k in range(n))
+        for k in wanted:
+            if not 0 <= k < n:
+                raise NotFound(f"role {role.name!r} has replicas 0..{n - 1}, not {k}")
+        targets.extend((role.name, k) for k in wanted or range(n))
     return targets
 
 

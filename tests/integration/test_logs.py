@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from txd.client import InvalidArgumentError, NotFoundError
 from txd.v1 import AppDef, AppState, Role
+from txd.v1 import runner_pb2 as pb
+from txd.v1.runner_pb2_grpc import RunnerStub
 from txd_testing import Gate, Gates, py_app, read_logs, read_logs_by_replica, sh_app
 
 
@@ -232,12 +235,32 @@ async def test_role_and_replica_selection(client: Any) -> None:
     assert await read_logs_by_replica(client, handle, role="b", streams="stderr") == {
         "b/0": b"b-err\n"
     }
+    # Several replicas (LogsRequest.replicas, torchx log's ROLE/0,2), of each role read.
+    assert await read_logs_by_replica(client, handle, role="a", replica=[1, 0]) == {
+        "a/0": b"a-0\n",
+        "a/1": b"a-1\n",
+    }
+    assert await read_logs_by_replica(client, handle, replica=[0]) == {
+        "a/0": b"a-0\n",
+        "b/0": b"b-0\nb-err\n",
+    }
     with pytest.raises(NotFoundError, match="nosuch"):
         await read_logs(client, handle, role="nosuch")
     with pytest.raises(NotFoundError):
         await read_logs(client, handle, role="a", replica=2)
     with pytest.raises(NotFoundError):
         await read_logs(client, handle, role="b", replica=-1)
+    with pytest.raises(NotFoundError, match=r"has replicas 0\.\.1, not 2"):
+        await read_logs(client, handle, role="a", replica=[0, 2])
+    with pytest.raises(InvalidArgumentError, match="replicas: replica 1 is listed twice"):
+        await read_logs(client, handle, role="a", replica=[1, 0, 1])
+    both = pb.LogsRequest(app_handle=handle, replica=0, replicas=[1])
+    async with grpc.aio.insecure_channel(f"unix:{client.target}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            async for _ in RunnerStub(ch).Logs(both, timeout=30):
+                pass
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details() == "replicas: give replica or replicas, not both"
 
 
 async def test_unknown_handle(client: Any) -> None:

@@ -1,5 +1,6 @@
 """TorchX's CLI spellings that txctl takes, for a user coming from `torchx`: `log` for `logs`,
-`status --roles`, `builtins --print`, `configure`. Through a real daemon and the real txctl."""
+`HANDLE/ROLE/0,2`, `status --roles`, `builtins --print`, `configure`. Through a real daemon and
+the real txctl."""
 
 from __future__ import annotations
 
@@ -38,6 +39,29 @@ async def test_status_roles_shows_only_those_roles(client: Any, txctl: Any) -> N
     proc = txctl("status", handle, "--roles", "a,c", check=2)
     assert proc.stderr == f"txctl: error: {handle} has no role 'c' (its roles: a, b)\n"
     assert proc.stdout == ""
+
+
+async def test_log_takes_several_replicas(client: Any, txctl: Any) -> None:
+    app = AppDef(
+        name="three",
+        roles=[
+            Role(
+                name="r",
+                entrypoint="sh",
+                args=["-c", "echo line-$WHO"],
+                num_replicas=3,
+                env={"WHO": "${replica_id}"},
+            )
+        ],
+    )
+    handle = await client.run(app, "local_cwd")
+    await client.wait(handle)
+    out = txctl("log", f"{handle}/r/2,0", check=0).stdout
+    assert sorted(out.splitlines()) == ["r/0 line-0", "r/2 line-2"]
+    assert txctl("log", f"{handle}/r/1", check=0).stdout == "line-1\n"  # one: raw bytes
+    proc = txctl("log", f"{handle}/r/0,x", check=2)
+    assert "bad replica '0,x'" in proc.stderr
+    assert "is listed twice" in txctl("log", f"{handle}/r/1,1", check=2).stderr
 
 
 def test_log_is_logs(txctl: Any) -> None:

@@ -232,7 +232,7 @@ class PruneResponse(_message.Message):
     def __init__(self, pruned: _Optional[_Iterable[_Union[_app_pb2.AppStatus, _Mapping]]] = ..., failed: _Optional[_Mapping[str, str]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class LogsRequest(_message.Message):
-    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams", "tail", "offsets")
+    __slots__ = ("app_handle", "role", "replica", "regex", "since", "until", "follow", "streams", "tail", "offsets", "replicas")
     class Stream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         COMBINED: _ClassVar[LogsRequest.Stream]
@@ -251,6 +251,7 @@ class LogsRequest(_message.Message):
     STREAMS_FIELD_NUMBER: _ClassVar[int]
     TAIL_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
     app_handle: str
     role: str
     replica: int
@@ -261,7 +262,8 @@ class LogsRequest(_message.Message):
     streams: LogsRequest.Stream
     tail: int
     offsets: _containers.RepeatedCompositeFieldContainer[ReplicaOffset]
-    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[ReplicaOffset, _Mapping]]] = ...) -> None: ...
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, app_handle: _Optional[str] = ..., role: _Optional[str] = ..., replica: _Optional[int] = ..., regex: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., follow: _Optional[bool] = ..., streams: _Optional[_Union[LogsRequest.Stream, str]] = ..., tail: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[ReplicaOffset, _Mapping]]] = ..., replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
     __slots__ = ("data", "role", "replica", "long_line", "unreadable")
