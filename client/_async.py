@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
 from txd.client import _tcp
-from txd.client._errors import TxdError, from_rpc_error
+from txd.client._errors import TxdError, UnavailableError, from_rpc_error
 from txd.client._resume import ResumePolicy, Resumer, say_on_stderr
 from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
@@ -36,6 +36,8 @@ CHANNEL_OPTIONS = [
 DOORS = {"read": defaults.read_door, "watch": defaults.watch_door}  # beside the socket
 EVENTS_ACK_EVERY = 100  # most events taken between acknowledgements
 EVENTS_BATCH = 64  # events per response at most (one write of the daemon's for many changes)
+# How gRPC's client says no server took the connection (its own words, not a daemon's).
+_CONNECT_FAILED = "failed to connect to all addresses"
 _STREAMS = {"combined": Stream.COMBINED, "stdout": Stream.STDOUT, "stderr": Stream.STDERR}
 
 
@@ -257,7 +259,32 @@ class AsyncClient:
                 request, timeout=self.timeout if timeout == -1.0 else timeout
             )
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
+
+    def _error(self, e: grpc.RpcError) -> TxdError:
+        """The call's error; where no daemon took the connection to a local socket, in words
+        that say why and what to do, instead of gRPC's ("failed to connect to all addresses;
+        ... connect failed: ... No such file or directory")."""
+        err = from_rpc_error(e)
+        if not (
+            isinstance(err, UnavailableError)
+            and self._tcp is None
+            and self._ssh is None
+            and err.message.startswith(_CONNECT_FAILED)
+        ):
+            return err
+        from txd.client._daemon import connect_error
+
+        why = connect_error(self.socket_path)
+        if why is None:  # it answers now: gRPC's own words
+            return err
+        if isinstance(why, PermissionError):
+            said = "the socket or its folder is another user's (use your own: TXD_SOCKET)"
+        elif isinstance(why, FileNotFoundError):
+            said = "no socket there; start the daemon with `txd`, or any txctl command does"
+        else:  # refused: a daemon that died left its socket
+            said = f"{why.strerror or why}; start the daemon with `txd`, or any txctl command does"
+        return UnavailableError(f"no txd daemon answers on {self.socket_path}: {said}")
 
     async def _stream(
         self, method: str, request: Any, timeout: float | None = None
@@ -268,7 +295,7 @@ class AsyncClient:
             async for item in call:
                 yield item
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise self._error(e) from None
         finally:
             call.cancel()  # the consumer stopped early: end the stream on the daemon too
 

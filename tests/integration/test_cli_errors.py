@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import subprocess
 import textwrap
 from collections.abc import Iterator
@@ -65,6 +66,26 @@ async def test_the_python_client_tells_backend_trouble_apart(no_lsf_daemon: Any)
     assert err.value.backend == "lsf"
     assert isinstance(err.value, UnavailableError) and err.value.code == "UNAVAILABLE"
     assert "bhosts: command not found" in err.value.message
+
+
+def test_the_python_client_says_no_daemon_answers_and_why() -> None:
+    """Where nothing took the connection to a local socket, the client's UnavailableError
+    says so and what to do, not gRPC's words ("failed to connect to all addresses; ...");
+    a daemon's own UNAVAILABLE (a backend, a shutdown) keeps its words (the test above)."""
+    from txd.client import Client, UnavailableError
+
+    root = short_tmpdir()
+    try:
+        missing, stale = root / "none.sock", root / "stale.sock"
+        with socket.socket(socket.AF_UNIX) as s:  # a socket file nobody listens on
+            s.bind(str(stale))
+        start = "start the daemon with `txd`, or any txctl command does"
+        for path, why in ((missing, "no socket there"), (stale, "Connection refused")):
+            with Client(str(path)) as c, pytest.raises(UnavailableError) as err:
+                c.status("x")
+            assert err.value.message == f"no txd daemon answers on {path}: {why}; {start}"
+    finally:
+        remove_tree(root)
 
 
 def test_lsf_dryrun_needs_no_lsf(no_lsf_daemon: Any) -> None:
