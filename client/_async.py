@@ -76,6 +76,11 @@ class AsyncClient:
     tunnel): they reconnect with backoff for up to `reconnect` seconds (a float or a
     ResumePolicy; default $TXD_RECONNECT_TIMEOUT, else 60; 0: never), saying so on stderr,
     and carry on where they were (txd.client._resume).
+
+    `autostart`: where no daemon answers on the local socket (not through `host` or TCP), start
+    one on it and the state dir ($TXD_STATE_DIR or the default) before the first call, as
+    txctl does, saying so on stderr; TXD_NO_AUTOSTART=1 turns it off. The Runner
+    (txd.client.runner) sets it.
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class AsyncClient:
         ca: str | Path | None = None,
         client_cert: tuple[str | Path, str | Path] | None = None,
         reconnect: ResumePolicy | float | None = None,
+        autostart: bool = False,
     ) -> None:
         if host is None and isinstance(socket, str) and socket.startswith(("ssh://", "tcp://")):
             host, socket = socket, None
@@ -113,6 +119,7 @@ class AsyncClient:
         # The local daemon's socket by default: where none is, another login node's daemon
         # serving the shared state dir is reached over ssh, as txctl does (connect()).
         self._may_route = host is None
+        self._may_start = autostart  # checked once, at the first call
         # True when the daemon runs on another host: run() then sends no cwd or environment
         # of this one (the daemon uses its own).
         self.remote = self._endpoint is not None or self._tcp is not None
@@ -196,6 +203,10 @@ class AsyncClient:
         if self._may_route:
             self._may_route = False
             self._route_to_serving_host()
+        if self._may_start:
+            self._may_start = False
+            if self._endpoint is None and self._tcp is None:
+                await self._start_daemon()
         if self._endpoint is None or self._stub is not None:
             return
         import asyncio
@@ -209,6 +220,24 @@ class AsyncClient:
         except TunnelError as e:
             raise UnavailableError(describe(e, self._endpoint)) from None
         self._endpoint = None
+
+    async def _start_daemon(self) -> None:
+        """A daemon on the local socket, started when none answers (`autostart`)."""
+        import asyncio
+
+        from txd.client._daemon import NoDaemon, autostart_allowed, ensure_local
+
+        try:
+            said = await asyncio.to_thread(
+                ensure_local,
+                self.socket_path,
+                defaults.state_dir(None),
+                autostart=autostart_allowed(),
+            )
+        except NoDaemon as e:
+            raise UnavailableError(str(e)) from None
+        if said:
+            self.resumer.say(said)
 
     def _route_to_serving_host(self) -> None:
         """No daemon's socket here, and a daemon of another host, still beating, serves the
@@ -278,13 +307,16 @@ class AsyncClient:
         why = connect_error(self.socket_path)
         if why is None:  # it answers now: gRPC's own words
             return err
+        path, said = self.socket_path, why.strerror or str(why)
         if isinstance(why, PermissionError):
-            said = "the socket or its folder is another user's (use your own: TXD_SOCKET)"
-        elif isinstance(why, FileNotFoundError):
-            said = "no socket there; start the daemon with `txd`, or any txctl command does"
-        else:  # refused: a daemon that died left its socket
-            said = f"{why.strerror or why}; start the daemon with `txd`, or any txctl command does"
-        return UnavailableError(f"no txd daemon answers on {self.socket_path}: {said}")
+            return UnavailableError(
+                f"cannot connect to txd on {path}: {said} (the socket or its folder is another "
+                "user's; use your own with TXD_SOCKET)"
+            )
+        return UnavailableError(
+            f"no txd daemon answers on {path}: {said}; start the daemon with `txd`, or any txctl "
+            "command does"
+        )
 
     async def _stream(
         self, method: str, request: Any, timeout: float | None = None

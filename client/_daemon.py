@@ -125,6 +125,55 @@ def start_daemon(path: Path, state_dir: Path, *, timeout: float = START_TIMEOUT)
     raise RuntimeError(f"txd {state}; see {log_path}")
 
 
+class NoDaemon(Exception):
+    """No daemon answers on the socket and none could be started: the message says why."""
+
+
+def ensure_local(
+    path: Path, state_dir: Path, *, autostart: bool, timeout: float = START_TIMEOUT
+) -> str | None:
+    """Sees that a daemon answers on `path`, as txctl and the Runner need one: a daemon of
+    `state_dir` that lost its socket file gets time to bind it again; else, when `autostart`,
+    one is started (through the user's systemd unit where `txd unit install` made one for this
+    socket). Returns the line saying what was started, or None. Raises NoDaemon otherwise."""
+    error = connect_error(path)
+    if error is None:
+        return None
+    # A daemon serving the state dir on this very socket, whose socket file was removed,
+    # binds it again within seconds: wait for that rather than start a second one.
+    lost = until_back(path, state_dir)
+    if lost is None:
+        return None
+    if lost:
+        raise NoDaemon(lost)
+    if isinstance(error, PermissionError):  # another user's: never start a daemon over it
+        raise NoDaemon(
+            f"cannot connect to txd on {path}: permission denied (the socket or its folder is "
+            "another user's; use your own with --socket or TXD_SOCKET)"
+        )
+    if not autostart:
+        raise NoDaemon(f"no txd daemon answers on {path} (start one with `txd`)")
+    # Where `txd unit install` put a unit for this socket and systemd's user manager runs,
+    # the daemon is started by it: outside this (SSH) session's scope, so logout spares it.
+    systemctl = unit_systemctl(path, state_dir)
+    try:
+        if systemctl is not None:
+            pid = start_unit(systemctl, path, timeout=timeout)
+        else:
+            pid = start_daemon(path, state_dir, timeout=timeout)
+    except RuntimeError as e:
+        raise NoDaemon(f"cannot start txd: {e}") from None
+    if pid is None:  # another client's start won the race
+        return None
+    how = " with systemctl --user start txd" if systemctl is not None else ""
+    return f"started txd (pid {pid}) on {path}{how}"
+
+
+def autostart_allowed() -> bool:
+    """TXD_NO_AUTOSTART=1 (txctl's --no-autostart) turns every client's autostart off."""
+    return os.environ.get("TXD_NO_AUTOSTART") != "1"
+
+
 def unit_systemctl(path: Path, state_dir: Path) -> str | None:
     """systemctl, when txctl should start the daemon through the user unit: `txd unit install`
     wrote it for this very socket and state dir, and the user's systemd manager answers. None

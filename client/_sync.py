@@ -73,6 +73,7 @@ class Client:
         ca: str | Path | None = None,
         client_cert: tuple[str | Path, str | Path] | None = None,
         reconnect: ResumePolicy | float | None = None,
+        autostart: bool = False,
     ) -> None:
         self._async = AsyncClient(
             socket,
@@ -82,6 +83,7 @@ class Client:
             ca=ca,
             client_cert=client_cert,
             reconnect=reconnect,
+            autostart=autostart,
         )
         self._runner = asyncio.Runner()
 

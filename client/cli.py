@@ -693,9 +693,10 @@ def _reconnect_policy(args: argparse.Namespace, client: Any) -> None:
 async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:
     """The local socket of the endpoint's ssh tunnel (started when none runs), and how to
     name it in errors."""
+    from txd.client._daemon import autostart_allowed
     from txd.client._tunnel import TunnelError, describe, ensure
 
-    autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
+    autostart = not args.no_autostart and autostart_allowed()
     try:
         # Blocking, as a local daemon's start is: a Ctrl-C ends it at once.
         notes: list[str] = []
@@ -709,51 +710,22 @@ async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, 
 
 async def _ensure_daemon(args: argparse.Namespace) -> str:
     from txd import defaults
-    from txd.client._daemon import (
-        connect_error,
-        start_daemon,
-        start_unit,
-        unit_systemctl,
-        until_back,
-    )
+    from txd.client._daemon import NoDaemon, autostart_allowed, connect_error, ensure_local
 
     path = defaults.socket_path(args.socket)
-    error = connect_error(path)
-    if error is None:
+    if connect_error(path) is None:
         return str(path)
     state_dir = defaults.state_dir(args.state_dir)
-    autostart = not (args.no_autostart or os.environ.get("TXD_NO_AUTOSTART") == "1")
+    autostart = not args.no_autostart and autostart_allowed()
     # Another host's daemon serving the shared state dir is reached there (_ServedElsewhere);
     # its lock file names a pid and socket of that host, not of this one.
     timeout = _elsewhere(state_dir, autostart)
-    # A daemon serving the state dir on this very socket, whose socket file was removed,
-    # binds it again within seconds: wait for that rather than start a second one.
-    lost = until_back(path, state_dir)
-    if lost is None:
-        return str(path)
-    if lost:
-        raise CliError(lost, exits.NO_DAEMON)
-    if isinstance(error, PermissionError):  # another user's: never start a daemon over it
-        raise CliError(
-            f"cannot connect to txd on {path}: permission denied (the socket or its folder is "
-            "another user's; use your own with --socket or TXD_SOCKET)",
-            exits.NO_DAEMON,
-        )
-    if not autostart:
-        raise CliError(f"no txd daemon answers on {path} (start one with `txd`)", exits.NO_DAEMON)
-    # Where `txd unit install` put a unit for this socket and systemd's user manager runs,
-    # the daemon is started by it: outside this (SSH) session's scope, so logout spares it.
-    systemctl = unit_systemctl(path, state_dir)
     try:
-        if systemctl is not None:
-            pid = start_unit(systemctl, path, timeout=timeout)
-        else:
-            pid = start_daemon(path, state_dir, timeout=timeout)
-    except RuntimeError as e:
-        raise CliError(f"cannot start txd: {e}", exits.NO_DAEMON) from None
-    if pid is not None:
-        how = " with systemctl --user start txd" if systemctl is not None else ""
-        print(f"txctl: started txd (pid {pid}) on {path}{how}", file=sys.stderr)
+        said = ensure_local(path, state_dir, autostart=autostart, timeout=timeout)
+    except NoDaemon as e:
+        raise CliError(str(e), exits.NO_DAEMON) from None
+    if said:
+        print(f"txctl: {said}", file=sys.stderr)
     return str(path)
 
 

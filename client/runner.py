@@ -15,10 +15,10 @@ object (txd.client.torchx_requests), scheduler_run_opts() a `torchx.specs.runopt
 (txd.client.torchx_compat.torchx_errors). So it needs torchx installed (code written for TorchX
 has it; `pip install 'txd[torchx]'`), and `run` takes a torchx or a txd AppDef.
 
-Unlike TorchX, jobs live in the txd daemon (which must be running, e.g. started by
-`txctl`), so another process or a later session can status/wait/log them; wait() is pushed by
-the daemon, not polled. Built on the blocking txd.client.Client: not for use inside a running
-event loop (use AsyncClient there).
+Unlike TorchX, jobs live in the txd daemon (started, as txctl starts it, where none answers on
+the socket; TXD_NO_AUTOSTART=1 turns that off), so another process or a later session can
+status/wait/log them; wait() is pushed by the daemon, not polled. Built on the blocking
+txd.client.Client: not for use inside a running event loop (use AsyncClient there).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class Runner:
         torchx_specs()  # fail now, with how to install it, rather than at the first status
         self._name = name
         self._component_defaults = {k: dict(v) for k, v in (component_defaults or {}).items()}
-        self._client = Client(socket, timeout=timeout)
+        # As torchx's Runner just runs: a daemon is started where none answers (as txctl).
+        self._client = Client(socket, timeout=timeout, autostart=True)
         self._closed = False
 
     def __enter__(self) -> Runner:

@@ -80,7 +80,7 @@ def test_the_python_client_says_no_daemon_answers_and_why() -> None:
         with socket.socket(socket.AF_UNIX) as s:  # a socket file nobody listens on
             s.bind(str(stale))
         start = "start the daemon with `txd`, or any txctl command does"
-        for path, why in ((missing, "no socket there"), (stale, "Connection refused")):
+        for path, why in ((missing, "No such file or directory"), (stale, "Connection refused")):
             with Client(str(path)) as c, pytest.raises(UnavailableError) as err:
                 c.status("x")
             assert err.value.message == f"no txd daemon answers on {path}: {why}; {start}"

@@ -3,7 +3,10 @@ changed import, and gets TorchX's own objects back. Against a real daemon."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -11,7 +14,7 @@ from typing import Any
 
 import pytest
 from txd.client import InvalidArgumentError
-from txd_testing import run_python, unique
+from txd_testing import clean_env, remove_tree, run_python, short_tmpdir, unique, wait_ended
 
 specs = pytest.importorskip("torchx.specs")
 
@@ -512,3 +515,44 @@ def test_quiet_through_the_python_client_warns_where_torchx_has_it(
         assert "quiet" not in resp.request
         with pytest.raises(InvalidArgumentError, match=r"cfg\.quiet: unknown option"):
             c.dryrun(app, "local_cwd", {"quiet": True})
+
+
+AUTOSTART_PROGRAM = textwrap.dedent("""
+    from txd.client.runner import get_runner
+
+    with get_runner() as runner:
+        app_handle = runner.run_component("utils.echo", ["--msg", "started"], "local_cwd")
+        print(runner.wait(app_handle).state, "".join(runner.log_lines(app_handle, "echo")))
+""")
+
+
+def test_the_runner_starts_a_daemon_where_none_answers(workdir: Path) -> None:
+    """As torchx's get_runner() just runs, txd's starts the daemon (as txctl does) when none
+    answers on the socket; TXD_NO_AUTOSTART=1 says none answers instead."""
+    root = short_tmpdir("txdt-runner-")
+    socket = root / "txd.sock"
+    env = clean_env(TXD_SOCKET=str(socket), TXD_STATE_DIR=str(root / "state"))
+    try:
+        refused = run_python(AUTOSTART_PROGRAM, env={**env, "TXD_NO_AUTOSTART": "1"}, cwd=workdir)
+        assert refused.returncode == 1
+        assert f"no txd daemon answers on {socket} (start one with `txd`)" in refused.stderr
+        assert not socket.exists()
+        proc = run_python(AUTOSTART_PROGRAM, env=env, cwd=workdir)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "SUCCEEDED started\n\n"
+        said = re.fullmatch(rf"txd\.client: started txd \(pid (\d+)\) on {socket}\n", proc.stderr)
+        assert said, proc.stderr
+        again = run_python(AUTOSTART_PROGRAM, env=env, cwd=workdir)  # the same daemon answers
+        assert (again.returncode, again.stdout, again.stderr) == (0, "SUCCEEDED started\n\n", "")
+        assert _serving(socket) == [int(said[1])]
+    finally:
+        for pid in _serving(socket):  # however the test ended: the daemon it started
+            os.kill(pid, signal.SIGTERM)
+            wait_ended(pid, 30)
+        remove_tree(root)
+
+
+def _serving(socket: Path) -> list[int]:
+    """The pids of the daemons started on `socket` (their command line names it)."""
+    found = subprocess.run(["pgrep", "-f", f"txd.daemon --socket {socket} "], capture_output=True)
+    return [int(pid) for pid in found.stdout.split()]
