@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from txd.v1 import AppDef, AppState, Role
-from txd_testing import first_line
+from txd_testing import first_line, sh_app
 
 
 def two_roles() -> AppDef:
@@ -42,18 +42,7 @@ async def test_status_roles_shows_only_those_roles(client: Any, txctl: Any) -> N
 
 
 async def test_log_takes_several_replicas(client: Any, txctl: Any) -> None:
-    app = AppDef(
-        name="three",
-        roles=[
-            Role(
-                name="r",
-                entrypoint="sh",
-                args=["-c", "echo line-$WHO"],
-                num_replicas=3,
-                env={"WHO": "${replica_id}"},
-            )
-        ],
-    )
+    app = sh_app("echo line-$WHO", name="three", role="r", replicas=3, env={"WHO": "${replica_id}"})
     handle = await client.run(app, "local_cwd")
     await client.wait(handle)
     out = txctl("log", f"{handle}/r/2,0", check=0).stdout
