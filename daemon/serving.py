@@ -298,6 +298,10 @@ def acquire(
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _locked(fd, state_dir, socket_path, host) from None
+        # Named at once: a daemon started at the same moment reads this to tell a start on its
+        # own socket (use it) from another socket's (an error), and must not find it empty.
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
         previous = read_record(state_dir)
         if previous is not None and previous.host != host and previous.state == "serving":
             if previous.fresh():
@@ -305,8 +309,6 @@ def acquire(
             claim = _take_over(state_dir, previous, host)
         else:
             claim = _claim_start(state_dir, previous, host)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
         now = time.time()
         record = Record(
             host=host,
@@ -348,7 +350,7 @@ def acquire(
 
 def _locked(fd: int, state_dir: Path, socket_path: Path, host: str) -> Busy:
     """Why the flock is held: another host's daemon (a global lock, as on NFS) or one here."""
-    pid, _, sock = os.read(fd, 4096).decode(errors="replace").partition("\n")
+    pid, _, sock = _holder(fd).partition("\n")
     pid, sock = pid.strip() or "?", sock.strip()
     rec = read_record(state_dir)
     if rec is not None and rec.host != host and rec.state == "serving":
@@ -373,6 +375,18 @@ def _locked(fd: int, state_dir: Path, socket_path: Path, host: str) -> Busy:
         "or TXD_STATE_DIR",
         socket_path=sock,
     )
+
+
+def _holder(fd: int) -> str:
+    """The lock file's "pid\\nsocket\\n", which its holder writes just after taking the flock:
+    a holder caught between the two gets START_WAIT seconds to write it (a start race only, so
+    a short poll is fine). What is there after that, however little."""
+    deadline = time.monotonic() + START_WAIT
+    while True:
+        text = os.pread(fd, 4096, 0).decode(errors="replace")
+        if text.count("\n") >= 2 or time.monotonic() > deadline:
+            return text
+        time.sleep(0.01)
 
 
 def _elsewhere(rec: Record, state_dir: Path) -> Busy:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from txd.daemon import serving
 from txd_testing import (
     TXCTL,
     PidWatch,
@@ -132,6 +137,55 @@ def test_concurrent_autostarts_leave_one_daemon(auto: AutostartEnv, workdir: Pat
     )
     proc = auto.txctl("--no-autostart", "list", cwd=workdir)
     assert proc.returncode == 0
+
+
+def test_a_daemon_that_finds_the_state_dir_locked_but_unnamed_waits_for_the_name(
+    tmp_path: Path,
+) -> None:
+    """The start race behind concurrent autostarts: the winner holds the flock of a new lock
+    file but has not written its pid and socket yet. The loser must wait for them and say the
+    daemon is already starting on its socket (busy: use it), not "in use by another txd
+    (pid ?)" (an error, which made one of three concurrent txctl exit 3)."""
+    state, sock = tmp_path / "state", tmp_path / "txd.sock"
+    state.mkdir()
+    lock = state / serving.LOCK
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused: list[BaseException] = []
+
+        def loser() -> None:
+            try:
+                serving.acquire(state, sock).close()
+            except BaseException as e:
+                refused.append(e)
+
+        thread = threading.Thread(target=loser)
+        thread.start()
+        # Name the holder only once the loser opened the lock file (a second descriptor on it).
+        deadline = time.monotonic() + 10
+        while _open_count(lock) < 2 and thread.is_alive():
+            assert time.monotonic() < deadline, "the loser never opened the lock file"
+            time.sleep(0.001)
+        os.write(fd, f"{os.getpid()}\n{sock}\n".encode())
+        thread.join(30)
+    finally:
+        os.close(fd)
+    assert [type(e) for e in refused] == [serving.Busy], refused
+    assert str(refused[0]) == (
+        f"txd is already running (pid {os.getpid()}) on {sock} with the state dir {state}"
+    )
+    assert refused[0].socket_path == str(sock)
+
+
+def _open_count(path: Path) -> int:
+    """How many of this process's descriptors are open on `path`."""
+    fds = Path("/proc/self/fd")
+    count = 0
+    for link in fds.iterdir():
+        with contextlib.suppress(OSError):
+            count += os.readlink(link) == str(path)
+    return count
 
 
 def test_private_daemons_each_with_a_state_dir(auto: AutostartEnv, workdir: Path) -> None:
