@@ -87,6 +87,12 @@ def _row_format(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "  ".join(f"{{:<{w}}}" for w in widths)
 
 
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Rows under their headers, in columns as wide as they need."""
+    fmt = _row_format(headers, rows)
+    return "\n".join(fmt.format(*row).rstrip() for row in [headers, *rows])
+
+
 _LIST_HEADERS = ("HANDLE", "NAME", "STATE", "CREATED")
 STALE_MARK = " (stale)"
 STALE_NOTE = "(stale): the backend has not confirmed this state lately; `txctl status` says why"

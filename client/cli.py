@@ -151,6 +151,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--request-id", default="", help="idempotency key: never run twice")
     run.add_argument(
+        "--parent_run_id",
+        "--parent-run-id",
+        dest="parent_run_id",
+        metavar="ID",
+        help="the experiment run this job belongs to, for TorchX's trackers in the job (its "
+        "roles get TORCHX_PARENT_RUN_ID; env TORCHX_PARENT_RUN_ID wins)",
+    )
+    run.add_argument(
         "--workspace",
         metavar="DIR",
         help="code the job runs, built into its image or copied to its job directory (default: "
@@ -353,6 +361,22 @@ def _parser() -> argparse.ArgumentParser:
     host_sub.add_parser("list", help="list the saved endpoints (* marks the current)").add_argument(
         "--json", action="store_true", help="print JSON"
     )
+    tracker = cmd(
+        "tracker",
+        "what TorchX's experiment trackers recorded of the jobs (needs torchx; as torchx tracker)",
+        json=False,
+    )
+    tracker_sub = tracker.add_subparsers(dest="tracker_command", metavar="ACTION", required=True)
+    listing = tracker_sub.add_parser("list", help="list jobs, a job's metadata or its artifacts")
+    listed = listing.add_subparsers(dest="tracker_list", metavar="WHAT", required=True)
+    jobs = listed.add_parser("jobs", help="the runs the tracker knows")
+    jobs.add_argument("--parent-run-id", "--parent_run_id", dest="parent_run_id", metavar="ID")
+    listed.add_parser("metadata", help="a run's metadata").add_argument("run_id", metavar="RUN_ID")
+    artifacts = listed.add_parser("artifacts", help="a run's artifacts")
+    artifacts.add_argument("--artifact", metavar="NAME", help="only the artifact of this name")
+    artifacts.add_argument("run_id", metavar="RUN_ID")
+    for sp in (jobs, listed.choices["metadata"], artifacts):
+        sp.add_argument("--json", action="store_true", help="print JSON")
     # Run over ssh by a laptop's tunnel; not listed in --help.
     for hidden in ("remote-socket", "dial-stdio"):
         sub.add_parser(hidden).set_defaults(subparser=None, json=False)
@@ -500,6 +524,10 @@ async def _dispatch(args: argparse.Namespace) -> int:
         from txd.client._hosts import host_command
 
         return host_command(args, _out)
+    if args.command == "tracker":
+        from txd.client._tracker_cmd import tracker_command
+
+        return tracker_command(args, _out)
     if args.command == "builtins":
         from txd.client import components
 
@@ -829,6 +857,9 @@ def _submission(args: argparse.Namespace) -> tuple[Any, str, dict[str, Any]] | N
         return None
     except components.ComponentError as e:
         raise CliError(str(e)) from e  # the cause: TXD_DEBUG=1 prints its traceback
+    from txd.client._tracking import tracking_env, with_env
+
+    app = with_env(app, tracking_env(args.parent_run_id, config))
     cli_cfg = parse_cfg(args.cfg)
     args.cfg_sources = {
         **config.scheduler_cfg_sources(scheduler),

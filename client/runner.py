@@ -109,9 +109,11 @@ class Runner:
         parent_run_id: str | None = None,
     ) -> AppHandle:
         """Submits `app` (a torchx.specs.AppDef or a txd.v1.AppDef); returns its handle.
-        `parent_run_id` is accepted and unused (txd has no experiment trackers). `workspace`
-        (a directory) is what the job runs, where the scheduler supports workspaces."""
+        `parent_run_id` and the trackers configured reach the job's torchx.tracker as
+        TorchX's Runner hands them over (txd.client._tracking). `workspace` (a directory) is
+        what the job runs, where the scheduler supports workspaces."""
         with _as_torchx(scheduler_call=True):
+            app = _tracked(app, parent_run_id)
             return self._client.run(app, scheduler, cfg, workspace=_workspace(workspace))
 
     def run_component(
@@ -125,7 +127,8 @@ class Runner:
     ) -> AppHandle:
         """Runs a component (a builtin such as `dist.ddp`, or `path/file.py:function`, which
         may be a TorchX component) with its command-line arguments."""
-        return self.run(self._component(component, component_args), scheduler, cfg, workspace)
+        app = self._component(component, component_args)
+        return self.run(app, scheduler, cfg, workspace, parent_run_id)
 
     def dryrun(
         self,
@@ -141,6 +144,7 @@ class Runner:
         txd would send. schedule() submits it."""
         given = dict(cfg or {})
         with _as_torchx(scheduler_call=True):
+            app = _tracked(app, parent_run_id)
             resp = self._client.dryrun(app, scheduler, given, workspace=_workspace(workspace))
         sent, _ = drop_torchx_only(resp.scheduler, given)  # warned about by the dry run
         info = torchx_specs().AppDryRunInfo(
@@ -150,9 +154,7 @@ class Runner:
         info._app = to_torchx_appdef(resp.app)
         info._scheduler = resp.scheduler
         info._cfg = self._resolved(resp.scheduler, given)
-        info._txd = _DryRun(
-            _txd_app(app), resp.scheduler, sent, workspace, copy.deepcopy(info.request)
-        )
+        info._txd = _DryRun(app, resp.scheduler, sent, workspace, copy.deepcopy(info.request))
         return info
 
     def schedule(self, dryrun_info: Any) -> AppHandle:
@@ -195,7 +197,8 @@ class Runner:
         workspace: str | None = None,
         parent_run_id: str | None = None,
     ) -> Any:
-        return self.dryrun(self._component(component, component_args), scheduler, cfg, workspace)
+        app = self._component(component, component_args)
+        return self.dryrun(app, scheduler, cfg, workspace, parent_run_id)
 
     def _component(self, component: str, component_args: builtins.list[str]) -> AppDef:
         from txd.client.components import ComponentError, ComponentNotFound, resolve
@@ -346,6 +349,19 @@ class _DryRun:
 
 def _txd_app(app: Any) -> AppDef:
     return from_torchx(app) if is_torchx(app) else app
+
+
+def _tracked(app: Any, parent_run_id: str | None) -> AppDef:
+    """The txd AppDef of `app` with the trackers' variables in every role (as TorchX's
+    Runner sets them); a config file that cannot be read is a ValueError naming it."""
+    from txd.client._tracking import tracking_env, with_env
+    from txd.client.config import ConfigError, load_config
+
+    try:
+        config = load_config()
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return with_env(_txd_app(app), tracking_env(parent_run_id, config))
 
 
 def _request(resp: Any, cfg: Mapping[str, CfgVal]) -> Any:

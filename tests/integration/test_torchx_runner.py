@@ -212,6 +212,34 @@ def test_runner_components(runner: Any, workdir: Path) -> None:
         runner.run_component("utils.echo", [], "local_cwd", workspace=str(workdir / "nope"))
 
 
+def test_runner_hands_the_parent_run_and_trackers_to_the_job(
+    runner: Any, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As TorchX's Runner: parent_run_id and the configured trackers reach every role's
+    environment (TORCHX_PARENT_RUN_ID in the caller's environment wins)."""
+    for name in [k for k in os.environ if k.startswith("TORCHX_")]:
+        monkeypatch.delenv(name)
+    (workdir / ".txdconfig").write_text(
+        "[torchx:tracker]\nmine =\n\n[tracker:mine]\nconfig = m.cfg\n"
+    )
+    said = "echo $TORCHX_PARENT_RUN_ID $TORCHX_TRACKERS $TORCHX_TRACKER_MINE_CONFIG"
+    role = specs.Role(name="r", image="/tmp", entrypoint="sh", args=["-c", said])
+    app = specs.AppDef(name=unique("pr"), roles=[role])
+    handle = runner.run(app, "local_cwd", parent_run_id="exp-3")
+    assert runner.wait(handle).state == specs.AppState.SUCCEEDED
+    assert list(runner.log_lines(handle, "r")) == ["exp-3 mine m.cfg\n"]
+    assert "TORCHX_PARENT_RUN_ID" not in role.env  # the caller's AppDef is left as it was
+
+    info = runner.dryrun_component("utils.echo", [], "local_cwd", parent_run_id="exp-4")
+    assert info._app.roles[0].env["TORCHX_PARENT_RUN_ID"] == "exp-4"
+    scheduled = runner.schedule(info)
+    assert runner.describe(scheduled).roles[0].env["TORCHX_PARENT_RUN_ID"] == "exp-4"
+
+    monkeypatch.setenv("TORCHX_PARENT_RUN_ID", "from-env")
+    info = runner.dryrun(app, "local_cwd", parent_run_id="exp-5")
+    assert info._app.roles[0].env["TORCHX_PARENT_RUN_ID"] == "from-env"
+
+
 def test_runner_component_defaults(shared_daemon: Any, workdir: Path) -> None:
     from txd.client.runner import Runner
 
