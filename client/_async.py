@@ -78,9 +78,9 @@ class AsyncClient:
     and carry on where they were (txd.client._resume).
 
     `autostart`: where no daemon answers on the local socket (not through `host` or TCP), start
-    one on it and the state dir ($TXD_STATE_DIR or the default) before the first call, as
-    txctl does, saying so on stderr; TXD_NO_AUTOSTART=1 turns it off. The Runner
-    (txd.client.runner) sets it.
+    one on it and the state dir ($TXD_STATE_DIR or the default) before the first call and
+    before each reconnect, as txctl does, saying so on stderr; TXD_NO_AUTOSTART=1 turns it
+    off. The Runner (txd.client.runner) sets it.
     """
 
     def __init__(
@@ -140,6 +140,8 @@ class AsyncClient:
             say_on_stderr("txd.client"),
             rejoin=self._rejoin_tunnel if self._ssh is not None else None,
         )
+        if autostart and not self.remote:  # a daemon that died meanwhile is started again
+            self.resumer.rejoin = self._start_daemon
 
     async def _rejoin_tunnel(self) -> None:
         """Before a reconnect: the ssh tunnel again, started anew when it is gone."""
@@ -222,7 +224,8 @@ class AsyncClient:
         self._endpoint = None
 
     async def _start_daemon(self) -> None:
-        """A daemon on the local socket, started when none answers (`autostart`)."""
+        """A daemon on the local socket, started when none answers (`autostart`): before
+        the first call, and before each reconnect, as txctl's are."""
         import asyncio
 
         from txd.client._daemon import NoDaemon, autostart_allowed, ensure_local

@@ -580,6 +580,52 @@ def test_the_runner_starts_a_daemon_where_none_answers(workdir: Path) -> None:
         remove_tree(root)
 
 
+RESTART_PROGRAM = textwrap.dedent("""
+    from txd.client.runner import get_runner
+
+    with get_runner() as runner:
+        app_handle = runner.run_component("utils.sh", ["sleep", "600"], "local_cwd")
+        print("waiting", flush=True)
+        print(runner.wait(app_handle).state, flush=True)
+""")
+
+
+def test_the_runner_starts_the_daemon_again_when_it_dies_during_a_wait(workdir: Path) -> None:
+    """As txctl's reconnects do: the daemon killed under a wait is started again, its crash
+    recovery ends the orphaned replica, and the wait returns that end."""
+    root = short_tmpdir("txdt-runner-")
+    socket = root / "txd.sock"
+    env = clean_env(TXD_SOCKET=str(socket), TXD_STATE_DIR=str(root / "state"))
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", RESTART_PROGRAM],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=workdir,
+        )
+        assert proc.stderr is not None and proc.stdout is not None
+        first = re.fullmatch(
+            r"txd\.client: started txd \(pid (\d+)\) on .*\n", proc.stderr.readline()
+        )
+        assert first, "the Runner started no daemon"
+        assert proc.stdout.readline() == "waiting\n"
+        os.kill(int(first[1]), signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert out == "CANCELLED\n"
+        again = re.search(r"txd\.client: started txd \(pid (\d+)\) on ", err)
+        assert again and int(again[1]) != int(first[1]), err
+        assert err.rstrip().endswith("goes on"), err
+        assert _serving(socket) == [int(again[1])]
+    finally:
+        for pid in _serving(socket):
+            os.kill(pid, signal.SIGTERM)
+            wait_ended(pid, 30)
+        remove_tree(root)
+
+
 def _serving(socket: Path) -> list[int]:
     """The pids of the daemons started on `socket` (their command line names it)."""
     found = subprocess.run(["pgrep", "-f", f"txd.daemon --socket {socket} "], capture_output=True)
