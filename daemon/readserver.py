@@ -39,6 +39,8 @@ STATUS = "/txd.v1.Runner/Status"  # the one method served here
 OPTIONS = [
     ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
     ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
+    # Small requests: no BDP pings to grow windows they never fill (txd.client's DOOR_OPTIONS).
+    ("grpc.http2.bdp_probe", 0),
 ]
 PR_SET_PDEATHSIG = 1
 TALLY_EVERY = 0.25  # s: how often the calls answered are told to the daemon
