@@ -71,14 +71,14 @@ def _list(tracker: Any, args: argparse.Namespace, out: Callable[[Any, bool], Non
         ids = list(tracker.run_ids(parent_run_id=args.parent_run_id))
         out({"jobs": ids} if args.json else table(["JOB ID"], [[i] for i in ids]), args.json)
     elif what == "metadata":
-        data = dict(tracker.metadata(args.run_id))
-        rows = [[str(k), str(v)] for k, v in data.items()]
+        data = _plain(dict(tracker.metadata(args.run_id)))
+        rows = [[k, v if isinstance(v, str) else json.dumps(v)] for k, v in data.items()]
         out({"metadata": data} if args.json else table(["ID", "VALUE"], rows), args.json)
     else:
         found = list(tracker.artifacts(args.run_id).values())
         if args.artifact:
             found = [a for a in found if a.name == args.artifact]
-        listed = [{"name": a.name, "path": a.path, "metadata": a.metadata} for a in found]
+        listed = [{"name": a.name, "path": a.path, "metadata": _plain(a.metadata)} for a in found]
         rows = [[a["name"], a["path"], _shown(a["metadata"])] for a in listed]
         text = table(["ARTIFACT", "PATH", "METADATA"], rows)
         out({"artifacts": listed} if args.json else text, args.json)
@@ -87,3 +87,8 @@ def _list(tracker: Any, args: argparse.Namespace, out: Callable[[Any, bool], Non
 
 def _shown(metadata: Any) -> str:
     return "" if metadata is None else json.dumps(metadata)
+
+
+def _plain(value: Any) -> Any:
+    """`value` as JSON holds it (a tracker may return any object: its str() then)."""
+    return json.loads(json.dumps(value, default=str))
