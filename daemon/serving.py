@@ -298,15 +298,20 @@ def acquire(
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise _locked(fd, state_dir, socket_path, host) from None
-        # Named at once: a daemon started at the same moment reads this to tell a start on its
-        # own socket (use it) from another socket's (an error), and must not find it empty.
+        previous = read_record(state_dir)
+        other = (
+            previous if previous and previous.host != host and previous.state == "serving" else None
+        )
+        if other is not None and other.fresh():
+            # Where locks are node-local, that host's daemon holds this file too: its name stays.
+            raise _elsewhere(other, state_dir)
+        # Named before the claims, which may wait: a daemon started here at the same moment
+        # reads this to tell a start on its own socket (use it) from another socket's (an
+        # error), and waits for it while the file is empty (_holder).
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n{socket_path}\n".encode())
-        previous = read_record(state_dir)
-        if previous is not None and previous.host != host and previous.state == "serving":
-            if previous.fresh():
-                raise _elsewhere(previous, state_dir)
-            claim = _take_over(state_dir, previous, host)
+        if other is not None:
+            claim = _take_over(state_dir, other, host)
         else:
             claim = _claim_start(state_dir, previous, host)
         now = time.time()

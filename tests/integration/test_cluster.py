@@ -82,12 +82,15 @@ def test_a_fresh_record_of_another_host_means_busy_whatever_the_lock(
     """Lustre's localflock: the other host's lock is invisible here; its heartbeat is not."""
     state, _, login2 = cluster
     _fake_record(state, "login9", time.time())
+    held = "4242\n/run/user/1000/txd/txd.sock\n"  # what login9's daemon wrote in its lock file
+    (state / serving.LOCK).write_text(held)
     with pytest.raises(RuntimeError) as refused:
         login2.daemon.start()
     text = str(refused.value)
     assert "on another host (host login9 (ssh login9.example)" in text, text
     assert "txctl --host ssh://login9.example" in text, text
     assert record(state)["host"] == "login9"  # untouched
+    assert (state / serving.LOCK).read_text() == held  # untouched too
     assert not (state / jobstore.FILE_NAME).exists()  # the job store never opened
     # txctl on that host goes there by ssh instead of starting a second daemon (an ssh that
     # records its arguments and fails here; tests/remote has real ones).
