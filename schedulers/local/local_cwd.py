@@ -171,11 +171,11 @@ class _App:
 
     def output_lost(self) -> None:
         """A replica's log began to lose bytes (a full disk): its status now says so."""
-        self.sched.changed(self.req.app_id, self.status())
+        self.sched.changed(self.req.app_id)
 
     def replica_exited(self) -> None:
         self.maybe_finish()
-        self.sched.changed(self.req.app_id, self.status())
+        self.sched.changed(self.req.app_id)
 
     def maybe_finish(self) -> None:
         """Starts the finisher once every replica was started and has exited (a replica may
@@ -297,7 +297,8 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         self.log_base = Path(state_dir) / "logs"
         self._apps: dict[str, _App] = {}  # live: processes this daemon supervises
         self._recent: OrderedDict[str, AppStatus] = OrderedDict()  # see RECENT_FINISHED
-        self._subscribers: set[asyncio.Queue[Change]] = set()
+        # Each subscriber's news: an app id, with the final status of an app that ended.
+        self._subscribers: set[asyncio.Queue[tuple[str, AppStatus | None]]] = set()
         self._spawner = Spawner(self._exited)
         self._by_pid: dict[int, _Replica] = {}  # started, exit not yet reported
         self._early_exits: dict[int, int | None] = {}  # reported before _start recorded the pid
@@ -410,9 +411,18 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
 
     # -- observation ------------------------------------------------------------------------
 
-    def changed(self, app_id: str, status: AppStatus) -> None:
+    def changed(self, app_id: str, final: AppStatus | None = None) -> None:
+        """Tells each subscriber that the app changed. A live app's status is read as the
+        subscriber takes the news (changes()), not now: one read now and taken after the
+        daemon described the app would be older than what it was told (RUNNING, then the
+        PENDING of a replica that exited while it was being started)."""
         for queue in self._subscribers:
-            queue.put_nowait(Change(app_id, status))
+            queue.put_nowait((app_id, final))
+
+    def _status_now(self, app_id: str) -> AppStatus | None:
+        if (app := self._apps.get(app_id)) is not None:
+            return app.status()
+        return self._recent.get(app_id)
 
     def retire(self, app: _App) -> None:
         """An app has ended: report its final status and let go of its processes."""
@@ -424,27 +434,24 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         while len(self._recent) > RECENT_FINISHED:
             self._recent.popitem(last=False)
         del self._apps[app_id]
-        self.changed(app_id, status)
+        self.changed(app_id, status)  # kept in the news: _recent may drop it first
 
     async def changes(self) -> AsyncGenerator[Change | Subscribed, None]:
         # Unbounded, but fed only by process exits: at most a few items per replica.
-        queue: asyncio.Queue[Change] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[str, AppStatus | None]] = asyncio.Queue()
         self._subscribers.add(queue)
         try:
             yield SUBSCRIBED
             while True:
-                yield await queue.get()
+                app_id, final = await queue.get()
+                # None: the app ended and _recent dropped it; its final status is queued next.
+                if (status := final or self._status_now(app_id)) is not None:
+                    yield Change(app_id, status)
         finally:
             self._subscribers.discard(queue)
 
     async def describe_many(self, jobs: Sequence[Job]) -> dict[str, Described]:
-        out: dict[str, Described] = {}
-        for job in jobs:
-            if (app := self._apps.get(job.app_id)) is not None:
-                out[job.app_id] = app.status()
-            else:
-                out[job.app_id] = self._recent.get(job.app_id)
-        return out
+        return {job.app_id: self._status_now(job.app_id) for job in jobs}
 
     async def list(self) -> list[AppStatus]:
         """The apps whose processes run on this host now."""
