@@ -18,6 +18,7 @@ from txd import defaults
 from txd.cfgvalue import CfgVal, to_cfg_value
 from txd.client import _tcp
 from txd.client._errors import TxdError, UnavailableError, from_rpc_error
+from txd.client._readdoor import DoorClosed, ReadDoor
 from txd.client._resume import ResumePolicy, Resumer, say_on_stderr
 from txd.v1 import AppState, Stream
 from txd.v1 import runner_pb2 as pb
@@ -33,10 +34,9 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", defaults.MAX_REQUEST_BYTES),
     ("grpc.max_receive_message_length", defaults.MAX_RESPONSE_BYTES),
 ]
-DOORS = {"read": defaults.read_door, "watch": defaults.watch_door}  # beside the socket
-# The doors carry small messages. gRPC's BDP probe (a PING each time it samples the bandwidth,
-# to grow flow-control windows that these never fill) only wakes both ends: off, a storm's
-# callers and read door spend about a fifth less CPU (docs/performance.md).
+# The watch door carries small messages. gRPC's BDP probe (a PING each time it samples the
+# bandwidth, to grow flow-control windows that these never fill) only wakes both ends: off, a
+# storm's callers spend less CPU (docs/performance.md).
 DOOR_OPTIONS = [("grpc.http2.bdp_probe", 0)]
 EVENTS_ACK_EVERY = 100  # most events taken between acknowledgements
 EVENTS_BATCH = 64  # events per response at most (one write of the daemon's for many changes)
@@ -131,9 +131,14 @@ class AsyncClient:
         self._options = [("grpc.use_local_subchannel_pool", 1)] if own_connection else []
         self._channel: grpc.aio.Channel | None = None
         self._stub: RunnerStub | None = None
-        # The side doors beside the daemon's socket ("read", "watch"), by name: absent until
-        # looked for, None where there is none.
-        self._doors: dict[str, tuple[grpc.aio.Channel, RunnerStub] | None] = {}
+        # The side doors beside a local daemon's socket (not through a TCP listener or an ssh
+        # tunnel), looked for at their first use and again after one gave no answer: the read
+        # door (Status outside the event loop that queues every other call, txd.daemon.readdoor)
+        # and the watch door (Watch streams at a fraction of grpcio's cost per open stream,
+        # txd.daemon.watchdoor). None where there is none.
+        self._read: ReadDoor | None = None
+        self._watch: tuple[grpc.aio.Channel, RunnerStub] | None = None
+        self._looked: set[str] = set()  # "read", "watch": looked for
         if isinstance(reconnect, ResumePolicy):
             policy = reconnect
         else:
@@ -176,30 +181,43 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        for name in list(self._doors):
-            await self._close_door(name)
+        await self._close_read_door()
+        await self._close_watch_door()
         if self._channel is not None:
             await self._channel.close(None)
             self._channel = self._stub = None
 
-    def _door(self, name: str) -> RunnerStub | None:
-        """The stub of one of the daemon's side doors, where its socket has it beside it (a
-        local daemon's; not through a TCP listener or an ssh tunnel): "read", Status answered
-        outside the event loop that queues every other call (txd.daemon.readdoor); "watch",
-        Watch streams at a fraction of grpcio's cost per open stream (txd.daemon.watchdoor)."""
-        if name not in self._doors:
-            path = DOORS[name](self.target)
-            self._doors[name] = None
-            if self._tcp is None and os.path.exists(path):
-                options = [*CHANNEL_OPTIONS, *DOOR_OPTIONS, *self._options]
-                channel = grpc.aio.insecure_channel(f"unix:{path}", options=options)
-                self._doors[name] = channel, RunnerStub(channel)
-        door = self._doors[name]
-        return door[1] if door is not None else None
+    def _side_door(self, name: str, path: str) -> bool:
+        """Whether to use the side door `name` at `path`, the first time it is asked."""
+        if name in self._looked:
+            return False
+        self._looked.add(name)
+        return self._tcp is None and os.path.exists(path)
 
-    async def _close_door(self, name: str) -> None:
+    def _read_door(self) -> ReadDoor | None:
+        if self._side_door("read", path := defaults.read_door(self.target)):
+            self._read = ReadDoor(path)
+        return self._read
+
+    def _watch_door(self) -> RunnerStub | None:
+        if self._side_door("watch", path := defaults.watch_door(self.target)):
+            options = [*CHANNEL_OPTIONS, *DOOR_OPTIONS, *self._options]
+            channel = grpc.aio.insecure_channel(f"unix:{path}", options=options)
+            self._watch = channel, RunnerStub(channel)
+        return self._watch[1] if self._watch is not None else None
+
+    async def _close_read_door(self) -> None:
         """Forgets the door, to be looked for again on its next use."""
-        if (door := self._doors.pop(name, None)) is not None:
+        self._looked.discard("read")
+        door, self._read = self._read, None
+        if door is not None:
+            await door.close()
+
+    async def _close_watch_door(self) -> None:
+        """Forgets the door, to be looked for again on its next use."""
+        self._looked.discard("watch")
+        door, self._watch = self._watch, None
+        if door is not None:
             await door[0].close(None)
 
     async def connect(self) -> None:
@@ -384,15 +402,13 @@ class AsyncClient:
         the main socket's, and not queued behind its other calls under load."""
         request = pb.StatusRequest(app_handle=handle)
         await self.connect()
-        if (door := self._door("read")) is not None:
+        if (door := self._read_door()) is not None:
             try:
-                return (await door.Status(request, timeout=self.timeout)).status
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE:
-                    raise from_rpc_error(e) from None
-                # Not answering (a dead daemon's file, a daemon stopping): the main socket
-                # answers, or says why not.
-                await self._close_door("read")
+                return await door.status(request, self.timeout)
+            except DoorClosed:
+                # Not answering (a dead daemon's file, a daemon stopping, an older daemon's
+                # wire): the main socket answers, or says why not.
+                await self._close_read_door()
         return (await self._call("Status", request)).status
 
     async def wait(self, handle: str, timeout: float | None = None) -> AppStatus:
@@ -424,7 +440,7 @@ class AsyncClient:
     async def _watch_once(self, request: pb.WatchRequest) -> AsyncIterator[pb.WatchResponse]:
         """One Watch call: at the watch door where there is one, else at the socket."""
         await self.connect()
-        if (door := self._door("watch")) is not None:
+        if (door := self._watch_door()) is not None:
             call = door.Watch(request)
             got = False
             try:
@@ -437,7 +453,7 @@ class AsyncClient:
                     raise from_rpc_error(e) from None
                 # Not answering before its first status (a dead daemon's file): the socket
                 # answers, or says why not.
-                await self._close_door("watch")
+                await self._close_watch_door()
             finally:
                 call.cancel()  # the consumer stopped early: end the stream on the daemon too
         async for msg in self._stream("Watch", request):

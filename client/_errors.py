@@ -139,16 +139,20 @@ _BACKEND_KEY = "txd-backend"  # txd.daemon.errorstatus.BACKEND_KEY
 
 def from_rpc_error(err: grpc.RpcError) -> TxdError:
     code = err.code()
-    message = err.details() or code.name
     if code == grpc.StatusCode.UNAVAILABLE:
         for key, value in _trailers(err):
             if key == _BACKEND_KEY:
-                return BackendUnavailableError(message, str(value))
-    cls = _BY_CODE.get(code.name, TxdError)
-    out = cls(message)
+                return BackendUnavailableError(err.details() or code.name, str(value))
+    return from_status(code.name, err.details() or "", _status_details(err))
+
+
+def from_status(code: str, message: str, status_details: bytes = b"") -> TxdError:
+    """The error of a gRPC status (its code's name), as a call that ended with it raises."""
+    cls = _BY_CODE.get(code, TxdError)
+    out = cls(message or code)
     if cls is TxdError:
-        out.code = code.name
-    out.status_details = _status_details(err)
+        out.code = code
+    out.status_details = status_details
     return out
 
 

@@ -2,46 +2,45 @@
 
     python -m txd.daemon.readserver     (stdin: {"socket", "store", "level", "format"} as a line)
 
-Serves txd.v1.Runner/Status on the Unix socket `socket` from a read-only connection to the job
-store `store`, with a synchronous gRPC server (its own poller thread, one worker): a process of
-its own, so that neither the daemon's event loop nor its GIL stands between a Status call and
-its answer. The daemon writes every status through to the store before it answers anyone
-about it, so the answer is the socket's. Prints "ready" on stdout once serving; ends on
-SIGTERM, when the daemon dies (PR_SET_PDEATHSIG sends it SIGTERM) and on stdin's end. Its log
-lines (the access line of each call, door `read`) go to stderr, the daemon's log, in the
-daemon's format; the calls' codes and times go to the daemon on stdout, a JSON line every
-quarter second, for its gRPC server metrics (Tally).
+Answers Status requests on the Unix socket `socket` from a read-only connection to the job
+store `store`, on the read door's wire (txd.readwire; txd.v1.ReadReply documents it): a
+process of its own, so that neither the daemon's event loop nor its GIL stands between a
+Status call and its answer, and no gRPC, so that a call costs the door and the caller one
+read and one write each instead of the hand-overs between gRPC's threads (under a storm of
+submissions each hand-over waited its turn for a core: docs/performance.md). The daemon writes
+every status through to the store before it answers anyone about it, so the answer is the
+socket's. Prints "ready" on stdout once serving; ends on SIGTERM, when the daemon dies
+(PR_SET_PDEATHSIG sends it SIGTERM) and on stdin's end. Its log lines (the access line of each
+call, door `read`) go to stderr, the daemon's log, in the daemon's format; the calls' codes and
+times go to the daemon on stdout, a JSON line every quarter second, for its gRPC server metrics
+(Tally).
 The settings come on stdin, not as arguments: a process whose command line names the daemon's
 socket would look like a second daemon on it to whoever looks for one (`pgrep -f`).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import ctypes
 import json
 import os
 import signal
+import socket as sockets
+import struct
 import sys
 import threading
 import time
 from pathlib import Path
 
 import grpc
-from txd import defaults
+from txd import defaults, readwire
 from txd.daemon import access, handles, logsetup, socketfile, wire
 from txd.daemon.errorstatus import error_status
 from txd.daemon.jobstore import StoreReader
 from txd.v1 import runner_pb2 as pb
 
 STATUS = "/txd.v1.Runner/Status"  # the one method served here
-# The socket's message sizes (txd.defaults), so that an oversized request is refused alike.
-OPTIONS = [
-    ("grpc.max_receive_message_length", defaults.MAX_REQUEST_BYTES),
-    ("grpc.max_send_message_length", defaults.MAX_RESPONSE_BYTES),
-    # Small requests: no BDP pings to grow windows they never fill (txd.client's DOOR_OPTIONS).
-    ("grpc.http2.bdp_probe", 0),
-]
+DETAILS_KEY = "grpc-status-details-bin"
 PR_SET_PDEATHSIG = 1
 TALLY_EVERY = 0.25  # s: how often the calls answered are told to the daemon
 TALLY_LINE = 1000  # calls per line at most (the daemon reads lines of up to 64 KiB)
@@ -99,23 +98,76 @@ class Answers:
         self.store = store
         self.tally = tally
 
-    def status(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+    def status(self, raw: bytes) -> pb.ReadReply:
         call = access.Call(STATUS, access.UNARY, access.READ)
         call.received = 1
         try:
             text = wire.parse(pb.StatusRequest, raw).app_handle
             rec = handles.stored(handles.resolve(text, self.store), self.store)
             call.sent = 1
-            return pb.StatusResponse(status=rec.status).SerializeToString()
+            return pb.ReadReply(status=pb.StatusResponse(status=rec.status))
         except Exception as e:
             call.code, details, trailers = error_status(e)
-            context.set_trailing_metadata(trailers)
-            context.abort(call.code, details)  # raises
-            raise
+            return _error(call.code, details, trailers)
         finally:
-            seconds = time.monotonic() - call.start
-            access.write_line(call, seconds)
-            self.tally.add(call.code, seconds)
+            self._told(call)
+
+    def too_big(self, size: int) -> pb.ReadReply:
+        """The socket's answer to a request over its limit (gRPC's words)."""
+        call = access.Call(STATUS, access.UNARY, access.READ)
+        call.code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        try:
+            limit = defaults.MAX_REQUEST_BYTES
+            return _error(
+                call.code, f"SERVER: Received message larger than max ({size} vs. {limit})"
+            )
+        finally:
+            self._told(call)
+
+    def _told(self, call: access.Call) -> None:
+        seconds = time.monotonic() - call.start
+        access.write_line(call, seconds)
+        self.tally.add(call.code, seconds)
+
+    async def serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """One client's requests, answered in order until it closes the connection."""
+        try:
+            if _peer_uid(writer) != os.geteuid():  # the folder keeps others out; this too
+                return
+            if await reader.readexactly(len(readwire.PREFACE)) != readwire.PREFACE:
+                return  # another wire (an older client's gRPC): it asks the socket
+            while True:
+                (size,) = readwire.HEADER.unpack(await reader.readexactly(readwire.HEADER.size))
+                if size > defaults.MAX_REQUEST_BYTES:
+                    writer.write(readwire.frame(self.too_big(size).SerializeToString()))
+                    await writer.drain()
+                    return
+                reply = self.status(await reader.readexactly(size))
+                writer.write(readwire.frame(reply.SerializeToString()))
+                await writer.drain()  # a client that reads nothing holds only its own socket
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went
+        finally:
+            writer.close()
+
+
+def _error(code: grpc.StatusCode, message: str, trailers: object = ()) -> pb.ReadReply:
+    found = [v for k, v in trailers if k == DETAILS_KEY]  # type: ignore[attr-defined]
+    details = found[0] if found and isinstance(found[0], bytes) else b""
+    error = pb.ReadError(code=code.value[0], message=message, status_details=details)
+    return pb.ReadReply(error=error)
+
+
+def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
+    """The connecting process's user (SO_PEERCRED: pid, uid, gid)."""
+    sock = writer.get_extra_info("socket")
+    try:
+        creds = sock.getsockopt(sockets.SOL_SOCKET, sockets.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    return int(struct.unpack("3i", creds)[1])
 
 
 def serve(socket: Path, store: Path) -> None:
@@ -130,28 +182,33 @@ def serve(socket: Path, store: Path) -> None:
         return
     tally = Tally()
     answers = Answers(StoreReader(store), tally)
-    handler = grpc.method_handlers_generic_handler(
-        "txd.v1.Runner", {"Status": grpc.unary_unary_rpc_method_handler(answers.status)}
-    )
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="txd-read")
-    server = grpc.server(pool, handlers=[handler], options=OPTIONS)
+    asyncio.run(_serve(socket, answers, tally))
+
+
+async def _serve(socket: Path, answers: Answers, tally: Tally) -> None:
+    listener = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
     try:
-        server.add_insecure_port(f"unix:{socket}")  # raises RuntimeError if it cannot bind
-        server.start()
+        listener.bind(str(socket))  # bound here: asyncio's own would remove any socket there
         os.chmod(socket, 0o600)  # as the socket's: the folder decides, this still holds
-    except (OSError, RuntimeError) as e:  # a path too long for a Unix socket, say
-        server.stop(None)
+        server = await asyncio.start_unix_server(answers.serve_connection, sock=listener)
+    except OSError as e:  # a path too long for a Unix socket, say
+        listener.close()
         _say(f"refused: cannot serve on {socket}: {e}")
         return
     # Serves until the daemon's pipe ends (the daemon gone, however; at once if it is gone
-    # already). SIGTERM (a stop, or the kernel's parent-death signal) keeps its default action
-    # and ends the process at once: it holds nothing to tidy, and a Python handler setting an
-    # Event this thread waits on could deadlock on the Event's own lock (it did, when the
-    # handler ran inside the wait).
+    # already): a thread waits for that end. SIGTERM (a stop, or the kernel's parent-death
+    # signal) keeps its default action and ends the process at once: it holds nothing to tidy.
     if _say("ready"):
         tally.start()
-        while os.read(0, 4096):
-            pass
+        threading.Thread(target=_until_stdin_ends, name="txd-read-stdin", daemon=True).start()
+        async with server:
+            await server.serve_forever()
+    os._exit(0)
+
+
+def _until_stdin_ends() -> None:
+    while os.read(0, 4096):
+        pass
     os._exit(0)
 
 

@@ -30,8 +30,8 @@ def socket_path(explicit: str | None = None) -> Path:
 
 
 def read_door(socket: str | Path) -> str:
-    """The read door's socket beside the daemon's `socket`: Status served by a thread of its
-    own (txd.daemon.readdoor)."""
+    """The read door's socket beside the daemon's `socket`: Status served by a process of its
+    own (txd.daemon.readdoor), on the wire of txd.readwire."""
     return f"{socket}.read"
 
 

@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from txd import defaults
-from txd.client import NotFoundError
+from txd.client import DeadlineExceededError, NotFoundError
 from txd.v1 import AppState
 from txd.v1 import runner_pb2 as pb
 from txd.v1.runner_pb2_grpc import RunnerStub
@@ -111,21 +112,56 @@ async def status_doors(d: Daemon) -> list[tuple[str, str]]:
     return [(r["door"], r["code"]) for r in access(d) if r["method"].endswith("/Status")]
 
 
-async def both(d: Daemon, handle: str) -> tuple[Any, Any]:
-    """The Status call's outcome (the response, or the error's code, details and trailers) on
-    the main socket and on the read door."""
-    out = []
-    for path in (d.socket, door(d)):
-        async with grpc.aio.insecure_channel(f"unix:{path}") as ch:
-            try:
-                resp = await RunnerStub(ch).Status(
-                    pb.StatusRequest(app_handle=handle), timeout=TIMEOUT
-                )
-                out.append(resp.SerializeToString())
-            except grpc.aio.AioRpcError as e:
-                trailers = sorted((k, v) for k, v in e.trailing_metadata() or ())
-                out.append((e.code(), e.details(), trailers))
-    return out[0], out[1]
+# The door's wire, as txd.v1.ReadReply documents it (written here from the documentation, not
+# taken from txd.readwire): a preface, then frames of a 4-byte big-endian length and a message.
+PREFACE = b"txd-read/1\n"
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">I", await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+async def at_door(d: Daemon, *requests: bytes, preface: bytes = PREFACE) -> list[pb.ReadReply]:
+    """The door's replies to `requests` (serialized StatusRequests), sent at once on one
+    connection, read until as many came or the door closed the connection."""
+    reader, writer = await asyncio.open_unix_connection(str(door(d)))
+    try:
+        writer.write(preface + b"".join(frame(r) for r in requests))
+        replies = []
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            async with asyncio.timeout(TIMEOUT):
+                for _ in requests:
+                    replies.append(pb.ReadReply.FromString(await read_frame(reader)))
+        return replies
+    finally:
+        writer.close()
+
+
+def request(handle: str) -> bytes:
+    return pb.StatusRequest(app_handle=handle).SerializeToString()
+
+
+async def both(d: Daemon, raw: bytes) -> tuple[Any, Any]:
+    """The outcome of a Status request (its serialized bytes) on the main socket and at the
+    read door, alike: the response's bytes, or the error's code, message and rich details."""
+    async with grpc.aio.insecure_channel(f"unix:{d.socket}") as ch:
+        call = ch.unary_unary("/txd.v1.Runner/Status")  # bytes as they are, either way
+        try:
+            main: Any = await call(raw, timeout=TIMEOUT)
+        except grpc.aio.AioRpcError as e:
+            rich = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
+            main = (e.code().value[0], e.details(), rich)
+    [reply] = await at_door(d, raw)
+    if reply.HasField("status"):
+        read: Any = reply.status.SerializeToString()
+    else:
+        read = (reply.error.code, reply.error.message, reply.error.status_details)
+    return main, read
 
 
 async def test_the_read_door_answers_as_the_main_socket(d: Daemon) -> None:
@@ -140,22 +176,62 @@ async def test_the_read_door_answers_as_the_main_socket(d: Daemon) -> None:
             app_id = running.rsplit("/", 1)[1]
             huge = "x" * (defaults.MAX_REQUEST_BYTES + 1)
             asks = [done, running, app_id, app_id[:-3], "nosuch", "local_cwd://", "\x00", huge]
-            answers = [await both(d, ask) for ask in asks]
+            raws = [request(ask) for ask in asks] + [b"\xff\xff"]  # and no message at all
+            answers = [await both(d, raw) for raw in raws]
             gate.open()
             assert (await c.wait(running)).state == AppState.SUCCEEDED
-    for ask, (main, read) in zip(asks, answers, strict=True):
-        assert read == main, ask
+    for raw, (main, read) in zip(raws, answers, strict=True):
+        assert read == main, raw[:40]
     wire = [a[1] for a in answers]
     assert pb.StatusResponse.FromString(wire[0]).status.state == AppState.SUCCEEDED
     assert pb.StatusResponse.FromString(wire[1]).status.state == AppState.RUNNING
     assert wire[2] == wire[3] == wire[1]
-    assert wire[4][0] == grpc.StatusCode.NOT_FOUND
-    assert wire[7][0] == grpc.StatusCode.RESOURCE_EXHAUSTED
-    for bad in wire[5:7]:
-        assert bad[0] == grpc.StatusCode.INVALID_ARGUMENT
-        assert "grpc-status-details-bin" in dict(bad[2])  # the field, machine-readably
+    assert wire[4][0] == grpc.StatusCode.NOT_FOUND.value[0]
+    assert wire[7][0] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    for bad in [*wire[5:7], wire[8]]:
+        assert bad[0] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert bad[2], "the field, machine-readably"
+    assert "request: not a valid txd.v1.StatusRequest message" in wire[8][1]
     assert (await status_doors(d)).count(("read", "OK")) == 4
     assert (await status_doors(d)).count(("unix", "OK")) == 4
+
+
+async def test_the_wire_answers_in_order_and_closes_on_what_it_cannot_take(d: Daemon) -> None:
+    """Requests sent at once on one connection are answered in order. A connection that
+    starts otherwise (an older client's gRPC) is closed unanswered, and gRPC's client says
+    UNAVAILABLE, on which it asks the socket; a request over the limit is answered
+    RESOURCE_EXHAUSTED and its connection closed, the request's bytes left unread."""
+    async with d.client() as c:
+        first = await c.run(sh_app("true"), "local_cwd")
+        second = await c.run(sh_app("false"), "local_cwd")
+        await c.wait(first)
+        await c.wait(second)
+    replies = await at_door(d, request(second), request("nosuch"), request(first))
+    assert [r.WhichOneof("answer") for r in replies] == ["status", "error", "status"]
+    assert replies[0].status.status.state == AppState.FAILED
+    assert replies[1].error.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert replies[2].status.status.state == AppState.SUCCEEDED
+    assert await at_door(d, request(first), preface=b"txd-read/9\n") == []
+    async with grpc.aio.insecure_channel(f"unix:{door(d)}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await RunnerStub(ch).Status(pb.StatusRequest(app_handle=first), timeout=TIMEOUT)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    reader, writer = await asyncio.open_unix_connection(str(door(d)))
+    try:
+        writer.write(PREFACE + struct.pack(">I", defaults.MAX_REQUEST_BYTES + 1) + b"x" * 100)
+        async with asyncio.timeout(TIMEOUT):
+            error = pb.ReadReply.FromString(await read_frame(reader)).error
+            assert await reader.read() == b""  # closed
+    finally:
+        writer.close()
+    assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+    assert error.message == (
+        f"SERVER: Received message larger than max ({defaults.MAX_REQUEST_BYTES + 1} vs. "
+        f"{defaults.MAX_REQUEST_BYTES})"
+    )
+    assert [r.status.status.state for r in await at_door(d, request(first))] == [
+        AppState.SUCCEEDED
+    ]  # and the door serves on
 
 
 async def test_the_read_door_answers_while_the_event_loop_is_held(root: Path) -> None:
@@ -240,13 +316,8 @@ async def test_read_door_calls_count_in_the_metrics(d: Daemon) -> None:
         handle = await c.run(sh_app("echo done"), "local_cwd")
         await c.wait(handle)
         before = await counts(c)
-        async with grpc.aio.insecure_channel(f"unix:{door(d)}") as ch:
-            stub = RunnerStub(ch)
-            for _ in range(2):
-                await stub.Status(pb.StatusRequest(app_handle=handle), timeout=TIMEOUT)
-            with pytest.raises(grpc.aio.AioRpcError) as e:
-                await stub.Status(pb.StatusRequest(app_handle="nosuch"), timeout=TIMEOUT)
-            assert e.value.code() == grpc.StatusCode.NOT_FOUND
+        replies = await at_door(d, request(handle), request(handle), request("nosuch"))
+        assert [r.WhichOneof("answer") for r in replies] == ["status", "status", "error"]
         async with grpc.aio.insecure_channel(f"unix:{d.socket}") as ch:
             await RunnerStub(ch).Status(pb.StatusRequest(app_handle=handle), timeout=TIMEOUT)
         # started, received, sent, timed, OK, NotFound
@@ -287,6 +358,82 @@ async def test_clients_fall_back_to_the_main_socket(d: Daemon) -> None:
     assert (await status_doors(d))[-1] == ("unix", "OK")
 
 
+async def test_a_door_that_does_not_answer_in_time_is_a_deadline_exceeded(d: Daemon) -> None:
+    """The client's timeout covers the door's answer (its process stopped here): the call
+    fails DEADLINE_EXCEEDED, as it would at the socket, and the next one is answered there."""
+    pid = door_opened(d)
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+    async with d.client(timeout=0.5) as c:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(DeadlineExceededError, match="Deadline Exceeded"):
+                await c.status(handle)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert (await c.status(handle)).state == AppState.SUCCEEDED
+    assert (await status_doors(d))[-1] == ("read", "OK")
+
+
+async def test_a_door_on_another_wire_sends_the_client_to_the_socket(d: Daemon) -> None:
+    """An older daemon's read door (gRPC) at the door's path: each call of the client is
+    answered by the socket (the door's file is looked at again at each, as after any door that
+    gave no answer: the daemon may have been started again meanwhile)."""
+    async with d.client() as c:
+        handle = await c.run(sh_app("echo done"), "local_cwd")
+        await c.wait(handle)
+    door(d).unlink()
+    old = grpc.aio.server()
+    old.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("txd.v1.Runner", {})]  # answers nothing
+    )
+    old.add_insecure_port(f"unix:{door(d)}")
+    await old.start()
+    try:
+        async with d.client() as c:
+            for _ in range(2):
+                assert (await c.status(handle)).state == AppState.SUCCEEDED
+    finally:
+        await old.stop(None)
+    assert [door for door, _ in await status_doors(d)] == ["unix", "unix"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+async def test_another_user_is_refused_even_where_the_folder_lets_them_in(d: Daemon) -> None:
+    """The folder keeps other users out; where someone opens it, the door still checks the
+    peer's uid (SO_PEERCRED) and closes the connection without an answer."""
+    folder = door(d).parent
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    os.chmod(folder, 0o711)
+    os.chmod(door(d), 0o666)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: nobody
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.settimeout(TIMEOUT)
+                    s.connect(str(door(d)))
+                    s.sendall(PREFACE + frame(request("nosuch")))
+                    try:
+                        got = s.recv(100)
+                    except ConnectionResetError:
+                        got = b""
+                    code = 0 if got == b"" else 2
+            finally:
+                os._exit(code)
+        _, status = await asyncio.to_thread(os.waitpid, pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0  # closed, nothing sent
+    finally:
+        os.chmod(folder, mode)
+        os.chmod(door(d), 0o600)
+    [reply] = await at_door(d, request("nosuch"))  # the user's own are answered
+    assert reply.error.code == grpc.StatusCode.NOT_FOUND.value[0]
+
+
 async def test_txctl_status_goes_through_the_read_door(d: Daemon) -> None:
     async with d.client() as c:
         handle = await c.run(sh_app("echo done"), "local_cwd")
@@ -297,18 +444,19 @@ async def test_txctl_status_goes_through_the_read_door(d: Daemon) -> None:
 
 
 async def test_the_door_process_is_started_again_and_ends_with_the_daemon(d: Daemon) -> None:
+    """...and a client's connection to the process that died is made again to the new one."""
     first = door_opened(d)
     async with d.client() as c:
         handle = await c.run(sh_app("echo done"), "local_cwd")
         await c.wait(handle)
-    os.kill(first, signal.SIGKILL)
-    wait_ended(first, TIMEOUT)
-    second = door_opened(d, times=2)  # a new process, on the same path
-    assert second != first
-    assert "read door's process ended (exit -9): starting it again" in d.log()
-    async with d.client() as c:
+        assert (await c.status(handle)).state == AppState.SUCCEEDED  # connected to `first`
+        os.kill(first, signal.SIGKILL)
+        wait_ended(first, TIMEOUT)
+        second = door_opened(d, times=2)  # a new process, on the same path
+        assert second != first
+        assert "read door's process ended (exit -9): starting it again" in d.log()
         assert (await c.status(handle)).state == AppState.SUCCEEDED
-    assert (await status_doors(d))[-1] == ("read", "OK")
+    assert (await status_doors(d))[-2:] == [("read", "OK")] * 2
     d.kill()  # the daemon dies without a word: the door's process ends too
     wait_ended(second, TIMEOUT)
 

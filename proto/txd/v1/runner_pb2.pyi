@@ -107,6 +107,24 @@ class StatusResponse(_message.Message):
     status: _app_pb2.AppStatus
     def __init__(self, status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ...) -> None: ...
 
+class ReadReply(_message.Message):
+    __slots__ = ("status", "error")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    status: StatusResponse
+    error: ReadError
+    def __init__(self, status: _Optional[_Union[StatusResponse, _Mapping]] = ..., error: _Optional[_Union[ReadError, _Mapping]] = ...) -> None: ...
+
+class ReadError(_message.Message):
+    __slots__ = ("code", "message", "status_details")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_DETAILS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    status_details: bytes
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., status_details: _Optional[bytes] = ...) -> None: ...
+
 class WaitRequest(_message.Message):
     __slots__ = ("app_handle",)
     APP_HANDLE_FIELD_NUMBER: _ClassVar[int]

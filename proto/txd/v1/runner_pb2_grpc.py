@@ -143,6 +143,7 @@ class RunnerServicer:
 
     def Status(self, request, context):
         """The daemon's current view of a job (from its status cache, never a fresh backend query).
+        Also answered at the read door (see ReadReply), where calls under load do not queue.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
