@@ -30,7 +30,9 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import grpc
 from txd import defaults, readwire
@@ -153,9 +155,11 @@ class Answers:
             writer.close()
 
 
-def _error(code: grpc.StatusCode, message: str, trailers: object = ()) -> pb.ReadReply:
-    found = [v for k, v in trailers if k == DETAILS_KEY]  # type: ignore[attr-defined]
-    details = found[0] if found and isinstance(found[0], bytes) else b""
+def _error(
+    code: grpc.StatusCode, message: str, trailers: Iterable[tuple[str, Any]] = ()
+) -> pb.ReadReply:
+    """The reply of a call ended with `code`: the socket's trailers carry its rich details."""
+    details = next((v for k, v in trailers if k == DETAILS_KEY and isinstance(v, bytes)), b"")
     error = pb.ReadError(code=code.value[0], message=message, status_details=details)
     return pb.ReadReply(error=error)
 
