@@ -26,7 +26,6 @@ import json
 import os
 import signal
 import socket as sockets
-import struct
 import sys
 import threading
 import time
@@ -136,7 +135,7 @@ class Answers:
     ) -> None:
         """One client's requests, answered in order until it closes the connection."""
         try:
-            if _peer_uid(writer) != os.geteuid():  # the folder keeps others out; this too
+            if not socketfile.is_own_peer(writer.transport):
                 return
             if await reader.readexactly(len(readwire.PREFACE)) != readwire.PREFACE:
                 return  # another wire (an older client's gRPC): it asks the socket
@@ -162,16 +161,6 @@ def _error(
     details = next((v for k, v in trailers if k == DETAILS_KEY and isinstance(v, bytes)), b"")
     error = pb.ReadError(code=code.value[0], message=message, status_details=details)
     return pb.ReadReply(error=error)
-
-
-def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
-    """The connecting process's user (SO_PEERCRED: pid, uid, gid)."""
-    sock = writer.get_extra_info("socket")
-    try:
-        creds = sock.getsockopt(sockets.SOL_SOCKET, sockets.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    return int(struct.unpack("3i", creds)[1])
 
 
 def serve(socket: Path, store: Path) -> None:

@@ -3,9 +3,11 @@ user's (left by a crash: removed), a live one, or something txd never removes.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,3 +85,14 @@ def check_private(folder: Path) -> None:
         f"yours above it keeps them out: chmod 700 {folder}, or choose a --socket in a folder "
         "only you can enter"
     )
+
+
+def is_own_peer(transport: asyncio.BaseTransport) -> bool:
+    """Whether the process at the other end of a Unix socket connection runs as this user
+    (SO_PEERCRED: pid, uid, gid). The doors' folder keeps others out; this checks too."""
+    sock = transport.get_extra_info("socket")
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return False
+    return int(struct.unpack("3i", creds)[1]) == os.geteuid()

@@ -20,8 +20,6 @@ import base64
 import contextlib
 import logging
 import os
-import socket
-import struct
 import time
 import urllib.parse
 from collections.abc import Iterable
@@ -78,16 +76,6 @@ def _status_headers(code: grpc.StatusCode, message: str, trailers: Trailers) -> 
     return headers
 
 
-def _peer_uid(transport: asyncio.Transport) -> int | None:
-    """The connecting process's user (SO_PEERCRED: pid, uid, gid)."""
-    sock = transport.get_extra_info("socket")
-    try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    return int(struct.unpack("3i", creds)[1])
-
-
 class _Stream:
     """One call on a connection: its request's bytes until the client's half ends, then the
     task serving it."""
@@ -138,7 +126,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        if _peer_uid(transport) != os.geteuid():  # the folder keeps others out; this too
+        if not socketfile.is_own_peer(transport):
             transport.abort()
             return
         self.transport = transport

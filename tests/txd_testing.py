@@ -17,7 +17,9 @@ import select
 import shlex
 import shutil
 import signal
+import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -715,3 +717,42 @@ def native_request_rows(state_dir: Path) -> set[str]:
 
 
 __all__ = [*__all__, "native_request_rows", "unique_names", "with_name_of"]
+
+
+# -- other users ------------------------------------------------------------------------------
+
+
+def closed_to_nobody(path: Path, send: bytes = b"", timeout: float = 30.0) -> bool:
+    """Whether a process of user nobody (uid 65534) that connects to the Unix socket `path`,
+    its folder and file opened to others for the while, and sends `send`, sees the connection
+    closed with nothing sent back. Needs root."""
+    folder = path.parent
+    modes = stat.S_IMODE(folder.stat().st_mode), stat.S_IMODE(path.stat().st_mode)
+    os.chmod(folder, 0o711)
+    os.chmod(path, 0o666)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: nobody
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.settimeout(timeout)
+                    s.connect(str(path))
+                    s.sendall(send)
+                    try:
+                        got = s.recv(100)
+                    except ConnectionResetError:
+                        got = b""
+                    code = 0 if got == b"" else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) == 0
+    finally:
+        os.chmod(folder, modes[0])
+        os.chmod(path, modes[1])
+
+
+__all__ = [*__all__, "closed_to_nobody"]

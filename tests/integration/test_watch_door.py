@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import socket
-import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,16 @@ from txd import defaults
 from txd.v1 import AppDef, AppState, Role
 from txd.v1 import runner_pb2 as pb
 from txd.v1.runner_pb2_grpc import RunnerStub
-from txd_testing import Daemon, Gates, install_plugin, remove_tree, sh_app, short_tmpdir, until
+from txd_testing import (
+    Daemon,
+    Gates,
+    closed_to_nobody,
+    install_plugin,
+    remove_tree,
+    sh_app,
+    short_tmpdir,
+    until,
+)
 
 TIMEOUT = 30
 WATCH = "/txd.v1.Runner/Watch"
@@ -576,30 +584,5 @@ async def test_no_watch_door_where_its_path_is_too_long_for_a_socket(root: Path)
 def test_another_user_is_refused_even_where_the_folder_lets_them_in(d: Daemon) -> None:
     """The folder keeps other users out; where someone opens it, the door still checks the
     peer's uid (SO_PEERCRED) and closes the connection before a byte of HTTP/2."""
-    folder = door(d).parent
-    mode = stat.S_IMODE(folder.stat().st_mode)
-    os.chmod(folder, 0o711)
-    os.chmod(door(d), 0o666)
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: nobody
-            code = 1
-            try:
-                os.setgid(65534)
-                os.setuid(65534)
-                with socket.socket(socket.AF_UNIX) as s:
-                    s.settimeout(TIMEOUT)
-                    s.connect(str(door(d)))
-                    try:
-                        got = s.recv(100)
-                    except ConnectionResetError:
-                        got = b""
-                    code = 0 if got == b"" else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0  # closed, nothing sent
-    finally:
-        os.chmod(folder, mode)
-        os.chmod(door(d), 0o600)
+    assert closed_to_nobody(door(d))
     assert_served(d)  # the user's own still are
