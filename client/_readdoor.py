@@ -71,11 +71,14 @@ class ReadDoor:
             (size,) = readwire.HEADER.unpack(await reader.readexactly(readwire.HEADER.size))
             if size > defaults.MAX_RESPONSE_BYTES:
                 raise DoorClosed(f"{self.path} answered a frame of {size} bytes")
-            return pb.ReadReply.FromString(await reader.readexactly(size))
+            reply = pb.ReadReply.FromString(await reader.readexactly(size))
         except (asyncio.IncompleteReadError, OSError) as e:
             raise DoorClosed(f"{self.path} closed the connection: {e}") from None
         except DecodeError:
-            raise DoorClosed(f"{self.path} answered no ReadReply") from None
+            reply = pb.ReadReply()
+        if reply.WhichOneof("answer") is None:  # bytes of another wire
+            raise DoorClosed(f"{self.path} answered no ReadReply")
+        return reply
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -384,26 +384,39 @@ async def test_a_door_that_does_not_answer_in_time_is_a_deadline_exceeded(d: Dae
     assert (await status_doors(d))[-1] == ("read", "OK")
 
 
-async def test_a_door_on_another_wire_sends_the_client_to_the_socket(d: Daemon) -> None:
-    """An older daemon's read door (gRPC) at the door's path: each call of the client is
-    answered by the socket (the door's file is looked at again at each, as after any door that
-    gave no answer: the daemon may have been started again meanwhile)."""
+@pytest.mark.parametrize("other", ["grpc", "empty frames"])
+async def test_a_door_on_another_wire_sends_the_client_to_the_socket(d: Daemon, other: str) -> None:
+    """An older daemon's read door (gRPC) at the door's path, or a server that answers frames
+    that are no ReadReply: each call of the client is answered by the socket (the door's file
+    is looked at again at each, as after any door that gave no answer: the daemon may have
+    been started again meanwhile)."""
     async with d.client() as c:
         handle = await c.run(sh_app("echo done"), "local_cwd")
         await c.wait(handle)
     door(d).unlink()
-    old = grpc.aio.server()
-    old.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("txd.v1.Runner", {})]  # answers nothing
-    )
-    old.add_insecure_port(f"unix:{door(d)}")
-    await old.start()
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if other == "grpc":
+            old = grpc.aio.server()
+            old.add_generic_rpc_handlers(
+                [grpc.method_handlers_generic_handler("txd.v1.Runner", {})]  # answers nothing
+            )
+            old.add_insecure_port(f"unix:{door(d)}")
+            await old.start()
+            stack.push_async_callback(old.stop, None)
+        else:
+
+            async def empty(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                with contextlib.suppress(ConnectionError):
+                    while await reader.read(4096):
+                        writer.write(frame(b""))  # a message of no field: no answer
+                writer.close()
+
+            server = await asyncio.start_unix_server(empty, str(door(d)))
+            stack.push_async_callback(server.wait_closed)
+            stack.callback(server.close)
         async with d.client() as c:
             for _ in range(2):
                 assert (await c.status(handle)).state == AppState.SUCCEEDED
-    finally:
-        await old.stop(None)
     assert [door for door, _ in await status_doors(d)] == ["unix", "unix"]
 
 
