@@ -61,9 +61,6 @@ class LiveJob:
     # Changes the backend pushed for this job: a describe that began before one is older than
     # it, and is not applied (the job's status would go back, RUNNING -> PENDING, say).
     pushes: int = 0
-    # The feed's count of describes when one was last applied to this job: a change the
-    # backend made ready before it may be older than that answer (see ChangeFeed).
-    described: int = 0
     _shown: Shown | None = None  # the latest status shown to Watch streams
 
     @property

@@ -45,7 +45,6 @@ class Feed(abc.ABC):
         self.cache = cache
         self._tasks = tasks  # the daemon's task group
         self._task: asyncio.Task[None] | None = None
-        self._described = 0  # describes applied so far (LiveJob.described)
 
     @property
     def interval(self) -> float:
@@ -104,11 +103,7 @@ class Feed(abc.ABC):
             self.cache.mark_stale(list(jobs), self.name, f"internal error: {e!r}")
             return
         # A change pushed while the backend was asked is newer than its answer.
-        answered = [j for j, n in zip(jobs, pushes, strict=True) if j.pushes == n]
-        self._described += 1
-        for job in answered:
-            job.described = self._described
-        self._apply(answered, found)
+        self._apply([j for j, n in zip(jobs, pushes, strict=True) if j.pushes == n], found)
 
     def _apply(self, jobs: Sequence[LiveJob], found: Mapping[str, Described]) -> None:
         for job in jobs:
@@ -185,24 +180,17 @@ class ChangeFeed(Feed):
                 # One subscription is one backend call; one that ends in an error, a failure.
                 with self.cache.metrics.backend(self.name, "changes"):
                     async with contextlib.aclosing(self.sched.changes()) as changes:
-                        asked = self._described  # when the stream was asked for its next item
                         async for item in changes:
                             if isinstance(item, Subscribed):
                                 self._unclaimed.clear()  # pushed before: maybe missed since
                                 await self._describe(self.cache.followed(self.name))
                             elif (job := self.cache.by_app_id(self.name, item.app_id)) is not None:
                                 job.pushes += 1
-                                if job.described > asked:
-                                    # Described while the backend made this change ready (a
-                                    # submit's refresh): either may be the newer, so ask again.
-                                    await self._describe([job])
-                                else:
-                                    self._apply([job], {item.app_id: item.status})
+                                self._apply([job], {item.app_id: item.status})
                             else:
                                 self._keep_unclaimed(item.app_id, item.status)
                             if not self.cache.any_followed(self.name):
                                 return
-                            asked = self._described
                 reason = "its change stream ended"
             except TxdError as e:
                 reason = str(e)

@@ -342,11 +342,11 @@ class Scheduler(abc.ABC, Generic[OptsT, ReqT]):
         """Status changes as the backend pushes them, for schedulers that can push (override
         it, and the daemon stops polling). The iterator yields SUBSCRIBED first, once it is
         subscribed, then a Change whenever a job's status changes; changes of jobs the daemon
-        does not track are ignored. A Change's status is read from the backend after the
-        daemon asked for the next item (not queued from before): the daemon asks
-        `describe_many` again about a job it described meanwhile, as either answer may be the
-        newer. It ends, or raises BackendUnavailable, when the stream drops; the daemon opens
-        a new one after `settings.poll_interval`."""
+        does not track are ignored. The daemon applies each Change as newer than any answer
+        `describe_many` gave before it, so a status is read as late as the backend allows (as
+        it is yielded, not when the change was queued: a queued PENDING yielded after the job
+        was described RUNNING would take it back). It ends, or raises BackendUnavailable,
+        when the stream drops; the daemon opens a new one after `settings.poll_interval`."""
         raise Unsupported(f"{self.name} cannot push status changes")
 
     @classmethod

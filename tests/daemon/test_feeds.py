@@ -5,14 +5,14 @@ describe_many answers when the test says, so every count below is exact."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 
 import pytest
 from daemon_fakes import TIMEOUT, FakePusher, FakeScheduler, Tasks, new_record, states
 from txd.daemon.cache import LiveJob, StatusCache
 from txd.daemon.feeds import ChangeFeed, PollFeed
 from txd.daemon.jobstore import JobStore
-from txd.schedulers.api import SUBSCRIBED, Change, Described, Job, NoAnswer
+from txd.schedulers.api import SUBSCRIBED, Change, NoAnswer
 from txd.schedulers.errors import BackendUnavailable
 from txd.v1 import AppState, AppStatus
 
@@ -383,34 +383,3 @@ async def test_a_status_pushed_before_the_job_is_followed_is_dropped_when_it_may
         await feed.refresh([job], wait=False)
     assert sched.calls[calls:][-1] == [new.app_id]
     assert job.status.msg != "pushed"
-
-
-def said(state: AppState.ValueType, msg: str) -> Callable[[Sequence[Job]], dict[str, Described]]:
-    return lambda jobs: {j.app_id: AppStatus(state=state, msg=msg) for j in jobs}
-
-
-async def test_a_change_made_ready_while_the_job_was_described_is_asked_again(
-    cache: StatusCache, store: JobStore, tasks: Tasks
-) -> None:
-    """A change the stream was reading while a refresh described the job (Docker's events,
-    answered by an engine listing made before the refresh's) may be older than the refresh's
-    answer: the feed asks the backend again rather than take the job back to PENDING."""
-    sched, feed = change_feed(cache, tasks)
-    [job] = follow(cache, store, 1, "fakepush")
-    feed.start()
-    sched.items.put_nowait(SUBSCRIBED)
-    await sched.next_call()
-    await settle()  # the feed waits for the stream's next item
-    sched.auto = said(AppState.RUNNING, "described")
-    sched.items.put_nowait(Change(job.record.app_id, AppStatus(state=AppState.PENDING)))
-    async with asyncio.timeout(TIMEOUT):
-        await feed.refresh([job])  # before the feed takes the change
-    assert job.status.state == AppState.RUNNING
-    sched.auto = said(AppState.RUNNING, "asked again")
-    await settle()
-    assert (job.status.state, job.status.msg) == (AppState.RUNNING, "asked again")
-    assert sched.calls[-2:] == [[job.record.app_id]] * 2
-    # A change made ready after the last describe is taken as it is.
-    sched.items.put_nowait(Change(job.record.app_id, AppStatus(state=AppState.SUCCEEDED)))
-    await settle()
-    assert job.status.state == AppState.SUCCEEDED and len(sched.calls) == 3

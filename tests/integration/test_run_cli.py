@@ -728,7 +728,8 @@ def test_txd_socket_env_is_used(shared_daemon: Any, finished: str, workdir: Path
 
 
 def test_status_imports_no_daemon_or_backend(shared_daemon: Any, finished: str) -> None:
-    """`txctl status` loads gRPC, protobuf and txd.v1 only: no daemon, scheduler or backend."""
+    """`txctl status` loads gRPC, protobuf, txd.v1 and the read door's wire (txd.readwire)
+    only: no daemon, scheduler or backend."""
     code = (
         "import sys\n"
         "from txd.client import cli\n"
@@ -756,7 +757,10 @@ def test_status_imports_no_daemon_or_backend(shared_daemon: Any, finished: str) 
         for m in mods
         if m not in ("grpc_health", "grpc_reflection")
         and not (
-            m == "txd" or m.startswith(("txd.client", "txd.v1", "txd.cfgvalue", "txd.defaults"))
+            m == "txd"
+            or m.startswith(
+                ("txd.client", "txd.v1", "txd.cfgvalue", "txd.defaults", "txd.readwire")
+            )
         )
     ]
     assert bad == [], bad
