@@ -443,9 +443,10 @@ class LocalScheduler(Scheduler[LocalOpts, PopenRequest]):
         try:
             yield SUBSCRIBED
             while True:
-                app_id, final = await queue.get()
-                # None: the app ended and _recent dropped it; its final status is queued next.
-                if (status := final or self._status_now(app_id)) is not None:
+                app_id, status = await queue.get()
+                if status is None:  # a live app's news: its status now
+                    status = self._status_now(app_id)
+                if status is not None:  # else it ended, _recent dropped it: its end is queued
                     yield Change(app_id, status)
         finally:
             self._subscribers.discard(queue)
