@@ -10,7 +10,8 @@ patched into the serialized message, as any client can put on the wire), and ran
 For every request: the daemon answers it OK or with INVALID_ARGUMENT (its google.rpc.BadRequest
 naming a field of that request), NOT_FOUND, ALREADY_EXISTS, or RESOURCE_EXHAUSTED (only for a
 request over the 4 MiB message limit); never UNKNOWN, INTERNAL or anything else. Every Watch
-goes to the watch door too (txd.daemon.watchdoor), which must end it as the socket does. After every
+goes to the watch door too (txd.daemon.watchdoor), which must end it as the socket does, and
+every Status to the read door (its own wire), which must answer it as the socket does. After every
 example a second client's Health check is answered by the same daemon process, and at the end
 its log holds no traceback. Hypothesis runs each property a fixed number of examples under a
 per-example deadline, with no example database (nothing written to the repository).
@@ -18,7 +19,10 @@ per-example deadline, with no example database (nothing written to the repositor
 
 from __future__ import annotations
 
+import socket
 import string
+import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +74,7 @@ class Wire:
     channel: grpc.Channel
     probe: health_pb2_grpc.HealthStub  # on a channel of its own: the "other client"
     door: grpc.Channel  # the watch door's: every Watch is sent there too, with the same outcome
+    read_door: ReadDoor  # every Status is sent there too, with the same outcome
     sent: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     handles: list[str] = field(default_factory=list)
@@ -80,6 +85,8 @@ class Wire:
         self.sent += 1
         if method == "Watch":
             return self._watched(data)
+        if method == "Status":
+            return self._statused(data)
         if method in STREAMS:
             stream = self.channel.unary_stream(SERVICE + method)
             return list(stream(data, timeout=CALL_TIMEOUT))
@@ -103,6 +110,30 @@ class Wire:
         assert not isinstance(at_door, grpc.RpcError), _ending(at_door)
         assert at_door[-1:] == at_socket[-1:]
         return list(at_socket)
+
+    def _statused(self, data: bytes) -> list[bytes]:
+        """A Status at the read door and at the socket: the same error (code, message and
+        rich details), or the same status (asked again, door first, while a job changed
+        between the two asks)."""
+        for _ in range(3):
+            reply = self.read_door.ask(data)
+            try:
+                at_socket = self.channel.unary_unary(SERVICE + "Status")(data, timeout=CALL_TIMEOUT)
+            except grpc.RpcError as e:
+                code, details, trailers = _ending(e)
+                rich = dict(trailers).get("grpc-status-details-bin", b"")
+                assert reply.WhichOneof("answer") == "error", reply
+                error = reply.error
+                assert (error.code, error.message, error.status_details) == (
+                    code.value[0],
+                    details,
+                    rich,
+                )
+                raise
+            assert reply.WhichOneof("answer") == "status", reply
+            if reply.status.SerializeToString() == at_socket:
+                return [at_socket]
+        raise AssertionError(f"the read door answered {reply} where the socket {at_socket!r}")
 
     def check(self, method: str, request: Message, data: bytes | None = None) -> list[bytes]:
         """Sends request (or `data` as its bytes) and asserts the answer is one txd may give;
@@ -129,6 +160,54 @@ class Wire:
         assert self.daemon.running(), self.daemon.log()[-4000:]
         reply = self.probe.Check(health_pb2.HealthCheckRequest(), timeout=CALL_TIMEOUT)
         assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+class ReadDoor:
+    """A connection to the daemon's read door, on its wire (a preface, then length-prefixed
+    messages: txd.v1.ReadReply), made again where the door closed it (a request over 4 MiB)."""
+
+    PREFACE = b"txd-read/1\n"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock: socket.socket | None = None
+
+    def ask(self, data: bytes) -> pb.ReadReply:
+        if self.sock is None:
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(CALL_TIMEOUT)
+            self.sock.connect(self.path)
+            self.sock.sendall(self.PREFACE)
+        self.sock.sendall(struct.pack(">I", len(data)) + data)
+        (size,) = struct.unpack(">I", self._exactly(4))
+        reply = pb.ReadReply.FromString(self._exactly(size))
+        if len(data) > defaults.MAX_REQUEST_BYTES:  # answered, then closed
+            self.close()
+        return reply
+
+    def _exactly(self, n: int) -> bytes:
+        assert self.sock is not None
+        out = b""
+        while len(out) < n:
+            more = self.sock.recv(n - len(out))
+            assert more, "the read door closed the connection"
+            out += more
+        return out
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+
+def _read_door(d: Daemon) -> ReadDoor:
+    """The daemon's read door, once its process serves (started after the socket serves)."""
+    path = defaults.read_door(d.socket)
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while "read door on " not in d.log():
+        assert time.monotonic() < deadline, d.log()
+        time.sleep(0.02)
+    return ReadDoor(path)
 
 
 def _ending(e: Any) -> tuple[Any, ...]:
@@ -170,8 +249,10 @@ def wire() -> Iterator[Wire]:
             grpc.insecure_channel(f"unix:{d.socket}") as other,
             grpc.insecure_channel(f"unix:{defaults.watch_door(d.socket)}", options=options) as door,
         ):
-            w = Wire(d, channel, health_pb2_grpc.HealthStub(other), door)
+            read_door = _read_door(d)
+            w = Wire(d, channel, health_pb2_grpc.HealthStub(other), door, read_door)
             yield w
+            read_door.close()
             w.alive()
             assert d.pid == pid
             print(f"\nfuzz: {w.sent} requests, outcomes {w.outcomes}, {w.runs} real runs")
