@@ -439,10 +439,9 @@ class _LogReader:
     - what is there now, read to its end and then marked caught up (an empty piece): the
       engine's own stream never says where a follow's backlog ends. With a tail (rule 6), from
       where the last lines begin, found by asking the engine for its last messages;
-    - following, the container's new messages, each read resumed after the last message read
-      (at its time stamp, in ns, past the messages of that stamp read: see _outlasting), so
-      that an engine that closes the stream (it restarts) or stops answering for a while loses
-      and repeats nothing it kept: the reader waits, pinging
+    - following, the container's new messages, each read resumed after the last message passed
+      on (by its time stamp, in ns), so that an engine that closes the stream (it restarts) or
+      stops answering for a while loses and repeats nothing it kept: the reader waits, pinging
       the engine every OUTAGE_PAUSE seconds, for as long as its client stays. The job's end
       cuts a follow the engine has not ended (Docker 20.10 sometimes leaves `logs -f` of an
       exited container open: docker/docker-py#3084); what it kept is then read to its end;
