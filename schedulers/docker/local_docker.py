@@ -459,10 +459,7 @@ class _LogReader:
             "stdout": query.stream in (Stream.COMBINED, Stream.STDOUT),
             "stderr": query.stream in (Stream.COMBINED, Stream.STDERR),
         }
-        # Where reading resumes: the stamp of the last message read, and how many messages of
-        # that stamp were read (the engine stamps every piece of a long line alike).
-        self.last = 0
-        self.at_last = 0
+        self.last = 0  # the stamp of the last message passed on to the client
         self.long_lines: dict[int, bool] = {}  # Engine.logs' state, kept across reads
 
     async def pieces(self, ended: Ended) -> AsyncGenerator[tuple[bytes, int], None]:
@@ -475,6 +472,8 @@ class _LogReader:
                 return
             async with JobEnd(ended) as end:
                 async for piece in self._followed(end):
+                    if piece[1]:
+                        self.last = piece[1]
                     yield piece
         except NotFound as e:
             raise LogGone(
@@ -489,10 +488,10 @@ class _LogReader:
                 yield piece
         yield b"", 0  # caught up (rule 7)
         while not end.over() and await self._running():
-            before = self.last, self.at_last
+            before = self.last
             async for piece in end.until(self._outlasting(follow=True), wait_end=False):
                 yield piece
-            if (self.last, self.at_last) == before:  # one that ends at once: not again at once
+            if self.last == before:  # a stream that ends at once is not tried at once again
                 await end.wait(OUTAGE_PAUSE)
         await end.wait()
         async for piece in self._outlasting(follow=False):
@@ -552,21 +551,14 @@ class _LogReader:
     async def _outlasting(
         self, *, follow: bool, start: int = 0
     ) -> AsyncGenerator[tuple[bytes, int], None]:
-        """A read from after the last message read (from `start` if none was), resumed there
-        when the engine goes away meanwhile. The engine stamps every piece of a long line with
-        the line's time, so a read resumes at the last stamp, skipping the messages of that
-        stamp read before: one resumed after it lost the rest of a long line whose read was
-        cut (the engine stops a log read when the container ends)."""
+        """A read from after the last message passed on (from `start` if none was), resumed
+        after the last message it read when the engine goes away meanwhile."""
+        since = self.last + 1 if self.last else start
         while True:
-            since, skip = (self.last, self.at_last) if self.last else (start, 0)
             try:
                 async for block, stamp in self._read(follow=follow, since_ns=since):
-                    if skip and stamp == since:
-                        skip -= 1  # read before
-                        continue
                     if stamp:
-                        self.at_last = self.at_last + 1 if stamp == self.last else 1
-                        self.last = stamp
+                        since = stamp + 1
                     yield block, stamp
                 return
             except BackendUnavailable:

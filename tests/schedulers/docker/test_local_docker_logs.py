@@ -5,17 +5,12 @@ out an engine restart, losing and repeating no byte the engine kept."""
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator
-from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
 import pytest
 from docker_testing import BUSYBOX, Engine, make_docker_daemon
-from txd.schedulers.api import LogQuery
-from txd.schedulers.docker.local_docker import _LogReader as LogReader
-from txd.schedulers.workspace.engine import Engine as TxdEngine
 from txd.v1 import AppDef, AppState, BindMount, Mount, Role
 from txd_testing import TXCTL, Daemon, own_daemon, short_tmpdir
 
@@ -278,42 +273,3 @@ async def _stale_with(c: Any, handle: str, causes: tuple[str, ...]) -> Any:
             if any(cause in status.stale_msg for cause in causes):
                 return status
     raise AssertionError(f"no stale message naming {causes}: {status}")
-
-
-async def test_a_read_cut_inside_a_long_line_resumes_with_the_rest_of_it(
-    docker_engine: Engine,
-) -> None:
-    """The engine stamps every 16 KiB piece of a long line with the line's one time. A read
-    cut after the first piece (the engine ends a log read when the container ends) and read
-    again from where it was gets the rest of the line, once: resuming after the stamp lost it
-    (found under load: a paused follower of a 300 kB line missed 234 kB of it)."""
-    line = b"a" * 100_000 + b"\n"
-    engine = TxdEngine(docker_engine.host)
-    name = f"longline-{os.getpid()}"
-    body = {
-        "Image": BUSYBOX,
-        "Cmd": ["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo; sleep 60"],
-        "HostConfig": {"LogConfig": {"Type": "local", "Config": {}}, "NetworkMode": "none"},
-    }
-    try:
-        await engine.create_container(name, body)
-        await engine.start(name)
-        got = b""
-        whole = LogReader(engine, name, "main/0", LogQuery())
-        async with asyncio.timeout(30), aclosing(whole._outlasting(follow=True)) as follow:
-            async for block, _ in follow:  # until the line is written whole
-                got += block
-                if len(got) >= len(line):
-                    break
-        assert got == line
-        reader = LogReader(engine, name, "main/0", LogQuery())
-        cut = reader._outlasting(follow=False)
-        first = b""
-        while not first:
-            first, _ = await anext(cut)
-        await cut.aclose()
-        rest = b"".join([b async for b, _ in reader._outlasting(follow=False)])
-        assert len(first) < len(line) and first + rest == line
-    finally:
-        await engine.remove(name)
-        await engine.aclose()
