@@ -221,8 +221,8 @@ def schedulers_text(infos: Sequence[SchedulerInfo], default: str) -> str:
     local_cwd (default)  ready: processes on this host, started in the caller's
                          working directory
                          can: logs, log_follow, log_since_until, ...
-    local_docker         unusable: No module named 'aiodocker': pip install
-                         'txd[docker]' installs it
+    local_docker         unusable: No module named 'aiodocker':
+                         .../scripts/setup --venv ... docker installs it
     """
     import textwrap
 

@@ -57,9 +57,9 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print txd's version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from importlib.metadata import version
+        from txd.install import version
 
-        print(f"{parser.prog} {version('txd')}")
+        print(f"{parser.prog} {version()}")
         parser.exit()
 
 
@@ -307,7 +307,7 @@ def _parser() -> argparse.ArgumentParser:
     dash = cmd(
         "dashboard",
         "serve a live web page of the jobs on 127.0.0.1, its URL holding a random token "
-        "(needs the extra txd[dashboard])",
+        "(needs txd's dashboard extra)",
         json=False,
     )
     dash.add_argument(

@@ -13,7 +13,7 @@ dryrun() a `torchx.specs.AppDryRunInfo` whose `.request` is the scheduler's Torc
 object (txd.client.torchx_requests), scheduler_run_opts() a `torchx.specs.runopts`, list()
 `torchx.schedulers.api.ListAppResponse`s; errors are TorchX's exceptions, each also txd's
 (txd.client.torchx_compat.torchx_errors). So it needs torchx installed (code written for TorchX
-has it; `pip install 'txd[torchx]'`), and `run` takes a torchx or a txd AppDef.
+has it: txd's `torchx` extra), and `run` takes a torchx or a txd AppDef.
 
 Unlike TorchX, jobs live in the txd daemon (started, as txctl starts it, where none answers on
 the socket; TXD_NO_AUTOSTART=1 turns that off), so another process or a later session can

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import sys
 import typing
 from collections.abc import Mapping
 from types import ModuleType
@@ -48,7 +47,9 @@ class TorchXError(ValueError):
 
 def install_hint() -> str:
     """How to install torchx beside txd: txd's `torchx` extra, into this Python."""
-    return f"{sys.executable} -m pip install 'txd[torchx]'"
+    from txd.install import command
+
+    return command("torchx")
 
 
 def torchx_specs() -> ModuleType:

@@ -60,7 +60,7 @@ def _session(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from importlib.metadata import version
+    from txd.install import version
 
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["token"]:
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="txd token {create,revoke,list}: the tokens --listen accepts (txd token --help); "
         "txd unit {install,show,uninstall}: txd as a systemd user service (txd unit --help)",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version('txd')}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument(
         "--socket",
         help=f"Unix socket to serve on (env {defaults.SOCKET_ENV}; "

@@ -71,13 +71,14 @@ class About:
     def here(cls, socket_path: Path, state_dir: Path) -> About:
         import getpass
         import socket
-        from importlib.metadata import version
+
+        from txd.install import version
 
         return cls(
             host=socket.gethostname(),
             socket=str(socket_path),
             state_dir=str(state_dir),
-            version=version("txd"),
+            version=version(),
             pid=os.getpid(),
             user=getpass.getuser(),
             started=time.time(),

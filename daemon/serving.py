@@ -124,10 +124,12 @@ def read_record(state_dir: Path) -> Record | None:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError
+
+    from txd.install import version
 
     try:
-        return version("txd")
+        return version()
     except PackageNotFoundError:
         return "?"
 

@@ -15,11 +15,11 @@ import argparse
 import os
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 from txd import defaults, userunit
 from txd.daemon.atomicfile import write_atomic
+from txd.install import version
 
 # txd's shutdown: submissions in flight, then local jobs, then calls in flight, each given
 # --grace seconds; systemd waits this much more before its SIGKILL.
@@ -104,7 +104,7 @@ def render(socket_path: Path, state_dir: Path, grace: float) -> str:
     stop = int(3 * grace) + STOP_MARGIN
     path = os.environ.get("PATH", os.defpath)
     return f"""\
-{userunit.MARK} (txd {version("txd")}); `txd unit show` prints it.
+{userunit.MARK} (txd {version()}); `txd unit show` prints it.
 [Unit]
 Description=txd, the TorchX job launcher daemon
 # A txd that keeps failing stops being restarted: 5 starts in 2 minutes at most.

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from importlib.metadata import Distribution, EntryPoint, entry_points
 from typing import Any
 
+from txd import install
 from txd.schedulers.api import Scheduler
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "txd.schedulers"
 DEFAULT_SCHEDULER = "local_cwd"
-DISTRIBUTION = "txd"
 
 # name -> module defining create_scheduler; the first is the default.
 BUILTIN: dict[str, str] = {
@@ -60,8 +60,9 @@ Factory = Callable[..., Scheduler[Any, Any]]
 @dataclass
 class Entry:
     """A scheduler that can be built: `load()` imports its module and returns its factory.
-    `install` is what installs the packages it imports, as pip takes it ("txd[docker]"), when
-    known; for an entry point, `dist` is the distribution that registered it."""
+    `install` is the command that installs the packages it imports, when known (txd.install's
+    command for a built-in backend's extra); for an entry point, `dist` is the distribution
+    that registered it."""
 
     name: str
     load: Callable[[], Factory]
@@ -85,7 +86,7 @@ def discover() -> dict[str, Entry]:
         name: Entry(
             name,
             functools.partial(_load, module),
-            f"{DISTRIBUTION}[{EXTRAS[name]}]" if name in EXTRAS else "",
+            install.command(EXTRAS[name]) if name in EXTRAS else "",
         )
         for name, module in BUILTIN.items()
     }
@@ -118,19 +119,20 @@ def path_state() -> tuple[tuple[str, int], ...]:
 
 def import_error(entry: Entry, e: ImportError) -> str:
     """One line for a scheduler whose module failed to import: what is missing, and what to
-    install: `No module named 'aiodocker': pip install 'txd[docker]' installs it`."""
+    install: `No module named 'aiodocker': .../scripts/setup --venv ... docker installs it`."""
     said = " ".join(str(e).split()) or type(e).__name__
     if not isinstance(e, ModuleNotFoundError):
         return f"its module cannot be imported: {said}"
-    install = entry.install or _extra_providing(entry.dist, e.name or "")
-    if install:
-        return f"{said}: pip install '{install}' installs it"
+    command = entry.install or _extra_providing(entry.dist, e.name or "")
+    if command:
+        return f"{said}: {command} installs it"
     return f"{said}: install the package that provides it"
 
 
 def _extra_providing(dist: Distribution | None, module: str) -> str:
-    """`dist[extra]` when the plugin's distribution names, under one of its extras, a package
-    whose name is the missing module's (told apart by case, '-', '_' and '.', as pip does)."""
+    """`pip install 'dist[extra]'` when the plugin's distribution names, under one of its
+    extras, a package whose name is the missing module's (told apart by case, '-', '_' and
+    '.', as pip does)."""
     if dist is None or not module:
         return ""
     wanted = _normalized(module.partition(".")[0])
@@ -138,7 +140,7 @@ def _extra_providing(dist: Distribution | None, module: str) -> str:
         name = re.match(r"[A-Za-z0-9._-]+", req)
         extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
         if name and extra and _normalized(name.group()) == wanted:
-            return f"{dist.metadata['Name']}[{extra.group(1)}]"
+            return f"pip install '{dist.metadata['Name']}[{extra.group(1)}]'"
     return ""
 
 

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from txd import install
 from txd.client.components._parser import Component, ComponentError, ComponentNotFound, evaluate
 from txd.v1 import AppDef
 
@@ -156,7 +157,7 @@ def _from_file(path: str, function: str) -> Callable[..., Any]:
         if exc.name == "torchx" or (exc.name or "").startswith("torchx."):
             raise ComponentError(
                 f"{path} is a TorchX component: install torchx into the Python that runs txctl "
-                f"with txd's torchx extra ({sys.executable} -m pip install 'txd[torchx]')"
+                f"with txd's torchx extra ({install.command('torchx')})"
             ) from None
         raise ComponentError(
             f"failed to load component file {path}: {type(exc).__name__}: {exc}"

@@ -8,7 +8,7 @@ Unsupported; one that needs what the harness cannot do (a failing job, say) is s
 why.
 
 It ships with txd and needs nothing but txd, pytest and pytest-asyncio (`pip install
-'txd[testing]'`). A third-party scheduler's tests import it and write, for example:
+'txd-launcher[testing]'`). A third-party scheduler's tests import it and write, for example:
 
     import pytest
     from txd.schedulers.testing import Harness, SchedulerContract, Script, TaskGroupLike

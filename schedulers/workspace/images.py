@@ -325,7 +325,7 @@ class Builder:
         self, app: AppDef, workspace: str, *, image_repo: str | None, dryrun: bool
     ) -> tuple[AppDef, str]:
         if self._engine is None:
-            from txd.schedulers.workspace.engine import Engine  # aiodocker: txd[docker]
+            from txd.schedulers.workspace.engine import Engine  # aiodocker: the docker extra
 
             self._engine = Engine(
                 self._host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from dashboard_testing import Dashboard
 from test_dashboard_live import loaded, row, run
+from txd import install
 from txd_testing import TXCTL, Gates
 
 EVIL_PAGE = """<!doctype html><html><body><form id="f" method="post" action="{target}"
@@ -182,7 +183,7 @@ def test_without_aiohttp_it_says_what_to_install(daemon: Any, tmp_path: Path) ->
     env = daemon.txctl_env(PYTHONPATH=str(blocker.parent))
     out = daemon.txctl("dashboard", "--no-open", env=env, timeout=30)
     assert out.returncode == 2, out
-    assert "pip install 'txd[dashboard]'" in out.stderr
+    assert install.command("dashboard") in out.stderr
     assert out.stdout == ""
 
 

@@ -16,11 +16,11 @@ import termios
 import time
 import uuid
 from collections.abc import Iterator
-from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from txd.install import version
 from txd_testing import DEFAULT_SIGINT, TXCTL, Gates, first_line, run_python
 
 READ_TIMEOUT = 20.0  # bound on each wait for output below
@@ -225,17 +225,17 @@ def test_version_of_txctl_and_txd() -> None:
     )
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"txctl {version('txd')}\nGRPC False\n"
+    assert proc.stdout == f"txctl {version()}\nGRPC False\n"
     proc = run_python("from txd.daemon.main import main; main(['--version'])")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == f"txd {version('txd')}\n"
+    assert proc.stdout == f"txd {version()}\n"
     daemon = subprocess.run(
         [sys.executable, "-m", "txd.daemon", "--version"],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert daemon.stdout == f"txd {version('txd')}\n"
+    assert daemon.stdout == f"txd {version()}\n"
 
 
 def _ignore_sigint() -> None:

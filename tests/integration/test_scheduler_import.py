@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd import install
 from txd.v1 import AppDef, AppState, Role
 from txd_testing import Daemon, install_plugin, log_alarms, remove_tree, sh_app, short_tmpdir
 
@@ -126,7 +127,7 @@ async def test_a_builtin_scheduler_names_the_txd_extra(tmp_path: Path) -> None:
     env = {"PYTHONPATH": _pythonpath(shadow), "DOCKER_HOST": f"unix://{socket}"}
     d = Daemon(root, env=env).start()
     try:
-        reason = "No module named 'aiodocker': pip install 'txd[docker]' installs it"
+        reason = f"No module named 'aiodocker': {install.command('docker')} installs it"
         assert _infos(d)["local_docker"]["load_error"] == reason
         assert _infos(d)["local_docker"]["load_error"] == reason
         said = [ln for ln in d.log().splitlines() if "local_docker" in ln]

@@ -13,12 +13,12 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import pytest
 from txd.client import Client
+from txd.install import version
 from txd.v1 import AppState
 from txd_testing import (
     TXCTL,
@@ -212,7 +212,7 @@ def test_where_names_the_daemon(daemon: Daemon) -> None:
     assert first["pid"] == daemon.pid
     assert first["socket"] == str(daemon.socket)
     assert first["state_dir"] == str(daemon.state_dir)
-    assert first["version"] == version("txd")
+    assert first["version"] == version()
     assert first["user"] and isinstance(first["uptime_seconds"], float)
     assert first["started"].endswith("+00:00")
     assert first["systemd_unit"] == ""  # started by hand, not by systemd

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd import install
 from txd.client import InvalidArgumentError
 from txd_testing import clean_env, remove_tree, run_python, short_tmpdir, unique, wait_ended
 
@@ -268,7 +269,7 @@ def test_runner_without_torchx_says_how_to_install() -> None:
     proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (
-        f"torchx is not installed in this Python ({sys.executable} -m pip install 'txd[torchx]')\n"
+        f"torchx is not installed in this Python ({install.command('torchx')})\n"
     )
 
 

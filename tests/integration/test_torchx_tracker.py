@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd import install
 from txd_testing import clean_env, first_line, run_python
 
 REPORT = (
@@ -144,5 +145,5 @@ def test_tracker_list_says_what_is_missing(shared_daemon: Any, workdir: Path) ->
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "txctl: error: the trackers are TorchX's plugins: install torchx in this Python "
-        f"({sys.executable} -m pip install 'txd[torchx]')\n"
+        f"({install.command('torchx')})\n"
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+from txd import install
 from txd.schedulers import plugins
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -22,7 +23,7 @@ def test_a_missing_module_is_said_with_the_extra_to_install() -> None:
     entry = plugins.discover()["kubernetes"]
     e = ModuleNotFoundError("No module named 'yaml'", name="yaml")
     assert plugins.import_error(entry, e) == (
-        "No module named 'yaml': pip install 'txd[kubernetes]' installs it"
+        f"No module named 'yaml': {install.command('kubernetes')} installs it"
     )
     other = plugins.Entry("x", lambda: None)  # type: ignore[arg-type,return-value]
     assert plugins.import_error(other, e) == (

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd.schedulers.hpc.hosts import import_asyncssh
 from txd_testing import REPO, Daemon, remove_tree, short_tmpdir
 
 POLL_INTERVAL = 0.2
@@ -71,7 +72,7 @@ class LoginNode:
 
 @pytest.fixture(scope="session")
 def login_node(slurm_cluster: Cluster) -> Iterator[LoginNode]:
-    import asyncssh
+    asyncssh = import_asyncssh()
 
     root = short_tmpdir("txdssh-")
     host_key = asyncssh.generate_private_key("ssh-ed25519")

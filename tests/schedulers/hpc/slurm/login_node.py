@@ -11,8 +11,14 @@ import asyncio
 import contextlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
-import asyncssh
+from txd.schedulers.hpc.hosts import import_asyncssh
+
+if TYPE_CHECKING:
+    import asyncssh
+else:
+    asyncssh = import_asyncssh()
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncssh.SSHWriter[bytes]) -> None:
