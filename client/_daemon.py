@@ -122,7 +122,22 @@ def start_daemon(path: Path, state_dir: Path, *, timeout: float = START_TIMEOUT)
         return None
     code = proc.poll()
     state = f"exited with code {code}" if code is not None else f"is not ready after {timeout}s"
-    raise RuntimeError(f"txd {state}; see {log_path}")
+    said = last_line(log_path) if code is not None else ""
+    raise RuntimeError(
+        f"txd {state}: {said} (see {log_path})" if said else f"txd {state}; see {log_path}"
+    )
+
+
+def last_line(log_path: Path, tail: int = 4096) -> str:
+    """The last line a daemon wrote to its log: after a crash at start (a module missing, say)
+    it names the cause, as a traceback's last line does."""
+    try:
+        with open(log_path, "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - tail))
+            lines = log.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(lines) if line.strip()), "")
 
 
 class NoDaemon(Exception):

@@ -270,3 +270,24 @@ def test_autostart_failure_shows_the_daemon_reason(auto: AutostartEnv, workdir: 
     )  # fmt: skip
     assert proc.returncode == 2
     assert "'a/b': a session name is not empty and has no '/'" in proc.stderr
+
+
+def test_a_daemon_that_crashes_at_start_is_named_by_its_last_words(
+    auto: AutostartEnv, workdir: Path
+) -> None:
+    """A daemon that dies before it can say why on its ready pipe (here, an install without a
+    package it imports) is reported with the last line of its log, not just the log's path."""
+    shadow = auto.root / "shadow" / "prometheus_client"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'prometheus_client'\")\n"
+    )
+    auto.env["PYTHONPATH"] = str(shadow.parent)
+    proc = auto.txctl("list", cwd=workdir)
+    assert proc.returncode == 3, proc.stderr
+    log = auto.state_home / "txd" / "txd.log"
+    assert proc.stderr == (
+        "txctl: error: cannot start txd: txd exited with code 1: ModuleNotFoundError: "
+        f"No module named 'prometheus_client' (see {log})\n"
+    )
+    assert auto.daemons() == []
