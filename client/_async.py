@@ -476,8 +476,10 @@ class AsyncClient:
         neither: live changes only. `follow`: go on with live changes (else end at SYNCED).
         BOOKMARK responses move the cursor when nothing matching happened. To resume after
         an error or a restart, call again with since= the last cursor received: no change is
-        missed or repeated. A cursor older than the daemon's retention raises
-        OutOfRangeError (its oldest_cursor names where the events held start).
+        missed or repeated, but for the events of jobs deleted or pruned meanwhile, which a
+        GAP response stands for (`removed`: how many; their DELETED events follow). A cursor
+        older than the daemon's retention raises OutOfRangeError (its oldest_cursor names
+        where the events held start).
 
         A lost connection is ridden out as watch() does: the stream is asked again from the
         last cursor received (a snapshot cut before its SYNCED is taken again whole), so the

@@ -37,10 +37,13 @@ def _when(ts: Any) -> str:
 
 def event_line(event: Any) -> str:
     """An Events response on one line: cursor, kind, then (for a job's) time, handle, state
-    and message."""
+    and message; for a GAP, how many events were removed there."""
     from txd.v1.runner_pb2 import EventsResponse
 
-    kind = EventsResponse.Kind.Name(event.kind)
+    known = event.kind in EventsResponse.Kind.values()  # a newer daemon's kind: its number
+    kind = EventsResponse.Kind.Name(event.kind) if known else str(event.kind)
+    if event.kind == EventsResponse.GAP:
+        return f"{event.cursor}  {kind}  {event.removed} events removed here with their jobs"
     if not event.HasField("status"):
         return f"{event.cursor}  {kind}"
     st = event.status

@@ -1100,7 +1100,7 @@ async def _list_watch(client: Any, args: argparse.Namespace) -> int:
             jobs.pop(event.status.app_handle, None)
         elif event.kind in (Ev.SNAPSHOT, Ev.CHANGED):
             jobs[event.status.app_handle] = event.status
-        if not synced or event.kind == Ev.BOOKMARK:
+        if not synced or event.kind in (Ev.BOOKMARK, Ev.GAP):  # a GAP's jobs' DELETED follow
             continue
         shown = sorted(
             (

@@ -7,7 +7,9 @@ costs the same however many subscribers there are, each of which reads the buffe
 position, on its own time.
 
 A stream from a cursor subscribes first, then replays what the store holds after the cursor,
-then reads the buffer skipping what the replay gave (by number): no gap, no duplicate. A
+then reads the buffer skipping what the replay gave (by number): no gap, no duplicate. Where
+a replay meets events a Delete or Prune removed (their jobs' rows kept without a status), it
+sends one GAP per run of them saying how many, so its reader is told what it lost. A
 subscriber whose position fell out of the buffer while it replayed or read catches up from the
 store. One that stops reading (its write to the client does not finish) while the buffer
 wraps past it is ended with RESOURCE_EXHAUSTED naming its last delivered cursor: it resumes
@@ -26,7 +28,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator,
 from dataclasses import dataclass, field
 from typing import Any
 
-from txd.daemon.jobstore import DELETED_EVENT, JobStore, StoredEvent
+from txd.daemon.jobstore import DELETED_EVENT, REMOVED_EVENT, JobStore, StoredEvent
 from txd.schedulers.errors import InvalidArgument, OutOfRange, ResourceExhausted, ShuttingDown
 from txd.schedulers.pulse import Pulse
 from txd.v1 import runner_pb2 as pb
@@ -41,6 +43,8 @@ MAX_BATCH = 256  # events per response at most, whatever the client asks
 # EventsResponse.more's tag: a batch is its first event's bytes and then, per further event,
 # this tag, a length and the event's bytes (each serialized once for every subscriber).
 _MORE_TAG = bytes([pb.EventsResponse.MORE_FIELD_NUMBER << 3 | 2])
+# A store upgraded from before deletions kept their events' places: see jobstore._to_v6.
+_UPGRADE = ", or than a deletion made before txd counted what deletions remove"
 MIN_BOOKMARK = 0.1
 SWEEP_PERIOD = 1.0  # seconds between looks for stuck subscribers and retention
 
@@ -312,8 +316,8 @@ class EventHub:
             if seq < floor:
                 raise OutOfRange(
                     f"since_cursor: the events after this cursor are no longer held (older "
-                    f"than the retention); start again from a snapshot or list; oldest cursor "
-                    f"held: {self.cursor(floor)}"
+                    f"than the retention{_UPGRADE}); start again from a snapshot or list; "
+                    f"oldest cursor held: {self.cursor(floor)}"
                 )
             return seq
         if req.HasField("since_time"):
@@ -321,7 +325,7 @@ class EventHub:
             if floor and at <= floor_at:
                 raise OutOfRange(
                     f"since_time: events from then are no longer held (older than the "
-                    f"retention); oldest cursor held: {self.cursor(floor)}"
+                    f"retention{_UPGRADE}); oldest cursor held: {self.cursor(floor)}"
                 )
             return self.store.first_seq_at(at)
         return None
@@ -410,7 +414,7 @@ class EventHub:
                 )
                 if not page:
                     return max(after, self.store.last_seq())
-                await send_batched(self._wired(_Entry(e) for e in page))
+                await send_batched(self._replayed(page))
                 after = page[-1].seq
 
         try:
@@ -442,6 +446,19 @@ class EventHub:
         finally:
             self._subs.discard(sub)
             self._narrow.discard(sub)
+
+    def _replayed(self, page: list[StoredEvent]) -> Iterator[tuple[bytes, int]]:
+        """A page of the store as sent: each run of removed events as one GAP saying how many,
+        at the last of them (resuming from it loses nothing more)."""
+        for removed, run in itertools.groupby(page, key=lambda e: e.kind == REMOVED_EVENT):
+            if not removed:
+                yield from self._wired(_Entry(e) for e in run)
+                continue
+            gone = list(run)
+            gap = pb.EventsResponse(
+                kind=Kind.GAP, cursor=self.cursor(gone[-1].seq), removed=len(gone)
+            )
+            yield gap.SerializeToString(), gone[-1].seq
 
     def _wired(self, entries: Iterable[_Entry]) -> Iterator[tuple[bytes, int]]:
         """Each entry as (its serialized response, its event's number)."""

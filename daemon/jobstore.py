@@ -134,9 +134,24 @@ def _to_v5(db: sqlite3.Connection) -> None:
     )
 
 
+def _to_v6(db: sqlite3.Connection) -> None:
+    """A deleted job's status events stay as rows of kind 3 (REMOVED_EVENT) without their
+    status, so a replay tells its reader how many it lost where (until retention drops them);
+    before, they were deleted outright. What deletions made before this step removed is not
+    known: the events floor moves up to the newest of them, so a cursor before it is refused
+    (as one older than the retention) rather than resumed past a silent gap."""
+    for name, column in (("events_floor", "seq"), ("events_floor_at", "at")):
+        newest = f"(SELECT max({column}) FROM events WHERE kind = 2)"
+        db.execute(
+            f"UPDATE meta SET value = max(value, coalesce({newest}, value)) WHERE name = ?", (name,)
+        )
+
+
 # _MIGRATIONS[v] takes a file from version v to v + 1. Append a step for a new version; never
 # edit one that has shipped.
-_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_to_v1, _to_v2, _to_v3, _to_v4, _to_v5]
+_MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _to_v1, _to_v2, _to_v3, _to_v4, _to_v5, _to_v6,
+]  # fmt: skip
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _COLUMNS = (
@@ -378,6 +393,7 @@ class JobRecord:
 
 STATUS_EVENT = 1
 DELETED_EVENT = 2
+REMOVED_EVENT = 3  # a status event of a job since deleted: its status dropped, its place kept
 
 
 @dataclass(frozen=True)
@@ -618,8 +634,9 @@ class JobStore(StoreReads):
 
     def delete_many(self, handles: Iterable[str]) -> None:
         """Deletes every one of these jobs or, if one fails, none: one transaction. A job's
-        events go with it; one event says it was deleted (with its last status), so a
-        stream's reader learns it."""
+        status events lose their statuses (they become REMOVED_EVENT rows, which a replay
+        counts in a GAP) and one event says it was deleted (with its last status), so a
+        stream's reader learns both."""
         with self._transaction():
             for handle in handles:
                 row = self._db.execute(
@@ -627,7 +644,10 @@ class JobStore(StoreReads):
                 ).fetchone()
                 if row is None:
                     continue
-                self._db.execute("DELETE FROM events WHERE handle = ?", (handle,))
+                self._db.execute(
+                    "UPDATE events SET kind = ?, status = x'' WHERE handle = ? AND kind = ?",
+                    (REMOVED_EVENT, handle, STATUS_EVENT),
+                )
                 self._event(DELETED_EVENT, handle, row[0], bytes(row[1]))
 
     # -- events -------------------------------------------------------------------------------
@@ -639,8 +659,9 @@ class JobStore(StoreReads):
         return int(found[0]) if found else 0
 
     def events_floor(self) -> tuple[int, float]:
-        """The newest event retention dropped, and its commit time ((0, 0.0): none): events
-        after it are all held (but those of deleted jobs)."""
+        """The newest event retention dropped (or, in a store older than REMOVED_EVENT, the
+        newest deletion then), and its commit time ((0, 0.0): none): events after it are all
+        held (those of deleted jobs as REMOVED_EVENT rows)."""
         rows = self._db.execute(
             "SELECT name, value FROM meta WHERE name IN ('events_floor', 'events_floor_at')"
         )
@@ -656,7 +677,8 @@ class JobStore(StoreReads):
         states: Collection[int] = (),
         handles: Collection[str] = (),
     ) -> list[StoredEvent]:
-        """Up to `limit` events after number `seq`, in commit order, matching the filters."""
+        """Up to `limit` events after number `seq`, in commit order, matching the filters
+        (REMOVED_EVENT rows among them: the events of jobs since deleted)."""
         where, args = _filters(scheduler, states, handles)
         where.insert(0, "seq > ?")
         args.insert(0, seq)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import shlex
@@ -24,6 +25,7 @@ from txd.client import (
     OutOfRangeError,
     UnavailableError,
 )
+from txd.client._format import to_dict
 from txd.v1 import TERMINAL_STATES, AppState
 from txd.v1 import runner_pb2 as pb
 from txd_testing import TXCTL, Daemon, Gates, sh_app
@@ -37,10 +39,12 @@ def seq(cursor: str) -> int:
 
 
 def stored(d: Daemon, after: int = 0) -> list[tuple[int, str, int]]:
-    """(seq, handle, state) of the events the daemon's store holds, in order."""
+    """(seq, handle, state) of the events the daemon's store holds (changes and deletions,
+    not what a deletion removed), in order."""
     with contextlib.closing(sqlite3.connect(d.state_dir / "jobs.db")) as db:
         rows = db.execute(
-            "SELECT seq, handle, state FROM events WHERE seq > ? ORDER BY seq", (after,)
+            "SELECT seq, handle, state FROM events WHERE seq > ? AND kind IN (1, 2) ORDER BY seq",
+            (after,),
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
@@ -87,12 +91,7 @@ async def test_replay_from_a_cursor_or_time_is_what_the_store_holds_in_commit_or
         for h in handles:
             await c.wait(h)
         replayed = [e async for e in c.events(since=start, follow=False)]
-        by_time = [
-            e
-            async for e in c.events(
-                since=__import__("datetime").datetime.fromtimestamp(since), follow=False
-            )
-        ]
+        by_time = [e async for e in c.events(since=dt.datetime.fromtimestamp(since), follow=False)]
     assert replayed[-1].kind == Kind.SYNCED
     held = stored(daemon, seq(start))
     assert triples(replayed) == held == triples(by_time)
@@ -213,6 +212,116 @@ async def test_a_cursor_older_than_the_retention_gets_the_oldest_held(
         assert seq(oldest) > seq(start)
         after = [e async for e in c.events(since=oldest, follow=False)]
         assert after[-1].kind == Kind.SYNCED
+
+
+def expected_with_gaps(
+    held: list[tuple[int, str, int]], lost: list[tuple[int, str, int]]
+) -> list[tuple[str, int, int]]:
+    """(kind, seq, removed) a replay sends of `held` once `lost` were removed: each run of lost
+    events between two held ones as one GAP, at the last of them, with their count."""
+    out: list[tuple[str, int, int]] = []
+    kinds = {s: "CHANGED" for s, _, _ in held}
+    for s in sorted([*kinds, *(s for s, _, _ in lost)]):
+        if s in kinds:
+            out.append((kinds[s], s, 0))
+        elif out and out[-1][0] == "GAP":
+            out[-1] = ("GAP", s, out[-1][2] + 1)
+        else:
+            out.append(("GAP", s, 1))
+    return out
+
+
+def sent(events: list[Any]) -> list[tuple[str, int, int]]:
+    """(kind, seq, removed) of each event a replay sent (of txctl's --json lines, or the
+    client's), CHANGED standing for DELETED too; SYNCED left out."""
+    rows = [e if isinstance(e, dict) else to_dict(e) for e in events]
+    return [
+        ("GAP" if r["kind"] == "GAP" else "CHANGED", seq(r["cursor"]), int(r.get("removed", 0)))
+        for r in rows
+        if r["kind"] != "SYNCED"
+    ]
+
+
+async def test_a_resume_across_a_prune_is_told_what_the_prune_removed(daemon: Daemon) -> None:
+    """Prune removes its jobs' events: a replay from a cursor before them sends a GAP where
+    they were, saying how many (txctl and the client alike, filters applied), then the jobs'
+    DELETED events; a range that lost nothing, or a cursor after the prune, resumes as ever."""
+    async with daemon.client() as c:
+        start = await head(c)
+        since = time.time()
+        pruned = [await c.run(sh_app("true")) for _ in range(2)]
+        for h in pruned:
+            await c.wait(h)
+        middle = await head(c)
+        kept = await c.run(sh_app("true"))
+        await c.wait(kept)
+        lost = [e for e in stored(daemon, seq(start)) if e[1] in pruned]
+        assert lost and all(s <= seq(middle) for s, _, _ in lost)
+        created = json.loads(daemon.txctl("status", "--json", kept, check=True).stdout)["created"]
+        daemon.txctl("prune", "--older-than", created, check=True)
+        assert {h for _, h, _ in stored(daemon)} == {*pruned, kept}  # the DELETED events
+        held = stored(daemon, seq(start))
+        after = await head(c)
+
+        out = daemon.txctl("events", "--since", start, "--json", check=True).stdout
+        lines = [json.loads(line) for line in out.splitlines()]
+        assert lines[-1]["kind"] == "SYNCED"
+        assert sent(lines) == expected_with_gaps(held, lost)
+        assert sum(line["removed"] for line in lines) == len(lost)
+        deleted = [line["status"]["app_handle"] for line in lines if line["kind"] == "DELETED"]
+        assert deleted == pruned
+        text = daemon.txctl("events", "--since", start, check=True).stdout
+        gaps = [line.split() for line in text.splitlines() if line.split()[1] == "GAP"]
+        assert sum(int(g[2]) for g in gaps) == len(lost), text
+
+        replayed = [e async for e in c.events(since=start, follow=False)]
+        assert sent(replayed) == expected_with_gaps(held, lost)
+        by_time = [e async for e in c.events(since=dt.datetime.fromtimestamp(since), follow=False)]
+        assert sent(by_time) == sent(replayed)
+        # Filtered, a GAP counts only the removed events the filter matches.
+        running = [e for e in held if e[2] == AppState.RUNNING]
+        lost_running = [e for e in lost if e[2] == AppState.RUNNING]
+        assert lost_running
+        only = [e async for e in c.events(since=start, follow=False, states=[AppState.RUNNING])]
+        assert sent(only) == expected_with_gaps(running, lost_running)
+
+        # From after the pruned jobs' events, nothing was lost: no GAP, their deletions.
+        rest = [e async for e in c.events(since=middle, follow=False)]
+        assert sent(rest) == expected_with_gaps(stored(daemon, seq(middle)), [])
+        assert [e.status.app_handle for e in rest if e.kind == Kind.DELETED] == pruned
+        # From after the prune: just SYNCED.
+        now = daemon.txctl("events", "--since", after, "--json", check=True).stdout
+        assert [json.loads(line)["kind"] for line in now.splitlines()] == ["SYNCED"]
+
+
+async def test_a_store_upgraded_past_untracked_deletions_refuses_a_cursor_before_them(
+    daemon: Daemon,
+) -> None:
+    """Deletions before the store kept their events' places removed them without a trace:
+    once upgraded, a cursor before the newest of them is OUT_OF_RANGE (never a silent gap),
+    naming that deletion's cursor, from which a stream resumes."""
+    async with daemon.client() as c:
+        start = await head(c)
+        gone = await c.run(sh_app("true"))
+        await c.wait(gone)
+        kept = await c.run(sh_app("true"))
+        await c.wait(kept)
+    daemon.txctl("delete", gone, check=True)
+    daemon.stop()
+    with contextlib.closing(sqlite3.connect(daemon.state_dir / "jobs.db")) as db:
+        # As a txd before schema version 6 left it: the job's events deleted outright.
+        db.execute("DELETE FROM events WHERE kind = 3")
+        db.execute("PRAGMA user_version = 5")
+        db.commit()
+    deletion = stored(daemon)[-1]
+    assert deletion[1] == gone
+    daemon.start()
+    async with daemon.client() as c:
+        with pytest.raises(OutOfRangeError, match="before txd counted") as info:
+            [e async for e in c.events(since=start, follow=False)]
+        assert seq(info.value.oldest_cursor) == deletion[0]
+        rest = [e async for e in c.events(since=info.value.oldest_cursor, follow=False)]
+        assert [e.kind for e in rest] == [Kind.SYNCED]
 
 
 async def test_a_cursor_of_another_state_dir_is_refused(daemon: Daemon, client: Any) -> None:

@@ -83,7 +83,7 @@ def test_version_0_file_migrates_and_every_record_reads_back(tmp_path: Path) -> 
         assert len(key) == 32
     finally:
         store.close()
-    assert _user_version(path) == jobstore.SCHEMA_VERSION == 5
+    assert _user_version(path) == jobstore.SCHEMA_VERSION == 6
     assert ("index", "jobs_by_created_handle") in _objects(path)
     assert ("index", "jobs_by_created") not in _objects(path)
     # Opening a current file again changes nothing, the token key included.

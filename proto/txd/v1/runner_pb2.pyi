@@ -394,7 +394,7 @@ class EventsRequest(_message.Message):
     def __init__(self, since_cursor: _Optional[str] = ..., since_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., snapshot: _Optional[bool] = ..., scheduler: _Optional[str] = ..., states: _Optional[_Iterable[_Union[_app_pb2.AppStatus.State, str]]] = ..., app_handles: _Optional[_Iterable[str]] = ..., follow: _Optional[bool] = ..., bookmark_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., received: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
 
 class EventsResponse(_message.Message):
-    __slots__ = ("kind", "cursor", "status", "time", "window", "more")
+    __slots__ = ("kind", "cursor", "status", "time", "window", "more", "removed")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[EventsResponse.Kind]
@@ -403,25 +403,29 @@ class EventsResponse(_message.Message):
         SNAPSHOT: _ClassVar[EventsResponse.Kind]
         SYNCED: _ClassVar[EventsResponse.Kind]
         BOOKMARK: _ClassVar[EventsResponse.Kind]
+        GAP: _ClassVar[EventsResponse.Kind]
     KIND_UNSPECIFIED: EventsResponse.Kind
     CHANGED: EventsResponse.Kind
     DELETED: EventsResponse.Kind
     SNAPSHOT: EventsResponse.Kind
     SYNCED: EventsResponse.Kind
     BOOKMARK: EventsResponse.Kind
+    GAP: EventsResponse.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     WINDOW_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
     kind: EventsResponse.Kind
     cursor: str
     status: _app_pb2.AppStatus
     time: _timestamp_pb2.Timestamp
     window: int
     more: _containers.RepeatedCompositeFieldContainer[EventsResponse]
-    def __init__(self, kind: _Optional[_Union[EventsResponse.Kind, str]] = ..., cursor: _Optional[str] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window: _Optional[int] = ..., more: _Optional[_Iterable[_Union[EventsResponse, _Mapping]]] = ...) -> None: ...
+    removed: int
+    def __init__(self, kind: _Optional[_Union[EventsResponse.Kind, str]] = ..., cursor: _Optional[str] = ..., status: _Optional[_Union[_app_pb2.AppStatus, _Mapping]] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., window: _Optional[int] = ..., more: _Optional[_Iterable[_Union[EventsResponse, _Mapping]]] = ..., removed: _Optional[int] = ...) -> None: ...
 
 class NativeRequest(_message.Message):
     __slots__ = ("recorded", "text", "missing")
