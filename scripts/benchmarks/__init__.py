@@ -27,6 +27,8 @@ module each under areas/:
           --quick): replayed events/s to one subscriber (all of them) and to 100 at once (the
           newest 10,000 each); job store bytes per event;
           job end -> event at a following subscriber
+  eventsize  the job store's bytes per status change of 400 real local_cwd jobs (100 with
+          --quick), read with SQLite's dbstat, and per event of a pruned job
   dashboard  `txctl dashboard` in Debian's headless Chromium over a job store of 10,000 jobs:
           first contentful paint, DOMContentLoaded and the whole table on screen (read from
           the browser's timeline); a job's state change committed -> its row shown (median

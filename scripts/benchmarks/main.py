@@ -24,6 +24,7 @@ from benchmarks.areas import (
     dashboard,
     docker,
     events,
+    events_size,
     k8s,
     latency,
     load,
@@ -55,6 +56,7 @@ ALL = (
     "rss",
     "watchmem",
     "events",
+    "eventsize",
     "dashboard",
     "slurm",
     "docker",
@@ -95,6 +97,10 @@ async def amain(ctx: Context) -> None:
         log("events: the events stream, a fresh daemon over a filled job store")
         with res.section():
             await events.run(ctx)
+    if "eventsize" in only:
+        log("eventsize: the job store's bytes per event of real local_cwd jobs, fresh daemon")
+        with res.section():
+            await events_size.run(ctx)
     if "dashboard" in only:
         log("dashboard: txctl dashboard in headless Chromium, a fresh daemon over 10,000 jobs")
         with res.section():

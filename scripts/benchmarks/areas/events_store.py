@@ -99,7 +99,8 @@ async def run(ctx: Context) -> None:
     s1 = on_disk(sd)
     changes = len(STATES) * jobs
     ctx.res.add(
-        "job store growth per status change (its event, the indexes, the job's new status)",
+        "job store growth per status change, synthetic statuses (state and handle only; a "
+        "real job's: --only eventsize)",
         f"{(s1 - s0) / changes:.0f} B",
         note=f"{changes:,} changes of {jobs:,} jobs: {s0 / MB:.1f} -> {s1 / MB:.1f} MB",
     )
