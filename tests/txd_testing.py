@@ -722,6 +722,35 @@ __all__ = [*__all__, "native_request_rows", "unique_names", "with_name_of"]
 # -- other users ------------------------------------------------------------------------------
 
 
+NOBODY = 65534  # user nobody's uid, and group nogroup's gid
+
+
+def as_nobody(action: Callable[[], str]) -> str | None:
+    """What `action` returns when run by user nobody (uid and gid 65534, no other group) in a
+    forked child of this process, or None when it raised. `action` must do little more than
+    system calls: this process may have threads. Needs root."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nobody
+        code = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            data = action().encode()
+            while data:
+                data = data[os.write(write_end, data) :]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with open(read_end, "rb") as f:
+        said = f.read()
+    _, status = os.waitpid(pid, 0)
+    return said.decode() if os.waitstatus_to_exitcode(status) == 0 else None
+
+
 def closed_to_nobody(path: Path, send: bytes = b"", timeout: float = 30.0) -> bool:
     """Whether a process of user nobody (uid 65534) that connects to the Unix socket `path`,
     its folder and file opened to others for the while, and sends `send`, sees the connection
@@ -730,29 +759,81 @@ def closed_to_nobody(path: Path, send: bytes = b"", timeout: float = 30.0) -> bo
     modes = stat.S_IMODE(folder.stat().st_mode), stat.S_IMODE(path.stat().st_mode)
     os.chmod(folder, 0o711)
     os.chmod(path, 0o666)
-    try:
-        pid = os.fork()
-        if pid == 0:  # the child: nobody
-            code = 1
+
+    def attempt() -> str:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(timeout)
+            s.connect(str(path))
             try:
-                os.setgid(65534)
-                os.setuid(65534)
-                with socket.socket(socket.AF_UNIX) as s:
-                    s.settimeout(timeout)
-                    s.connect(str(path))
-                    try:
-                        s.sendall(send)  # the server may have closed at once: EPIPE
-                        got = s.recv(100)
-                    except (BrokenPipeError, ConnectionResetError):
-                        got = b""
-                    code = 0 if got == b"" else 2
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status) == 0
+                s.sendall(send)  # the server may have closed at once: EPIPE
+                got = s.recv(100)
+            except (BrokenPipeError, ConnectionResetError):
+                got = b""
+            return "closed" if got == b"" else "answered"
+
+    try:
+        return as_nobody(attempt) == "closed"
     finally:
         os.chmod(folder, modes[0])
         os.chmod(path, modes[1])
 
 
-__all__ = [*__all__, "closed_to_nobody"]
+def open_to_others(root: Path) -> list[str]:
+    """What of the folder `root` (a state dir) is open to other users: each folder under it
+    (itself included) not 0700 and each file not 0600, with its mode; and what user nobody
+    reads of it: its listing, any file, as they are and again with every folder opened (0711)
+    for the while, so that each file's own mode is put to the test. [] when it is all the
+    owner's. The folders above `root` must let nobody through (as a world-readable home does),
+    or nothing would be tried: an AssertionError says so. Needs root."""
+    folders, files = [root], []
+    for folder, dirs, names in os.walk(root):
+        folders += [Path(folder, d) for d in dirs]
+        files += [Path(folder, n) for n in names if not Path(folder, n).is_symlink()]
+    found = [
+        f"{path} is {stat.S_IMODE(path.lstat().st_mode):04o}"
+        for paths, want in ((folders, 0o700), (files, 0o600))
+        for path in paths
+        if stat.S_IMODE(path.lstat().st_mode) != want
+    ]
+    assert as_nobody(lambda: str(os.stat(root).st_uid)) is not None, (
+        f"uid {NOBODY} cannot reach {root} at all: open the folders above it for the test"
+    )
+
+    def reads(listing: bool) -> list[str]:
+        def attempt() -> str:
+            read = [f"listed {root}"] if listing and _lists(root) else []
+            return "\n".join(read + [f"read {f}" for f in files if _reads(f)])
+
+        said = as_nobody(attempt)
+        assert said is not None, f"uid {NOBODY} could not try to read {root}"
+        return said.splitlines()
+
+    found += reads(listing=True)
+    modes = {folder: stat.S_IMODE(folder.stat().st_mode) for folder in folders}
+    try:
+        for folder in folders:
+            os.chmod(folder, 0o711)
+        found += [f"{line} (folders opened)" for line in reads(listing=False)]
+    finally:
+        for folder, mode in modes.items():
+            os.chmod(folder, mode)
+    return found
+
+
+def _lists(folder: Path) -> bool:
+    try:
+        os.listdir(folder)
+    except PermissionError:
+        return False
+    return True
+
+
+def _reads(path: Path) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except PermissionError:
+        return False
+    return True
+
+
+__all__ = [*__all__, "as_nobody", "closed_to_nobody", "open_to_others"]
