@@ -13,6 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from txd import defaults
+
 START_TIMEOUT = 15.0
 # How long a client waits for a live daemon to bind its removed socket again (it checks its
 # socket every second: txd.daemon.sockwatch).
@@ -53,14 +55,16 @@ def spawn(
     polls: the pipe says. `args` go after txd's own; `prefix` is a command that execs its
     arguments (the daemon keeps its pid). The one way txd is started: txctl's autostart and
     the tests' (and the bench's) daemons alike."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # A txctl run by a systemd service of its own (a CI runner, say) has NOTIFY_SOCKET: the
     # daemon it starts must not speak for that service.
     env = {k: v for k, v in (os.environ if env is None else env).items() if k != "NOTIFY_SOCKET"}
     read_end, write_end = os.pipe()
     try:
         try:
-            with open(log_path, "ab") as log:
+            # The daemon's log is the user's alone, as everything in its state dir.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+            with open(os.open(log_path, flags, 0o600), "ab") as log:
                 proc = subprocess.Popen(
                     [
                         *prefix,
@@ -96,6 +100,10 @@ def start_daemon(path: Path, state_dir: Path, *, timeout: float = START_TIMEOUT)
     once it serves, or None when another daemon serves `path` (another client's autostart won
     the race). Raises RuntimeError with the daemon's own reason, or with its log file when it
     gave none."""
+    try:
+        defaults.own_state_dir(state_dir)
+    except defaults.StateDirError as e:
+        raise RuntimeError(str(e)) from None
     log_path = state_dir / "txd.log"
     proc, line = spawn(path, state_dir, log_path, timeout=timeout)
     if line == "ready":

@@ -14,6 +14,7 @@ import warnings
 from txd import defaults
 from txd.daemon import config, logsetup
 from txd.daemon.sdnotify import Notifier
+from txd.schedulers import jobumask
 
 
 def _use_pidfd_child_watcher() -> None:
@@ -155,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)  # txctl's autostart pipe
     args = parser.parse_args(argv)
+    # Everything the daemon writes (job store, job logs, the state dir's folders) is the
+    # user's alone; the user's jobs get the umask it was started with (jobumask).
+    jobumask.keep_private()
     pipe = _ReadyPipe(args.ready_fd)
     notifier = Notifier()  # takes NOTIFY_SOCKET out of the environment the jobs inherit
     if args.heartbeat is None:
@@ -237,7 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         return _fatal(pipe, notifier, "busy" if e.serving_here else "error", e, 1)
     except JobStoreError as e:
         return _fatal(pipe, notifier, "error", e, 1)
-    except (SettingsError, SocketNotPrivate, SocketBlocked, tcp.ListenError) as e:
+    except (
+        SettingsError,
+        SocketNotPrivate,
+        SocketBlocked,
+        defaults.StateDirError,
+        tcp.ListenError,
+    ) as e:
         return _fatal(pipe, notifier, "error", e, 2)
     return 0
 

@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from txd import defaults
-from txd.daemon import access, reflection, serving, socketfile, tcp, wire
+from txd.daemon import access, reflection, serving, socketfile, statedir, tcp, wire
 from txd.daemon.core import JobService
 from txd.daemon.readdoor import ReadDoor
 from txd.daemon.servicer import About, RunnerServicer
@@ -159,6 +159,7 @@ async def serve(
     in-flight calls given `grace` seconds, the remaining background tasks cancelled and
     awaited, schedulers and job store closed. A backend that fails on the way is logged; the
     shutdown goes on."""
+    statedir.make_private(state_dir)  # before anything is written there
     hold = _hold_state_dir(state_dir, socket_path, heartbeat)
     hold.start_beating(asyncio.get_running_loop())  # before the job store opens: it may be slow
     try:

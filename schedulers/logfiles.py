@@ -163,9 +163,9 @@ class LogWriter:
 
     def _open(self) -> None:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        fd = os.open(data_path(self.base), flags, 0o644)
+        fd = os.open(data_path(self.base), flags, 0o600)
         try:
-            self._idx = os.open(index_path(self.base), flags, 0o644)
+            self._idx = os.open(index_path(self.base), flags, 0o600)
         except OSError:
             os.close(fd)
             raise

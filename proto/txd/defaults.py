@@ -50,6 +50,26 @@ def state_dir(explicit: str | None = None) -> Path:
     return Path(base) / "txd"
 
 
+class StateDirError(Exception):
+    """The state dir is another user's, or cannot be used: said for people."""
+
+
+def own_state_dir(state_dir: Path) -> None:
+    """Creates the state dir 0700 (the job store and logs in it are the user's alone), or
+    checks that an existing one is the user's; raises StateDirError otherwise. A looser one of
+    the user's is tightened by the daemon at start (txd.daemon.statedir)."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        owner = state_dir.stat().st_uid
+    except OSError as e:
+        raise StateDirError(f"cannot use the state dir {state_dir}: {e.strerror}") from None
+    if owner != os.geteuid():
+        raise StateDirError(
+            f"the state dir {state_dir} belongs to uid {owner}, not to you (uid "
+            f"{os.geteuid()}): use one of your own with --state-dir or TXD_STATE_DIR"
+        )
+
+
 # gRPC message limits, the same on both ends (runner.proto states them). A request (an AppDef
 # with its options) is at most 4 MiB, gRPC's usual limit: the per-field limits in app.proto
 # keep a real one far below it. A response may be larger, since it may echo the app and expand

@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from txd.schedulers.errors import BackendUnavailable
+from txd.schedulers.jobumask import user_umask
 from txd.schedulers.options import opt
 
 if TYPE_CHECKING:
@@ -261,7 +262,13 @@ class LocalHost(Host):
         try:
             # A group of its own, which _reap ends as a whole.
             return await asyncio.create_subprocess_exec(
-                *argv, stdin=stdin, stdout=PIPE, stderr=stderr, env=env, start_new_session=True
+                *argv,
+                stdin=stdin,
+                stdout=PIPE,
+                stderr=stderr,
+                env=env,
+                start_new_session=True,
+                umask=user_umask(),  # sbatch and bsub hand it to the job
             )
         except FileNotFoundError:
             raise self._missing(argv) from None

@@ -35,6 +35,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from txd.schedulers.jobumask import user_umask
+
 log = logging.getLogger(__name__)
 
 CHUNK = 32 << 10  # bytes of a request per packet (SEQPACKET keeps each whole)
@@ -73,6 +75,7 @@ class Spawner:
                 stdin=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,  # a terminal's Ctrl-C to the daemon is not for it
+                umask=user_umask(),  # the replicas' (the daemon's own is private)
             )
         except BaseException:
             ours.close()

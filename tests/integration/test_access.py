@@ -249,3 +249,38 @@ def test_served_under_a_private_folder() -> None:
         assert stat.S_IMODE((private / "new" / "sub").stat().st_mode) == 0o700
     finally:
         remove_tree(private)
+
+
+@pytest.mark.parametrize("mode", [0o700, 0o777], ids=oct)
+def test_another_users_state_dir_is_refused_in_one_line(other_user: OtherUser, mode: int) -> None:
+    """txctl (its autostart) and txd, as the other user, given this user's state dir: one line
+    naming it and why, exit 3 (txctl) and 2 (txd), and nothing written there; one behind a
+    folder they cannot enter is named too."""
+    home = short_tmpdir()  # this user's, which others may enter, as a home often is
+    try:
+        os.chmod(home, 0o755)
+        theirs = home / "state"
+        theirs.mkdir()
+        os.chmod(theirs, mode)
+        sock = other_user.home / "run" / "txd.sock"
+        why = (
+            f"the state dir {theirs} belongs to uid {os.geteuid()}, not to you (uid "
+            f"{other_user.uid}): use one of your own with --state-dir or TXD_STATE_DIR"
+        )
+        proc = other_user.txctl("--socket", str(sock), "--state-dir", str(theirs), "list")
+        assert (proc.returncode, proc.stderr) == (3, f"txctl: error: cannot start txd: {why}\n")
+        proc = other_user.run_python(
+            "from txd.daemon.main import main\ntwice(lambda: sys.exit(main()))",
+            *("--socket", str(sock), "--state-dir", str(theirs)),
+        )
+        assert (proc.returncode, proc.stderr) == (2, f"txd: {why}\n")
+        assert os.listdir(theirs) == [] and not sock.parent.exists()
+        os.chmod(home, 0o700)
+        proc = other_user.txctl("--socket", str(sock), "--state-dir", str(theirs), "list")
+        assert (proc.returncode, proc.stderr) == (
+            3,
+            f"txctl: error: cannot start txd: cannot use the state dir {theirs}: "
+            "Permission denied\n",
+        )
+    finally:
+        remove_tree(home)

@@ -23,9 +23,11 @@ from txd_testing import (
     PidWatch,
     clean_env,
     first_line,
+    open_to_others,
     pids_with_marker,
     proc_stat,
     remove_tree,
+    run_python,
     short_tmpdir,
 )
 
@@ -72,12 +74,15 @@ class AutostartEnv:
 
 @pytest.fixture
 def auto() -> Iterator[AutostartEnv]:
+    """An autostart's folders under a root of the test's own (0700), with the usual umask."""
+    previous = os.umask(0o022)  # what a login shell has: nothing here comes out private by it
     env = AutostartEnv(short_tmpdir("txdt-auto-"))
     try:
         yield env
     finally:
         env.stop_daemons()
         remove_tree(env.root)
+        os.umask(previous)
 
 
 def test_autostart_on_default_socket(auto: AutostartEnv, workdir: Path) -> None:
@@ -113,6 +118,51 @@ def test_autostart_on_default_socket(auto: AutostartEnv, workdir: Path) -> None:
     assert not auto.socket.exists()
     proc = auto.txctl("--no-autostart", "list", cwd=workdir)
     assert proc.returncode == 3
+
+
+SECRET = "API_KEY=txdt-b3f9c1"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to be another user (nobody)")
+def test_autostart_makes_the_state_dir_private(auto: AutostartEnv, workdir: Path) -> None:
+    """A home others may read (0755, as on many clusters): the state dir txctl's autostart
+    makes is 0700 and every file in it 0600, the job store and the job's log holding a secret
+    included, and user nobody reads none of them."""
+    os.chmod(auto.root, 0o755)
+    proc = auto.txctl("run", "--wait", "utils.echo", "--msg", SECRET, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "started txd" in proc.stderr
+    state = auto.state_home / "txd"
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert {"txd.log", "jobs.db"} <= {p.name for p in files}
+    assert sum(SECRET.encode() in p.read_bytes() for p in files) >= 2  # the store and the log
+    assert open_to_others(state) == []
+
+
+_CLIENT_LISTS = """
+from txd.client import Client
+with Client(autostart=True) as c:
+    c.list()
+"""
+_RUNNER_LISTS = """
+from txd.client.runner import get_runner
+with get_runner() as runner:
+    runner.list("local_cwd")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to be another user (nobody)")
+@pytest.mark.parametrize("code", [_CLIENT_LISTS, _RUNNER_LISTS], ids=["client", "runner"])
+def test_the_python_clients_autostart_makes_the_state_dir_private(
+    auto: AutostartEnv, workdir: Path, code: str
+) -> None:
+    os.chmod(auto.root, 0o755)
+    proc = run_python(code, env=auto.env, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert len(auto.daemons()) == 1
+    state = auto.state_home / "txd"
+    assert (state / "jobs.db").exists() and (state / "txd.log").exists()
+    assert open_to_others(state) == []
 
 
 def test_concurrent_autostarts_leave_one_daemon(auto: AutostartEnv, workdir: Path) -> None:

@@ -36,6 +36,7 @@ from txd_testing import (
     PidWatch,
     clean_env,
     kill_recorded_replicas,
+    open_to_others,
     pids_with_marker,
     remove_tree,
     short_tmpdir,
@@ -262,6 +263,23 @@ def test_autostart_through_the_unit(manager: UserManager) -> None:
     assert manager.systemctl("stop", "txd").returncode == 0
     removed = manager.txd_unit("uninstall")
     assert removed.returncode == 0, removed.stderr
+
+
+def test_the_units_daemon_keeps_its_state_dir_private(manager: UserManager) -> None:
+    """The unit's txd makes the state dir itself, in a home others may read (0755, as on many
+    clusters): 0700, every file 0600 (the job store and the job's log, each with the job's
+    secret), and user nobody reads nothing of it."""
+    os.chmod(manager.root, 0o755)
+    manager.state_dir.parent.mkdir(mode=0o755)  # ~/.local/state, there as in any home
+    assert manager.txd_unit("install").returncode == 0
+    assert manager.systemctl("daemon-reload").returncode == 0
+    secret = "API_KEY=txdt-90d4e2"
+    run = manager.txctl("run", "--wait", "utils.echo", "--msg", secret)
+    assert run.returncode == 0, run.stderr + manager.log()
+    assert "with systemctl --user start txd" in run.stderr
+    files = [p for p in manager.state_dir.rglob("*") if p.is_file()]
+    assert sum(secret.encode() in p.read_bytes() for p in files) >= 2  # the store, the log
+    assert open_to_others(manager.state_dir) == []
 
 
 def test_unit_for_another_socket_is_left_alone(manager: UserManager) -> None:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from ssh_testing import REMOTE_TXCTL, USER2, SshCluster
-from txd_testing import PidWatch
+from ssh_testing import REMOTE_TXCTL, USER, USER2, SshCluster
+from txd_testing import PidWatch, open_to_others
 
 HANDLE = re.compile(r"local_cwd://txd/\S+")
 NO_DAEMON = 3
@@ -129,6 +129,23 @@ def test_another_user_is_refused_the_first_users_daemon(ssh_cluster: SshCluster)
     assert result.returncode == NO_DAEMON, result
     assert "the daemon on login1 cannot be reached" in result.stderr
     assert "permission denied" in result.stderr
+
+
+def test_the_state_dir_the_remote_txctl_makes_is_its_users_alone(ssh_cluster: SshCluster) -> None:
+    """The home is one others may read (0755, as on many clusters): the state dir the remote
+    txctl's autostart makes in it is 0700 and its files 0600, so the second user, logged in
+    over ssh, reads neither the job store nor the job's log, and user nobody reads nothing."""
+    secret = "API_KEY=txdt-7c2e4f"
+    _ok(ssh_cluster.laptop_txctl(*HOST, "run", "--wait", "utils.echo", "--msg", secret))
+    state = ssh_cluster.home / ".local" / "state" / "txd"
+    files = [p for p in state.rglob("*") if p.is_file()]
+    assert sum(secret.encode() in p.read_bytes() for p in files) >= 2  # the store, the log
+    assert open_to_others(state) == []
+    login1 = ssh_cluster.node("login1")
+    theirs = f"~{USER}/.local/state/txd"
+    read = login1.ssh(f"ls {theirs}; cat {theirs}/jobs.db", user=USER2)
+    assert read.stdout == "", read
+    assert read.stderr.count("Permission denied") == 2, read
 
 
 def test_the_tunnel_socket_is_private_and_a_foreign_file_is_kept(ssh_cluster: SshCluster) -> None:
