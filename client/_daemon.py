@@ -128,6 +128,9 @@ def start_daemon(path: Path, state_dir: Path, *, timeout: float = START_TIMEOUT)
         raise RuntimeError(why)
     if is_listening(path):  # died for some other reason, yet another daemon serves here
         return None
+    # Its pipe ends as it exits, a moment before it can be reaped.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=1.0)
     code = proc.poll()
     state = f"exited with code {code}" if code is not None else f"is not ready after {timeout}s"
     said = last_line(log_path) if code is not None else ""
