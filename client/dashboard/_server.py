@@ -111,6 +111,8 @@ async def _events(request: web.Request) -> web.StreamResponse:
             await response.write(b"".join(m for m in batch if m is not None))
             if batch[-1] is None:
                 break
+    except ConnectionResetError:
+        pass  # the tab went while a write was on its way (before the handler was cancelled)
     finally:
         feed.unsubscribe(tab)
     return response
@@ -171,6 +173,8 @@ async def _logs(request: web.Request) -> web.StreamResponse:
         await response.write(sse("end", {}))
     except TxdError as e:
         await response.write(sse("failed", {"error": str(e)}))
+    except ConnectionResetError:
+        pass  # the tab went while a write was on its way
     return response
 
 
