@@ -1,9 +1,10 @@
 """`txctl dashboard`: a web page served by txctl itself, a thin client of the daemon's API.
 
 It needs txd's optional extra `dashboard` (aiohttp); txctl's other commands never import
-this package. `serve` is the command; `_guard` checks every request's token, Host and (for a
-change) Origin; `_feed` holds every job's row from one Events subscription; `_server` is the
-HTTP app (the page, its JSON and Server-Sent Events API).
+this package. `serve` is the command; `_guard` checks every request's Host, and the token
+(for a change, the Origin too) of every request for data or a change; `_feed` holds every
+job's row from one Events subscription; `_server` is the HTTP app (the page, its JSON and
+Server-Sent Events API).
 """
 
 from __future__ import annotations

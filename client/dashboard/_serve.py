@@ -42,7 +42,7 @@ async def serve(client: Any, port: int = 0, open_browser: bool = True) -> int:
         print(f"txctl: error: cannot listen on 127.0.0.1:{port}: {e.strerror}", file=sys.stderr)
         return 2
     guard.port = runner.addresses[0][1]  # the port picked when asked for 0
-    url = f"http://127.0.0.1:{guard.port}/?token={guard.token}"
+    url = guard.url
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,12 +1,14 @@
 """The dashboard's HTTP app: the page (static files in ./static), its JSON API and its
 Server-Sent Events streams, each a thin use of the daemon's API through an AsyncClient.
 
-    GET  /                   the page (`?token=` sets the cookie, then redirects to /)
-    GET  /static/NAME        its script and stylesheet
+    GET  /                   the page (public: the token is in the URL's fragment)
+    GET  /static/NAME        its script and stylesheet (public)
     GET  /api/events         SSE: `snapshot` (every row), then `changed` / `deleted` / `failed`
     GET  /api/job?handle=H   Describe(native=true): app, status, options, native request
     GET  /api/logs?handle=H[&role=R&replica=N]   SSE `log` chunks: the last lines, then follow
     POST /api/cancel, /api/delete   {"handle": H}: also needs this dashboard's own Origin
+
+Every /api request needs `Authorization: Bearer TOKEN` (see _guard).
 """
 
 from __future__ import annotations
@@ -25,7 +27,21 @@ from txd.client.dashboard._guard import Guard
 
 LOG_TAIL = 2000  # lines of each replica's log shown before following
 PING = 15.0  # seconds between SSE comments: a closed tab is noticed, proxies keep the stream
-STATIC = {"app.js": "text/javascript", "style.css": "text/css", "index.html": "text/html"}
+STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
+PUBLIC = frozenset({"/", "/favicon.ico", *(f"/static/{name}" for name in STATIC)})
+# On every answer, errors and streams included: no script, style or form target but the
+# dashboard's own; never framed, sniffed, embedded by another origin or sharing a window with
+# one that opened it; no referrer; nothing cached.
+HARDENING = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; "
+    "form-action 'none'",
+    "X-Frame-Options": "DENY",
+    "Cross-Origin-Resource-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 FEED: web.AppKey[Feed] = web.AppKey("feed", Feed)
 CLIENT: web.AppKey[Any] = web.AppKey("client", object)
@@ -44,33 +60,19 @@ def _static(name: str) -> bytes:
 @web.middleware
 async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
     guard = request.app[GUARD]
-    why = guard.refusal(request.method, request.headers, request.query, request.cookies)
+    why = guard.refusal(request.method, request.headers, request.path in PUBLIC)
     if why is not None:
         _say(f"refused {request.method} {request.path}: {why}")
         return web.Response(status=403, text="403: forbidden (see txctl dashboard's output)\n")
-    response = await handler(request)
-    # The page and its API are never framed, sniffed, or given to another origin's script.
-    response.headers.setdefault("X-Frame-Options", "DENY")
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("Referrer-Policy", "no-referrer")
-    response.headers.setdefault("Cache-Control", "no-store")
-    return response
+    return await handler(request)
+
+
+async def _harden(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(HARDENING)
 
 
 async def _page(request: web.Request) -> web.StreamResponse:
-    guard = request.app[GUARD]
-    if "token" in request.query:  # the first load: keep the token in a cookie, not the URL
-        response = web.Response(status=302, headers={"Location": "/"})
-        response.set_cookie(guard.cookie, guard.token, httponly=True, samesite="Strict", path="/")
-        return response
-    return web.Response(
-        body=_static("index.html"),
-        content_type="text/html",
-        headers={
-            "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; "
-            "base-uri 'none'; form-action 'none'"
-        },
-    )
+    return web.Response(body=_static("index.html"), content_type="text/html")
 
 
 async def _no_icon(request: web.Request) -> web.StreamResponse:
@@ -88,7 +90,6 @@ async def _stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
     )
-    response.headers["Cache-Control"] = "no-store"
     await response.prepare(request)
     return response
 
@@ -208,6 +209,7 @@ async def _delete(request: web.Request) -> web.StreamResponse:
 
 def app(client: Any, guard: Guard, feed: Feed) -> web.Application:
     application = web.Application(middlewares=[_guarded])
+    application.on_response_prepare.append(_harden)
     application[GUARD] = guard
     application[FEED] = feed
     application[CLIENT] = client

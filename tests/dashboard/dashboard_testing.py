@@ -4,7 +4,8 @@
   `port` and `token`), keeps its stderr lines (`wait_stderr(pattern)`), `close()` ends it by
   pid (SIGTERM, then SIGKILL).
 - `dashboard.request(method, path, headers=, body=)`: one raw HTTP request (http.client sets
-  nothing but what is asked, Host included when given), returns (status, body).
+  nothing but what is asked, Host included when given), returns (status, body);
+  `exchange(...)` the same with the response's headers: (status, headers, body).
 - `dashboard.sse(path, headers=)`: the (event, data) pairs of a Server-Sent Events stream.
 - `chromium()`: Debian's /usr/bin/chromium driven by Playwright (never Playwright's own
   browsers), or why it cannot run (`browser_missing()`).
@@ -29,7 +30,7 @@ from txd_testing import TXCTL
 CHROMIUM = "/usr/bin/chromium"
 START_TIMEOUT = 30.0
 WAIT_TIMEOUT = 20.0
-URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/\?token=([A-Za-z0-9_-]+))")
+URL_RE = re.compile(r"(http://127\.0\.0\.1:(\d+)/#token=([A-Za-z0-9_-]+))")
 # scripts/test sets it: there a missing browser fails the tier instead of skipping it.
 REQUIRED_VAR = "TXD_DASHBOARD_REQUIRED"
 
@@ -145,12 +146,23 @@ class Dashboard:
         headers: Mapping[str, str] | None = None,
         body: Any = None,
     ) -> tuple[int, bytes]:
+        status, _, data = self.exchange(method, path, headers, body)
+        return status, data
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str] | None = None,
+        body: Any = None,
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One raw request: the response's status, headers and body."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT_TIMEOUT)
         try:
             data = json.dumps(body).encode() if body is not None else None
             conn.request(method, path, body=data, headers=dict(headers or {}))
             resp = conn.getresponse()
-            return resp.status, resp.read()
+            return resp.status, resp.headers, resp.read()
         finally:
             conn.close()
 

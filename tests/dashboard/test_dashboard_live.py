@@ -50,8 +50,10 @@ def test_the_table_follows_state_changes_without_a_reload(
     daemon.txctl("wait", done, check=True)
     daemon.txctl("wait", failed, check=1)
     loaded(page, dash)
-    # The token went from the URL into the cookie: the address bar no longer shows it.
+    # The token went from the URL's fragment into the tab's sessionStorage, and no cookie was
+    # set: the address bar no longer shows it.
     assert page.url == f"{dash.origin}/"
+    assert page.context.cookies() == []
     page.wait_for_selector(f'{row(done)}[data-state="SUCCEEDED"]')
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))

@@ -2,6 +2,23 @@
 // /api/job, a log view from /api/logs. No framework, no build step.
 "use strict";
 
+// The token comes in the printed URL's fragment (#token=...), which no request carries, and
+// stays in this tab's sessionStorage, which is per origin (port included, unlike a cookie, which
+// 127.0.0.1 would send to every server on it). It goes only in the Authorization header of the
+// dashboard's own requests.
+const TOKEN_KEY = "txd-dashboard-token";
+const token = (() => {
+  const m = location.hash.match(/^#token=([A-Za-z0-9_-]+)$/);
+  if (m) {
+    sessionStorage.setItem(TOKEN_KEY, m[1]);
+    history.replaceState(null, "", location.pathname); // off the address bar
+  }
+  return sessionStorage.getItem(TOKEN_KEY);
+})();
+const authorized = (init = {}) => ({ ...init, headers: { ...init.headers, Authorization: `Bearer ${token}` } });
+const NO_TOKEN = "this tab has no valid token: open the URL txctl dashboard printed";
+const RETRY_MS = 2000; // between tries to reach the dashboard again
+
 const STATES = ["SUBMITTED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "UNKNOWN"];
 const TERMINAL = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
 const LOG_LIMIT = 2_000_000; // characters kept in the log view; the oldest go first
@@ -11,7 +28,7 @@ const trs = new Map(); // handle -> its <tr>, for the rows shown
 const schedulers = new Set();
 const filters = { scheduler: "", state: "", text: "" };
 let current = null; // the handle of the job page shown, or null
-let logSource = null;
+let logAbort = null; // ends the log stream shown
 let describing = null; // a Describe in flight: later changes ask again once it ends
 let describeAgain = false;
 
@@ -201,29 +218,65 @@ function setConn(state, text) {
   el.textContent = text;
 }
 
-function connect() {
-  const source = new EventSource("/api/events");
-  source.addEventListener("snapshot", (e) => {
-    const data = JSON.parse(e.data);
-    jobs.clear();
-    for (const r of data.rows) jobs.set(r.handle, r);
-    renderAll();
-    if (data.error) setConn("error", data.error); else setConn("live", "live");
-    requestAnimationFrame(() => {
-      performance.mark("txd-table");
-      document.body.dataset.ready = "1";
-    });
-  });
-  source.addEventListener("changed", (e) => changed(JSON.parse(e.data)));
-  source.addEventListener("deleted", (e) => deleted(JSON.parse(e.data).handle));
-  source.addEventListener("failed", (e) => setConn("error", JSON.parse(e.data).error));
-  source.onerror = () => {
-    if (source.readyState === EventSource.CLOSED) {
-      setConn("error", "disconnected: open the URL txctl dashboard printed");
-    } else {
-      setConn("connecting", "reconnecting…");
+// A Server-Sent Events stream, read with fetch since EventSource cannot send the token header.
+// Calls on[event](data) for each message and resolves when the server ends the stream; throws
+// the fetch's error (aborted, unreachable) or, on a refusal, an Error with its HTTP status.
+async function stream(url, on, signal) {
+  const resp = await fetch(url, authorized({ signal }));
+  if (!resp.ok) throw Object.assign(new Error(`${resp.status} ${resp.statusText}`), { status: resp.status });
+  const reader = resp.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  let from = 0; // buf before this holds no message's end: a large snapshot is scanned once
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let end;
+    while ((end = buf.indexOf("\n\n", from)) >= 0) {
+      let event = "message";
+      let data = "";
+      for (const line of buf.slice(0, end).split("\n")) {
+        if (line.startsWith("event: ")) event = line.slice(7);
+        else if (line.startsWith("data: ")) data += line.slice(6);
+      }
+      buf = buf.slice(end + 2);
+      from = 0;
+      if (data && on[event]) on[event](JSON.parse(data));
     }
+    from = Math.max(0, buf.length - 1);
+  }
+}
+
+const pause = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// Follows /api/events for as long as the page is open, connecting again (from a new snapshot)
+// when the stream ends, as EventSource would; a refused token ends it.
+async function connect() {
+  const on = {
+    snapshot: (data) => {
+      jobs.clear();
+      for (const r of data.rows) jobs.set(r.handle, r);
+      renderAll();
+      if (data.error) setConn("error", data.error); else setConn("live", "live");
+      requestAnimationFrame(() => {
+        performance.mark("txd-table");
+        document.body.dataset.ready = "1";
+      });
+    },
+    changed,
+    deleted: (data) => deleted(data.handle),
+    failed: (data) => setConn("error", data.error),
   };
+  while (token) { // ends on a refusal, or with the page
+    try {
+      await stream("/api/events", on); // ended by the dashboard: stopping, or this tab lagged
+    } catch (err) {
+      if (err.status === 403) break;
+    }
+    setConn("connecting", "reconnecting…");
+    await pause(RETRY_MS);
+  }
+  setConn("error", NO_TOKEN);
 }
 
 function applyFilters() {
@@ -280,7 +333,7 @@ function showJob(data) {
 async function describe() {
   if (describing) { describeAgain = true; return; }
   const handle = current;
-  describing = fetch("/api/job?handle=" + encodeURIComponent(handle));
+  describing = fetch("/api/job?handle=" + encodeURIComponent(handle), authorized());
   try {
     const resp = await describing;
     const data = await resp.json();
@@ -296,7 +349,7 @@ async function describe() {
 }
 
 function stopLogs() {
-  if (logSource) { logSource.close(); logSource = null; }
+  if (logAbort) { logAbort.abort(); logAbort = null; }
 }
 
 function followLogs() {
@@ -310,14 +363,14 @@ function followLogs() {
     q.set("role", pick.slice(0, cut));
     q.set("replica", pick.slice(cut + 1));
   }
-  const source = new EventSource("/api/logs?" + q);
-  logSource = source;
+  const abort = new AbortController();
+  logAbort = abort;
   const status = $("log-status");
   status.textContent = "following…";
   const many = !pick && $("log-replica").options.length > 2;
   const partial = new Map(); // replica -> its line so far (prefixed view of many replicas)
-  source.addEventListener("log", (e) => {
-    const d = JSON.parse(e.data);
+  let ended = false; // the server said why the stream ends
+  const log = (d) => {
     let text = d.text;
     if (many) { // whole lines, each prefixed with its replica
       const key = `${d.role}/${d.replica}`;
@@ -330,21 +383,43 @@ function followLogs() {
     pre.append(text);
     if (pre.textContent.length > LOG_LIMIT) pre.textContent = pre.textContent.slice(-LOG_LIMIT / 2);
     if (atEnd) pre.scrollTop = pre.scrollHeight;
+  };
+  const end = () => { ended = true; status.textContent = "the job ended: all of its log is shown"; };
+  const failed = (d) => { ended = true; status.textContent = d.error; };
+  stream("/api/logs?" + q, { log, end, failed }, abort.signal)
+    .catch((err) => { if (err.status === 403) { ended = true; status.textContent = NO_TOKEN; } })
+    .finally(() => {
+      if (abort.signal.aborted) return; // another replica picked, or another page
+      if (!ended) status.textContent = "the log stream was lost: pick the replica again";
+      if (logAbort === abort) logAbort = null;
+    });
+}
+
+// Asks before a change, with buttons that say what they do (window.confirm's "Cancel" would
+// keep the job). Resolves true when the change is confirmed; Escape keeps things as they are.
+function ask(question, yes, no) {
+  const dialog = $("ask");
+  $("ask-text").textContent = question;
+  $("ask-yes").textContent = yes;
+  $("ask-no").textContent = no;
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "yes"), { once: true });
   });
-  source.addEventListener("end", () => { status.textContent = "the job ended: all of its log is shown"; stopLogs(); });
-  source.addEventListener("failed", (e) => { status.textContent = JSON.parse(e.data).error; stopLogs(); });
-  source.onerror = () => { status.textContent = "the log stream was lost: pick the replica again"; stopLogs(); };
 }
 
 async function change(what) {
   const handle = current;
-  const verb = what === "cancel" ? "Cancel" : "Delete (and forget, with its logs)";
-  if (!window.confirm(`${verb} ${handle}?`)) return;
-  const resp = await fetch("/api/" + what, {
+  const yes = what === "cancel"
+    ? await ask(`Cancel ${handle}? Its replicas are stopped.`, "Cancel job", "Keep running")
+    : await ask(`Delete ${handle}? The daemon forgets it, with its logs.`, "Delete job", "Keep job");
+  if (!yes) return;
+  const resp = await fetch("/api/" + what, authorized({
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ handle }),
-  });
+  }));
   const data = await resp.json().catch(() => ({ error: `${resp.status} ${resp.statusText}` }));
   if (!resp.ok) { $("job-note").textContent = `${what} failed: ${data.error}`; return; }
   if (what === "delete") location.hash = "#/";
@@ -381,6 +456,8 @@ function init() {
   $("cancel").addEventListener("click", () => change("cancel"));
   $("delete").addEventListener("click", () => change("delete"));
   $("log-replica").addEventListener("change", followLogs);
+  $("ask-yes").addEventListener("click", () => $("ask").close("yes"));
+  $("ask-no").addEventListener("click", () => $("ask").close("no"));
   window.addEventListener("hashchange", route);
   window.addEventListener("scroll", onScroll, { passive: true });
   window.addEventListener("resize", onScroll);

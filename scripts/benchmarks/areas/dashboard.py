@@ -2,10 +2,10 @@
 A fresh daemon over a job store filled with 10,000 finished jobs (events.fill); its dashboard
 loaded LOADS times: first contentful paint, DOMContentLoaded, and the table of every job on
 screen (the page's `txd-table` mark, in the frame after the snapshot was rendered), each read
-from the browser's own timeline (ms since the navigation started, the token redirect
-included). Then, the page open on those 10,000 rows: gated local_cwd jobs, each let go in turn,
-and the delay from the daemon committing its SUCCEEDED event (EventsResponse.time, carried
-to the row) to the frame after the row changed (Date.now() in the browser: the same clock)."""
+from the browser's own timeline (ms since the navigation started). Then, the page open on
+those 10,000 rows: gated local_cwd jobs, each let go in turn, and the delay from the daemon
+committing its SUCCEEDED event (EventsResponse.time, carried to the row) to the frame after
+the row changed (Date.now() in the browser: the same clock)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ async def run(ctx: Context) -> None:
 async def _first_paint(ctx: Context, page: Any, dash: Dashboard, loads: int) -> None:
     fcp, dcl, table = [], [], []
     for i in range(loads):
-        # The first load brings the token (redirected to / with the cookie); the rest reload.
+        # The first load brings the token (kept in the tab's sessionStorage); the rest reload.
         await page.goto(dash.url if i == 0 else f"{dash.origin}/")
         await page.wait_for_selector("body[data-ready='1']", timeout=60_000)
         t = await page.evaluate(TIMELINE)
