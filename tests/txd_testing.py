@@ -837,3 +837,75 @@ def _reads(path: Path) -> bool:
 
 
 __all__ = [*__all__, "as_nobody", "closed_to_nobody", "open_to_others"]
+
+
+# -- secrets and the daemon's log -------------------------------------------------------------
+
+# The formats a test of what the daemon's log holds runs it in, each at DEBUG (docs/daemon.md).
+LOG_FORMATS = ("text", "json")
+
+
+def debug_log(fmt: str) -> list[str]:
+    """A daemon's arguments for its most talkative log, in `fmt`."""
+    return ["--log-level", "DEBUG", "--log-format", fmt]
+
+
+def sentinel(where: str) -> str:
+    """A value that no log line holds by chance, standing for a secret put `where`."""
+    return f"txdsecret-{where}-{uuid.uuid4().hex}"
+
+
+def secret_app(env_secret: str, **role: Any) -> AppDef:
+    """An app of one role (`role`: more of its fields) whose env holds `env_secret` and which
+    prints it."""
+    echo = Role(name="r", entrypoint="sh", args=["-c", 'echo "$TXD_T_SECRET"'], **role)
+    echo.env["TXD_T_SECRET"] = env_secret
+    return AppDef(name="t", roles=[echo])
+
+
+async def submit_with_secrets(
+    client: Any, scheduler: str, app: AppDef, cfg: dict[str, Any], secrets: Sequence[str]
+) -> str:
+    """Runs `app`; returns its handle once each secret is seen in the backend's request (the
+    native request the daemon kept), so that the request did carry them."""
+    handle: str = await client.run(app, scheduler, cfg)
+    native = (await client.describe(handle, native=True)).native.text
+    for secret in secrets:
+        assert secret in native, (secret, native)
+    return handle
+
+
+def assert_log_keeps(d: Daemon, secrets: Sequence[str]) -> None:
+    """Stops `d` and checks that no secret is anywhere in its whole log (and that it logged no
+    traceback or internal error)."""
+    assert d.stop() == 0
+    log = d.log()
+    assert "/txd.v1.Runner/Run OK" in log, log  # the access lines: the log at DEBUG, or JSON
+    assert not log_alarms(log), log
+    leaks = [line[:2000] for line in log.splitlines() if any(s in line for s in secrets)]
+    assert not leaks, "\n".join(leaks)
+
+
+async def run_with_secrets(
+    d: Daemon,
+    scheduler: str,
+    app: AppDef,
+    cfg: dict[str, Any],
+    secrets: Sequence[str],
+    echoed: str | None,
+    timeout: float = 60,
+) -> None:
+    """Runs `app` on `d`, a started daemon, until it succeeds (submit_with_secrets); reads its
+    logs back, which must hold `echoed` (None: a backend that runs nothing, whose logs are not
+    read); then assert_log_keeps."""
+    async with d.client() as c:
+        handle = await submit_with_secrets(c, scheduler, app, cfg, secrets)
+        final = await c.wait(handle, timeout=timeout)
+        assert final.state == AppState.SUCCEEDED, final
+        if echoed is not None:
+            assert echoed.encode() in await read_logs(c, handle)
+    assert_log_keeps(d, secrets)
+
+
+__all__ = [*__all__, "LOG_FORMATS", "assert_log_keeps", "debug_log", "run_with_secrets"]
+__all__ = [*__all__, "secret_app", "sentinel", "submit_with_secrets"]

@@ -5,17 +5,19 @@ front of it, for the slurm tests.
   has forgotten the job" happens within a test. Stopped by scripts/slurm-down at the end.
 - `login_node` (session): an asyncssh server (login_node.py, beside this file) on 127.0.0.1
   with generated keys; daemons reach it as `ssh_host=login` through the ~/.ssh/config written here.
-- `slurm_daemon` (session) and `slurm_client`: a txd polling Slurm every POLL_INTERVAL s.
+- `slurm_daemon` (session) and `slurm_client`: a txd polling Slurm every POLL_INTERVAL s;
+  `slurm_daemon_with(args)` makes one (not started) with more arguments.
 - `target`: parametrizes a test over running on this host and through the login node.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,13 +111,12 @@ def login_node(slurm_cluster: Cluster) -> Iterator[LoginNode]:
         remove_tree(root)
 
 
-def make_daemon(cluster: Cluster, login: LoginNode, **kw: Any) -> Daemon:
+def make_daemon(cluster: Cluster, login: LoginNode, args: Sequence[str] = ()) -> Daemon:
     root = short_tmpdir("txdsd-")
     return Daemon(
         root,
         env={"SLURM_CONF": str(cluster.conf), "HOME": str(login.home)},
-        args=["--poll-interval", f"slurm={POLL_INTERVAL}"],
-        **kw,
+        args=["--poll-interval", f"slurm={POLL_INTERVAL}", *args],
     )
 
 
@@ -138,6 +139,14 @@ def own_slurm_daemon(slurm_cluster: Cluster, login_node: LoginNode) -> Iterator[
     finally:
         d.close()
         remove_tree(d.root)
+
+
+@pytest.fixture
+def slurm_daemon_with(
+    slurm_cluster: Cluster, login_node: LoginNode
+) -> Callable[[Sequence[str]], Daemon]:
+    """Makes a txd (not started) as slurm_daemon's, with more arguments."""
+    return functools.partial(make_daemon, slurm_cluster, login_node)
 
 
 @pytest.fixture
