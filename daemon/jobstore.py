@@ -17,6 +17,10 @@ Schema versions: the file's `PRAGMA user_version`. Opening a file of an older ve
 it in place, in one transaction, through every step of _MIGRATIONS from its version on; a file
 of a newer version than this code knows is refused before anything is written to it. Every
 statement names its columns, so a step may add one without breaking the others.
+
+One writer: a daemon claims the store (`claim`, an epoch in `meta` one more than before) and
+every write transaction checks, under SQLite's write lock, that the epoch is still its own; a
+daemon that lost the state dir to another is refused (`Fenced`) whatever it had queued.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import secrets
 import sqlite3
 import struct
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -171,6 +176,12 @@ _SELECT = f"SELECT {', '.join(_COLUMNS)} FROM jobs"
 _INSERT = (
     f"INSERT INTO jobs ({', '.join(_COLUMNS)}) VALUES ({', '.join(':' + c for c in _COLUMNS)})"
 )
+
+
+class Fenced(sqlite3.OperationalError):
+    """A write refused: another daemon took the state dir over (a later claim of the job
+    store, see JobStore.claim), so this one may never write to it again. An sqlite3 error, so
+    every caller handles it as it handles a store that fails writes."""
 
 
 class JobStoreError(Exception):
@@ -492,6 +503,15 @@ class JobStore(StoreReads):
         # Called with the events of each commit, after it, in commit order (daemon.events).
         self.on_events: Callable[[list[StoredEvent]], None] | None = None
         self._pending: list[StoredEvent] = []  # events of the transaction under way
+        # The fence: the epoch this store claimed (None: never claimed, as by a tool), why
+        # it is fenced once it is, told to on_fenced once; gate, the daemon's lease (see
+        # _transaction). Transactions come from the event loop and the heartbeat's thread.
+        self.epoch: int | None = None
+        self.fenced: str | None = None
+        self.on_fenced: Callable[[], None] | None = None
+        self.gate: Callable[[], bool] | None = None
+        self._lock = threading.RLock()  # guarded() holds it around a transaction
+        self._closed = False
         _check_file(path)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
@@ -547,27 +567,92 @@ class JobStore(StoreReads):
             raise
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
+            self._closed = True
 
-    def fence(self) -> None:
-        """From now on every write fails (and the status cache logs it): another daemon took
-        the state dir over, and this one must not write to it again."""
-        self._db.execute("PRAGMA query_only = 1")
+    # -- the fence (see Fenced) ---------------------------------------------------------------
+
+    def claim(self) -> int:
+        """Makes this connection the store's one writer: one more than the epoch recorded (the
+        fencing token), committed before this daemon reads a job. Every write transaction
+        from now on checks that the epoch is still ours; the daemon of a later claim (one that
+        took the state dir over) fences this one out."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                epoch = int(
+                    self._db.execute(
+                        "INSERT INTO meta (name, value) VALUES ('epoch', 1) ON CONFLICT (name) "
+                        "DO UPDATE SET value = value + 1 RETURNING value"
+                    ).fetchone()[0]
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        self.epoch = epoch
+        return epoch
+
+    def fence(self, why: str) -> None:
+        """From now on every write raises Fenced with `why`, touching nothing: another daemon
+        took the state dir over, and this one must not write to it again."""
+        if self.fenced is None:
+            self.fenced = why
+            if self.on_fenced is not None:
+                self.on_fenced()
+
+    def _check_fence(self) -> None:
+        """Raises Fenced unless this store may write: inside the write transaction, so another
+        daemon's claim cannot come between the check and the commit."""
+        if self.fenced is None and self.epoch is not None:
+            row = self._db.execute("SELECT value FROM meta WHERE name = 'epoch'").fetchone()
+            now = int(row[0]) if row is not None else 0
+            if now != self.epoch:
+                self.fence(
+                    f"another txd claimed the job store {self.path} (its epoch is {now}, this "
+                    f"daemon's {self.epoch}): it took the state dir over"
+                )
+        if self.fenced is not None:
+            raise Fenced(self.fenced)
+
+    def guarded(self, write: Callable[[], None]) -> bool:
+        """Runs `write` (a write to a file of the state dir: the serving record) under the
+        store's write lock, if the store is still ours; False (nothing written) if it is not.
+        Once the store is closed (the daemon's last moments), as the record alone decides."""
+        with self._lock:
+            if self.fenced is None and self._closed:
+                write()
+                return True
+            try:
+                with self._transaction(gated=False):  # the heartbeat: what renews the lease
+                    write()
+            except Fenced:
+                return False
+            return True
 
     @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
-        """One transaction: every change or, if one fails, none; its events handed to
-        on_events once committed (never those of a rolled back one)."""
-        self._db.execute("BEGIN")
-        try:
-            yield
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._pending = []
-            if self._db.in_transaction:  # SQLite rolls back itself on some errors (a full disk)
-                self._db.execute("ROLLBACK")
-            raise
-        events, self._pending = self._pending, []
+    def _transaction(self, *, gated: bool = True) -> Iterator[None]:
+        """One write transaction: every change or, if one fails, none; its events handed to
+        on_events once committed (never those of a rolled back one). IMMEDIATE: the write lock
+        is taken first, and the fence checked under it (_check_fence). `gate` first: the
+        daemon's lease on the state dir (daemon.serving), which a daemon frozen past it
+        renews, or finds lost, before it writes anything it had queued."""
+        if gated and self.gate is not None and not self.gate():
+            self.fence("this daemon lost the state dir to another (see the log)")
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_fence()
+                yield
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._pending = []
+                if self._db.in_transaction:  # SQLite rolls back itself on some errors (a full disk)
+                    self._db.execute("ROLLBACK")
+                raise
+            events, self._pending = self._pending, []
         if events and self.on_events is not None:
             self.on_events(events)
 
@@ -588,11 +673,12 @@ class JobStore(StoreReads):
     def put_native_request(self, handle: str, native_request: NativeRequest) -> None:
         """Keeps a job's native request, while the job is recorded (one deleted meanwhile gets
         none)."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO native_requests (handle, size, body) "
-            "SELECT handle, ?, ? FROM jobs WHERE handle = ?",
-            (native_request.size, native_request.body, handle),
-        )
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO native_requests (handle, size, body) "
+                "SELECT handle, ?, ? FROM jobs WHERE handle = ?",
+                (native_request.size, native_request.body, handle),
+            )
 
     def native_request(self, handle: str) -> str | None:
         """The native request recorded with a job; None if none was (a job recorded before
@@ -625,9 +711,10 @@ class JobStore(StoreReads):
                     self._event(STATUS_EVENT, handle, row[0], st)
 
     def update_native(self, handle: str, native: dict[str, Any]) -> None:
-        self._db.execute(
-            "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
-        )
+        with self._transaction():
+            self._db.execute(
+                "UPDATE jobs SET native = ? WHERE handle = ?", (json.dumps(native), handle)
+            )
 
     def delete(self, handle: str) -> None:
         self.delete_many([handle])

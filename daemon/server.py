@@ -174,6 +174,7 @@ async def serve(
                 tasks = Tasks(group)
                 try:
                     service = JobService.open(state_dir, session, settings, tasks=tasks)
+                    hold.fence_store(service.store)  # before the first job is read
                     await _serve(service, hold, socket_path, grace, on_ready, listen, on_stopping)
                 finally:
                     tasks.cancel_all()
@@ -186,7 +187,7 @@ async def serve(
     finally:
         if service is not None:
             await service.aclose()
-        if hold.lost.is_set():
+        if hold.gone:
             os.close(hold.lock_fd)  # the record is the new daemon's: leave it alone
         elif service is None or not service.started:
             hold.abandon()  # a dead host's jobs not yet settled: its record goes back
@@ -238,8 +239,8 @@ async def _serve(
         service.tasks.create_task(listeners.watch(then=doors_again), name="socket watch")
         hold.on_lost = stop.set  # the state dir lost to another host stops this daemon too
         await stop.wait()
-        if hold.lost.is_set():
-            service.store.fence()  # the new daemon's job store now: nothing more is written to it
+        if hold.gone:  # the new daemon's job store now: nothing more is written to it
+            service.store.fence("this daemon lost the state dir to another (see the log)")
         log.info("shutting down")
         if on_stopping is not None:  # systemd: STOPPING=1
             on_stopping()

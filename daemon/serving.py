@@ -26,6 +26,11 @@ reach it by ssh), on which socket, pid, version, start time, and a heartbeat rew
 
 Every write is a write to a file of our own and a rename over the record, so a reader sees the
 old record or the new one, never half of one.
+
+The fence (`fence_store`): the job store's epoch, claimed by each daemon once it opens the store,
+is checked in every write transaction; the record is written under the same lock and check; the
+store's transactions and the log files also wait on a lease, which a beat renews, so a daemon
+frozen past a takeover checks before the first write it had queued (docs/cluster.md, fencing).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from txd.daemon.atomicfile import write_atomic
+from txd.daemon.jobstore import JobStore
+from txd.schedulers import logfiles
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,9 @@ LOCK = "txd.lock"
 CLAIM_PREFIX = "txd.takeover."
 PERIOD = 5.0  # seconds between heartbeats
 STALE_PERIODS = 3  # a heartbeat older than this many of its writer's periods is stale
+# A beat that found the state dir ours lets the daemon write without checking again for this
+# many periods: a takeover takes at least STALE_PERIODS of watching after the last beat.
+LEASE_PERIODS = 2
 SSH_NAME_ENV = "TXD_SSH_NAME"
 _CLAIM_DEPTH = 3  # claims of claims left by claimants that died half-way
 START_WAIT = 5.0  # seconds a host that lost a start race waits for the winner's record
@@ -158,6 +168,13 @@ class Serving:
         # folders), or the loop itself held (the job store's opening checks every page of it),
         # would delay beats until another host took a live daemon's state dir over.
         self._stop_beating = threading.Event()
+        # The fence (see fence_store): the job store's guard for the record's writes once it
+        # is claimed; when a beat last found the state dir ours (the lease); whether it is
+        # lost, as any thread sees it (`lost` is the event loop's).
+        self._guard: Callable[[Callable[[], None]], bool] | None = None
+        self._confirmed = time.monotonic()
+        self._gone = False
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def took_over_from(self) -> str | None:
@@ -168,13 +185,79 @@ class Serving:
             return None
         return prev.host
 
+    @property
+    def gone(self) -> bool:
+        """The state dir is lost to another daemon (as any thread sees it)."""
+        return self._gone
+
+    def fence_store(self, store: JobStore) -> None:
+        """Claims the job store (its epoch, the fencing token: JobStore.claim) and fences
+        every write of this daemon to the state dir from now on: the store's transactions and
+        the log files by the lease (`current`), the record by the store's write lock and
+        epoch (each beat writes it under them)."""
+        store.claim()
+        store.gate = self.current
+        store.on_fenced = self._fenced
+        self._guard = store.guarded
+        logfiles.FENCE.allows = self.current
+
+    def current(self) -> bool:
+        """Whether this daemon may write to the state dir now: it holds it, as a beat found
+        less than LEASE_PERIODS periods ago (a takeover takes twice that at least: the record
+        goes stale, then the taker watches it), or else as a beat now finds. So a daemon
+        frozen past a takeover checks before the first write it had queued."""
+        if self._gone:
+            return False
+        if time.monotonic() - self._confirmed < LEASE_PERIODS * self.record.period:
+            return True
+        return self.beat()
+
     def beat(self) -> bool:
         """One heartbeat (run in a worker thread: the file system may be slow); False when
-        the record is no longer ours."""
+        the record is no longer ours. Once the job store is claimed, the beat (reading the
+        record, writing ours) is made under the store's write lock, if its epoch is ours."""
         with self._writing:
             if self._closed:
                 return True
-            return self._beat()
+            if self._gone:
+                return False
+            ours = False
+
+            def check_and_write() -> None:
+                nonlocal ours
+                ours = self._beat()
+
+            if self._guard is None:
+                check_and_write()
+            elif not self._guard(check_and_write):
+                self._fenced()
+            if not ours:
+                self._gone = True
+                if self._loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                        self._loop.call_soon_threadsafe(self._lose)
+            elif not self._write_failed:  # a record that did not reach the file renews nothing
+                self._confirmed = time.monotonic()
+            return ours
+
+    def _fenced(self) -> None:
+        """The job store refused a write: another daemon claimed it."""
+        if not self._gone:
+            self._gone = True
+            current = read_record(self.state_dir)
+            self.taken_by = (
+                current if current is not None and current.id != self.record.id else None
+            )
+            log.error(
+                "another txd took this state dir over (%s): this daemon stops without writing "
+                "to it again",
+                "its job store's epoch is no longer ours"
+                if self.taken_by is None
+                else self.taken_by.describe(),
+            )
+            if self._loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    self._loop.call_soon_threadsafe(self._lose)
 
     def _beat(self) -> bool:
         current = read_record(self.state_dir)
@@ -205,17 +288,18 @@ class Serving:
         """Beats every period from now on (before the job store opens), on a thread of its
         own, until close() or abandon(); once the record is lost, sets `lost` and calls
         on_lost in `loop`."""
+        self._loop = loop
 
         def beating() -> None:
             while not self._stop_beating.wait(self.record.period):
                 if not self.beat():
-                    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                        loop.call_soon_threadsafe(self._lose)
                     return
 
         threading.Thread(target=beating, name="txd-heartbeat", daemon=True).start()
 
     def _lose(self) -> None:
+        if self.lost.is_set():
+            return
         self.lost.set()
         if self.on_lost is not None:
             self.on_lost()

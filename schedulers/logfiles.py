@@ -72,6 +72,23 @@ class _Lost:
 LOST = _Lost()
 
 
+def _always() -> bool:
+    return True
+
+
+class _Fence:
+    """Whether this process may write log files now, for every LogWriter of it: `allows` is
+    the daemon's lease on the state dir holding them (daemon.serving), so that a daemon that
+    lost it to another (it was frozen past the takeover) writes none of the output it had
+    queued. Bytes it may not write are dropped, not counted lost: the log is no longer its."""
+
+    def __init__(self) -> None:
+        self.allows: Callable[[], bool] = _always
+
+
+FENCE = _Fence()
+
+
 class LogWriter:
     """Writes one replica's stdout and stderr. Fed from the event loop's pipe callbacks (not
     thread-safe). `pulse` fires after every write and at close.
@@ -129,6 +146,8 @@ class LogWriter:
     def _append(self, stream: int, data: bytes) -> int:
         """Appends data to the log (and a record to the index when due); returns len(data).
         Raises _Failed with the count of bytes that made it into the log."""
+        if not FENCE.allows():
+            return len(data)
         written = 0
         try:
             if self._fd < 0:
@@ -157,7 +176,7 @@ class LogWriter:
         event loop (LocalScheduler.schedule), before its process starts: safe in another thread
         only until the first write. A failure is left to the first write, which counts the
         bytes lost as always."""
-        if self._fd < 0 and not self.closed:
+        if self._fd < 0 and not self.closed and FENCE.allows():
             with contextlib.suppress(OSError):
                 self._open()
 

@@ -183,6 +183,76 @@ def test_a_stalled_daemon_taken_over_stops_without_writing(
     login2.daemon.close()
 
 
+def test_a_daemon_taken_over_writes_nothing_of_what_it_had_queued(
+    cluster: tuple[Path, Host, Host],
+) -> None:
+    """Issue 33 item 6, on node-local locks: login1's daemon is stopped, login2 takes over and
+    records login1's running job lost, the job's process ends meanwhile (its exit and its last
+    output wait in login1's stopped daemon), and then login1's daemon runs again. Before, it
+    wrote SUCCEEDED over the taker's FAILED in the same second it logged that it stops: two
+    ends for one job. Now its store is fenced (the taker's epoch), and it writes nothing."""
+    state, login1, _ = cluster
+    login2 = Host(state.parent.parent, "login2", state, localflock=True)
+    try:
+        _queued_writes_fenced(state, login1, login2)
+    finally:
+        login2.daemon.close()
+
+
+def _queued_writes_fenced(state: Path, login1: Host, login2: Host) -> None:
+    d1 = login1.daemon.start()
+    go = login1.daemon.home / "go"
+    # Ends (with a last line of output) once `go` exists; bounded: 600 tries of 0.1 s.
+    (login1.daemon.home / "job.sh").write_text(
+        'for i in $(seq 600); do [ -e go ] && break; sleep 0.1; done; echo "$1"\n'
+    )
+    ran = login1.txctl("run", "utils.sh", "sh", "job.sh", "last-words")
+    assert ran.returncode == 0, ran
+    handle = ran.stdout.split()[0]
+    until(lambda: "RUNNING" in login1.txctl("status", handle).stdout)
+    db = state / jobstore.FILE_NAME
+    with contextlib.closing(sqlite3.connect(db)) as c:
+        native = c.execute("SELECT native FROM jobs WHERE handle = ?", (handle,)).fetchone()[0]
+    replica = json.loads(native)["replicas"][0]["pid"]
+    os.kill(d1.pid, signal.SIGSTOP)
+    try:
+        until(lambda: stale(state))
+        login2.daemon.start()  # ready once it has recorded login1's jobs lost
+        lost = json.loads(login2.txctl("status", "--json", handle).stdout)
+        assert lost["state"] == "FAILED" and "ran on host login1" in lost["msg"], lost
+        with PidWatch([replica]) as watch:
+            go.touch()
+            assert watch.wait(30) == []  # exited: its exit and output wait for login1's daemon
+        before = _state_files(state)
+    finally:
+        os.kill(d1.pid, signal.SIGCONT)
+    assert d1.proc is not None and d1.proc.wait(timeout=30) == 0
+    assert "another txd took this state dir over (host login2" in d1.log(), d1.log()
+    events = login2.txctl("events", "--since", "1h", "--json", "--handle", handle)
+    assert events.returncode == 0, events
+    states = [
+        json.loads(line).get("status", {}).get("state") for line in events.stdout.splitlines()
+    ]
+    ends = [s for s in states if s in ("SUCCEEDED", "FAILED", "CANCELLED")]
+    assert ends == ["FAILED"], events.stdout
+    assert _state_files(state) == before  # the job store, the logs: nothing written
+    assert json.loads(login2.txctl("status", "--json", handle).stdout)["state"] == "FAILED"
+
+
+def _state_files(state: Path) -> dict[str, object]:
+    """What the daemons write in the state dir, besides the serving record: the job store's
+    rows, and every log file's bytes."""
+    with contextlib.closing(sqlite3.connect(state / jobstore.FILE_NAME)) as c:
+        tables = {
+            t: c.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall()
+            for t in ("jobs", "events", "meta")
+        }
+    logs = {
+        str(p): p.read_bytes() for p in sorted(state.rglob("*")) if p.suffix in (".log", ".idx")
+    }
+    return {**tables, **logs}
+
+
 def test_a_stalled_daemons_late_write_does_not_unseat_the_taker(
     cluster: tuple[Path, Host, Host],
 ) -> None:

@@ -20,6 +20,7 @@ from txd.client import AlreadyExistsError
 from txd.daemon import jobstore
 from txd.daemon.jobstore import JobRecord, JobStore, JobStoreError
 from txd.v1 import TERMINAL_STATES, AppState
+from txd.v1.app_pb2 import AppStatus
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -382,3 +383,42 @@ def test_daemon_refuses_a_state_dir_with_both_names(unstarted_daemon: Any) -> No
     assert after.pop("txd.serving")  # the serving record, written before the job store opens
     assert after.pop(".private") == _digest(Path("/dev/null"))  # statedir: made private, once
     assert after == before
+
+
+def test_a_later_claim_fences_every_write_of_the_earlier_one(tmp_path: Path) -> None:
+    """Two daemons' connections to one job store (a daemon frozen past a takeover, and the one
+    that took over): once the second claims the store, the first writes nothing, whichever
+    write it tries, and every write of the second lands."""
+    old = JobStore(_v0_copy(tmp_path))
+    new = JobStore(tmp_path / "registry.db")
+    told: list[str] = []
+    old.on_fenced = lambda: told.append(old.fenced or "")
+    try:
+        assert old.claim() == 1
+        handle = V0.RECORDS[0]["handle"]
+        done = AppState.SUCCEEDED
+        old.update_status(handle, V0.RECORDS[0]["status"])  # ours still: it lands
+        assert new.claim() == 2
+        before = new.get(handle)
+        writes = {
+            "update_status": lambda: old.update_status(handle, AppStatus(state=done)),
+            "update_native": lambda: old.update_native(handle, {"taken": True}),
+            "put_native_request": lambda: old.put_native_request(
+                handle, jobstore.NativeRequest.of("x")
+            ),
+            "delete": lambda: old.delete(handle),
+            "drop_events_before": lambda: old.drop_events_before(2e9),
+        }
+        for name, write in writes.items():
+            with pytest.raises(jobstore.Fenced, match="its epoch is 2, this daemon's 1"):
+                write()
+            assert new.get(handle) == before, name
+        assert len(told) == 1  # told once
+        assert not old.guarded(lambda: told.append("written"))
+        assert len(told) == 1
+        new.update_status(handle, AppStatus(state=done))
+        got = new.get(handle)
+        assert got is not None and got.status.state == done
+    finally:
+        old.close()
+        new.close()
