@@ -338,6 +338,8 @@ class AsyncClient:
                 f"cannot connect to txd on {path}: {said} (the socket or its folder is another "
                 "user's; use your own with TXD_SOCKET)"
             )
+        if self.remote:  # the local end of an ssh tunnel (txctl's): no daemon to start here
+            return UnavailableError(f"the ssh tunnel's socket {path} does not answer: {said}")
         return UnavailableError(
             f"no txd daemon answers on {path}: {said}; start the daemon with `txd`, or any txctl "
             "command does"

@@ -156,12 +156,19 @@ class NoDaemon(Exception):
 
 
 def ensure_local(
-    path: Path, state_dir: Path, *, autostart: bool, timeout: float = START_TIMEOUT
+    path: Path,
+    state_dir: Path,
+    *,
+    autostart: bool,
+    timeout: float = START_TIMEOUT,
+    remote: bool = False,
 ) -> str | None:
     """Sees that a daemon answers on `path`, as txctl and the Runner need one: a daemon of
     `state_dir` that lost its socket file gets time to bind it again; else, when `autostart`,
     one is started (through the user's systemd unit where `txd unit install` made one for this
-    socket). Returns the line saying what was started, or None. Raises NoDaemon otherwise."""
+    socket). Returns the line saying what was started, or None. Raises NoDaemon otherwise.
+    `remote`: for the tunnel of a client on another host (remote-socket, dial-stdio), whose
+    user cannot "start one with `txd`" where they are."""
     error = connect_error(path)
     if error is None:
         return None
@@ -178,6 +185,11 @@ def ensure_local(
             "another user's; use your own with --socket or TXD_SOCKET)"
         )
     if not autostart:
+        if remote:
+            raise NoDaemon(
+                f"no txd daemon answers on {path} on host {socket.gethostname()}, and the "
+                "tunnel was opened with --no-autostart (without it, txctl starts one there)"
+            )
         raise NoDaemon(f"no txd daemon answers on {path} (start one with `txd`)")
     # Where `txd unit install` put a unit for this socket and systemd's user manager runs,
     # the daemon is started by it: outside this (SSH) session's scope, so logout spares it.
@@ -293,7 +305,14 @@ def _until_listening(path: Path, timeout: float) -> bool:
 def serving_record(state_dir: Path) -> tuple[int, str] | None:
     """(pid, socket) of the daemon that holds `state_dir`, as its lock file names them, when
     that process is alive on this host; None otherwise. The one place the client reads the
-    lock file (txd.daemon.server._lock_state_dir writes it)."""
+    lock file (txd.daemon.serving writes it). A state dir whose serving record names another
+    host was last held there: the lock file's pid is that host's (alive here only by chance,
+    or in a pid namespace the hosts share), never one to wait for or to kill here."""
+    from txd.client._serving import record_host
+
+    host = record_host(state_dir)
+    if host is not None and host != socket.gethostname():
+        return None
     try:
         text = (state_dir / "txd.lock").read_text(errors="replace")
     except OSError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shlex
@@ -38,6 +39,34 @@ class Served:
 
     def fresh(self) -> bool:
         return self.age() <= self.stale_after
+
+    def takeover_in(self) -> int:
+        """Whole seconds until the record is stale: a daemon started here may then take the
+        state dir over."""
+        return math.ceil(max(self.stale_after - self.age(), 0.0))
+
+
+def unanswered(served: Served, url: str) -> str:
+    """What txctl says when the host of a record that still beats does not answer (that host
+    or its daemon down, or ssh failing): who serves, that it does not answer, and when a
+    takeover becomes possible. Never ssh's or gRPC's own words, which say neither."""
+    return (
+        f"txd serves this state dir on host {served.host} (last heartbeat {served.age():.0f}s "
+        f"ago), but it does not answer over ssh ({url}); if that host or its txd is down, a "
+        f"daemon here can take the state dir over in {served.takeover_in()}s, once the "
+        f"heartbeat is {served.stale_after:.0f}s old: run the command again then"
+    )
+
+
+def record_host(state_dir: Path) -> str | None:
+    """The host the state dir's record names, whatever its state (the host of the daemon
+    that last held the state dir, and wrote its lock file), or None: no record, or one that
+    cannot be read."""
+    try:
+        host = json.loads((state_dir / RECORD).read_bytes())["host"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return host if isinstance(host, str) else None
 
 
 # The record's ssh name goes to ssh as its destination: a host name, maybe with a user, never

@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     p.add_argument("--version", action=_Version)
+    p.set_defaults(served_url="")  # set by _locate: the ssh URL of another host serving
     p.add_argument("--socket", help="daemon socket (env TXD_SOCKET; default per user)")
     p.add_argument(
         "--state-dir",
@@ -581,6 +582,8 @@ async def _dispatch(args: argparse.Namespace) -> int:
             return await _COMMANDS[args.command](client, args)
     except TxdError as e:
         message, code = exits.for_error(e, socket_path=label, timeout=args.timeout)
+        if e.code == "UNAVAILABLE" and code == exits.NO_DAEMON and args.served_url:
+            message = _unanswered(args)  # gRPC's words through the tunnel say nothing of it
         raise CliError(message, code) from None
 
 
@@ -667,16 +670,24 @@ async def _locate(args: argparse.Namespace, said: set[str] | None = None) -> tup
         return path, path, None
     except _ServedElsewhere as e:
         # Another host of this cluster serves the shared state dir: reach it there.
+        from txd.client._serving import unanswered
+
         endpoint = _cluster_endpoint(args, e.served)
+        args.served_url = endpoint.url  # a call that finds no answer there says so (_unanswered)
         note = (
             f"txctl: txd serves this state dir on host {e.served.host}; reaching it "
             f"over ssh ({endpoint.url})"
         )
-        if said is None or note not in said:
-            print(note, file=sys.stderr)
+        if said is not None and note in said:
+            note = ""
+        try:
+            # Said once the tunnel is up: one line, not this one and then its contradiction.
+            found = await _ensure_tunnel(args, endpoint, note=note)
+        except CliError:
+            raise CliError(unanswered(e.served, endpoint.url), exits.NO_DAEMON) from None
         if said is not None:
             said.add(note)
-        return (*await _ensure_tunnel(args, endpoint), endpoint)
+        return (*found, endpoint)
 
 
 def _rejoin(args: argparse.Namespace, client: Any) -> Any:
@@ -718,9 +729,11 @@ def _reconnect_policy(args: argparse.Namespace, client: Any) -> None:
     client.resumer.say = on_own_line
 
 
-async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, str]:
+async def _ensure_tunnel(
+    args: argparse.Namespace, endpoint: Any, note: str = ""
+) -> tuple[str, str]:
     """The local socket of the endpoint's ssh tunnel (started when none runs), and how to
-    name it in errors."""
+    name it in errors. `note` is said first, once the tunnel is up."""
     from txd.client._daemon import autostart_allowed
     from txd.client._tunnel import TunnelError, describe, ensure
 
@@ -731,8 +744,10 @@ async def _ensure_tunnel(args: argparse.Namespace, endpoint: Any) -> tuple[str, 
         path = ensure(endpoint, autostart=autostart, notes=notes)
     except TunnelError as e:
         raise CliError(describe(e, endpoint), exits.NO_DAEMON) from None
-    for note in notes:  # as a local autostart says it
-        print(f"txctl: {note}", file=sys.stderr)
+    if note:
+        print(note, file=sys.stderr)
+    for line in notes:  # as a local autostart says it
+        print(f"txctl: {line}", file=sys.stderr)
     return str(path), f"ssh tunnel {path} to {endpoint.url}"
 
 
@@ -748,8 +763,9 @@ async def _ensure_daemon(args: argparse.Namespace) -> str:
     # Another host's daemon serving the shared state dir is reached there (_ServedElsewhere);
     # its lock file names a pid and socket of that host, not of this one.
     timeout = _elsewhere(state_dir, autostart)
+    remote = args.command in ("remote-socket", "dial-stdio")
     try:
-        said = ensure_local(path, state_dir, autostart=autostart, timeout=timeout)
+        said = ensure_local(path, state_dir, autostart=autostart, timeout=timeout, remote=remote)
     except NoDaemon as e:
         raise CliError(str(e), exits.NO_DAEMON) from None
     if said:
@@ -781,6 +797,25 @@ def _cluster_endpoint(args: argparse.Namespace, served: Any) -> Any:
         ) from None
 
 
+def _unanswered(args: argparse.Namespace) -> str:
+    """Why the daemon of another host serving the state dir gave no answer through its
+    tunnel, as its record says now: it still beats (a takeover possible in N s), or it
+    stopped (the next command takes the state dir over here)."""
+    from txd import defaults
+    from txd.client._serving import RecordError, other_host, unanswered
+
+    with contextlib.suppress(RecordError):
+        served = other_host(defaults.state_dir(args.state_dir))
+        if served is not None and served.fresh():
+            return unanswered(served, args.served_url)
+        if served is not None:
+            return (
+                f"the txd of host {served.host} stopped beating {served.age():.0f}s ago: run "
+                "the command again to take the state dir over here"
+            )
+    return f"txd does not answer over ssh ({args.served_url}): run the command again"
+
+
 def _elsewhere(state_dir: Path, autostart: bool) -> float:
     """Before starting a daemon here: a daemon of another host sharing the state dir that
     still beats serves it (_ServedElsewhere: reach it over ssh); one that stopped beating
@@ -798,7 +833,12 @@ def _elsewhere(state_dir: Path, autostart: bool) -> float:
     if served.fresh():
         raise _ServedElsewhere(served)
     if not autostart:
-        return START_TIMEOUT
+        raise CliError(
+            f"the txd of host {served.host} stopped beating {served.age():.0f}s ago and no txd "
+            f"answers here; without --no-autostart, txctl takes the state dir {state_dir} over "
+            "here",
+            exits.NO_DAEMON,
+        )
     print(
         f"txctl: the txd of host {served.host} stopped beating {served.age():.0f}s ago; "
         f"taking the state dir {state_dir} over here (about {served.stale_after:.0f}s)",

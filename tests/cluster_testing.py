@@ -16,6 +16,7 @@ from txd.daemon import serving
 from txd_testing import TXCTL, Daemon
 
 PERIOD = 0.3  # the daemons' heartbeat here: a dead host is stale after 0.9 s
+REFUSED = "ssh: connect to host login9.example port 22: Connection refused"  # the fake ssh's
 
 
 def unshare_works() -> bool:
@@ -68,15 +69,31 @@ class Host:
         self.daemon.state_dir = state_dir
 
     def txctl(
-        self, *args: str, autostart: bool = False, env: dict[str, str] | None = None
+        self,
+        *args: str,
+        autostart: bool = False,
+        env: dict[str, str] | None = None,
+        localflock: bool = False,
     ) -> subprocess.CompletedProcess[str]:
         """txctl on this host. Its ssh (to another host serving the state dir) is a script that
-        records its arguments in <root>/ssh-args and fails: nothing leaves loopback here
-        (tests/remote has real sshd login nodes)."""
+        records its arguments in <root>/ssh-args and fails as ssh to a host that is down
+        does: nothing leaves loopback here (tests/remote has real sshd login nodes). `localflock`:
+        the daemon it starts (and txctl) has flock a no-op, as _LOCALFLOCK."""
         d = self.daemon
+        if localflock:
+            site = d.root.parent / "localflock"
+            site.mkdir(exist_ok=True)
+            (site / "sitecustomize.py").write_text(
+                "import fcntl\nfcntl.flock = lambda fd, op: None\n"
+            )
+            path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
+            env = {**(env or {}), "PYTHONPATH": path}
         fake_ssh = d.root.parent / "fake-ssh"
         if not fake_ssh.exists():
-            fake_ssh.write_text(f'#!/bin/sh\necho "$@" >> {d.root.parent}/ssh-args\nexit 255\n')
+            fake_ssh.write_text(
+                f'#!/bin/sh\necho "$@" >> {d.root.parent}/ssh-args\n'
+                f'echo "{REFUSED}" >&2\nexit 255\n'
+            )
             fake_ssh.chmod(0o755)
         (d.root / "xdg-run").mkdir(mode=0o700, exist_ok=True)  # the tunnel's runtime folder
         env = d.txctl_env(
