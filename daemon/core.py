@@ -485,12 +485,14 @@ class JobService:
             sched = await self.schedulers.get(rec.scheduler)
             if not sched.capabilities.cancel:
                 raise Unsupported(f"{rec.scheduler} cannot cancel jobs")
+            self.store.ensure_ours()  # a daemon taken over cancels nothing
             await sched.cancel(job.job)
             await self.schedulers.feed(rec.scheduler).refresh([job])
         return job.status
 
     async def delete(self, handle: str) -> None:
         rec = self.lookup(handle)
+        self.store.ensure_ours()  # a daemon taken over deletes nothing, in its backend either
         await self._delete_in_backend(rec)
         self.store.delete(rec.handle)
 
@@ -517,6 +519,7 @@ class JobService:
             return [r.status for r in recs], {}, more
         removed: builtins.list[JobRecord] = []
         failed: dict[str, str] = {}
+        self.store.ensure_ours()
         for rec in recs:
             try:
                 await self._delete_in_backend(rec)

@@ -11,6 +11,7 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
+from txd.daemon.jobstore import Fenced
 from txd.schedulers import errors
 from txd.schedulers.exhaustion import exhausted
 
@@ -39,6 +40,8 @@ def _code(e: Exception) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ..
         if isinstance(e, cls):
             backend = getattr(e, "backend", "")
             return code, str(e), ((BACKEND_KEY, backend),) if backend else ()
+    if isinstance(e, Fenced):  # as if no daemon answered: the client finds the one that does
+        return grpc.StatusCode.UNAVAILABLE, str(e), ()
     if (why := exhausted(e)) is not None:
         log.warning("refused for want of a resource: %s", why)
         return grpc.StatusCode.RESOURCE_EXHAUSTED, why, ()

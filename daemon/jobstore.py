@@ -617,6 +617,13 @@ class JobStore(StoreReads):
         if self.fenced is not None:
             raise Fenced(self.fenced)
 
+    def ensure_ours(self) -> None:
+        """Raises Fenced unless the store is still this daemon's: before a change outside it
+        that a daemon that lost the state dir must not make either (a backend's cancel or
+        delete, which also removes a local job's files in the state dir)."""
+        with self._transaction():
+            pass
+
     def guarded(self, write: Callable[[], None]) -> bool:
         """Runs `write` (a write to a file of the state dir: the serving record) under the
         store's write lock, if the store is still ours; False (nothing written) if it is not.

@@ -408,6 +408,7 @@ def test_a_later_claim_fences_every_write_of_the_earlier_one(tmp_path: Path) -> 
             ),
             "delete": lambda: old.delete(handle),
             "drop_events_before": lambda: old.drop_events_before(2e9),
+            "ensure_ours": old.ensure_ours,  # before a backend's cancel or delete
         }
         for name, write in writes.items():
             with pytest.raises(jobstore.Fenced, match="its epoch is 2, this daemon's 1"):
