@@ -191,3 +191,31 @@ def test_the_python_client_on_login2_reaches_login1s_daemon(ssh_cluster: SshClus
         "(ssh://login1)\n"
     ), out.stderr
     assert login2.daemon_pids() == [] and login1.daemon_pids() == [daemon]
+
+
+def test_login2_says_that_login1s_stalled_daemon_does_not_answer(ssh_cluster: SshCluster) -> None:
+    """Issue 33 item 7, through the real sshd: login1's daemon is stopped (SIGSTOP) while its
+    record is fresh. login2's tunnel to login1 comes up (sshd answers), and gRPC waits in vain
+    for the daemon's first frame. Before, txctl printed gRPC's words ("connection attempt timed
+    out before receiving SETTINGS frame"); now it names the host, says it does not answer, and
+    when a takeover becomes possible (a 30 s heartbeat: the record stays fresh throughout)."""
+    login1, login2 = ssh_cluster.nodes
+    _node_to_node_ssh(ssh_cluster)
+    _handle(login1.ssh(f"TXD_HEARTBEAT=30 {REMOTE_TXCTL} run --wait utils.echo --msg hi"))
+    [daemon] = login1.daemon_pids()
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        out = login2.txctl("list")
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert out.returncode == 3, out
+    said = out.stderr.splitlines()
+    assert said[-1].startswith(
+        "txctl: error: txd serves this state dir on host login1 (last heartbeat "
+    ), out.stderr
+    assert "but it does not answer over ssh (ssh://login1)" in said[-1], out.stderr
+    assert "a daemon here can take the state dir over in " in said[-1], out.stderr
+    assert "SETTINGS" not in out.stderr and "failed to connect" not in out.stderr, out.stderr
+    assert said[:-1] == [
+        "txctl: txd serves this state dir on host login1; reaching it over ssh (ssh://login1)"
+    ], out.stderr
