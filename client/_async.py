@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -25,6 +25,9 @@ from txd.v1 import runner_pb2 as pb
 from txd.v1.app_pb2 import AppDef, AppStatus
 from txd.v1.runner_pb2_grpc import RunnerStub
 from txd.v1.scheduler_pb2 import RunOpt
+
+if TYPE_CHECKING:
+    from txd.client._serving import Served
 
 DEFAULT_TIMEOUT = 30.0
 _INT32_MAX = 2**31 - 1  # page_size is an int32
@@ -123,6 +126,8 @@ class AsyncClient:
         # The local daemon's socket by default: where none is, another login node's daemon
         # serving the shared state dir is reached over ssh, as txctl does (connect()).
         self._may_route = host is None
+        self._served: Served | None = None  # the record of the host it was routed to
+        self._said_route = False
         self._may_start = autostart  # checked once, at the first call
         # True when the daemon runs on another host: run() then sends no cwd or environment
         # of this one (the daemon uses its own).
@@ -242,7 +247,17 @@ class AsyncClient:
             self.socket_path = await asyncio.to_thread(ensure, self._endpoint)
             self.target = str(self.socket_path)
         except TunnelError as e:
+            if self._served is not None:  # who serves, and when a takeover is possible
+                from txd.client._serving import unanswered
+
+                raise UnavailableError(unanswered(self._served, self._endpoint.url)) from None
             raise UnavailableError(describe(e, self._endpoint)) from None
+        if self._served is not None and not self._said_route:
+            self._said_route = True  # once the tunnel is up: never then contradicted
+            say_on_stderr("txd.client")(
+                f"txd serves this state dir on host {self._served.host}; reaching it over ssh "
+                f"({self._endpoint.url})"
+            )
         self._endpoint = None
 
     async def _start_daemon(self) -> None:
@@ -286,9 +301,7 @@ class AsyncClient:
             ep = serving_endpoint(served)
         except (RecordError, EndpointError) as e:
             raise UnavailableError(f"no txd daemon answers on {self.socket_path}: {e}") from None
-        say_on_stderr("txd.client")(
-            f"txd serves this state dir on host {served.host}; reaching it over ssh ({ep.url})"
-        )
+        self._served = served
         self._endpoint = self._ssh = ep
         self.remote = True
         self.resumer.rejoin = self._rejoin_tunnel

@@ -68,6 +68,18 @@ class Host:
         )
         self.daemon.state_dir = state_dir
 
+    def fake_ssh(self) -> Path:
+        """The hosts' ssh: records its arguments in <root>/ssh-args and fails as ssh to a host
+        that is down does (REFUSED)."""
+        root = self.daemon.root.parent
+        fake_ssh = root / "fake-ssh"
+        if not fake_ssh.exists():
+            fake_ssh.write_text(
+                f'#!/bin/sh\necho "$@" >> {root}/ssh-args\necho "{REFUSED}" >&2\nexit 255\n'
+            )
+            fake_ssh.chmod(0o755)
+        return fake_ssh
+
     def txctl(
         self,
         *args: str,
@@ -75,9 +87,8 @@ class Host:
         env: dict[str, str] | None = None,
         localflock: bool = False,
     ) -> subprocess.CompletedProcess[str]:
-        """txctl on this host. Its ssh (to another host serving the state dir) is a script that
-        records its arguments in <root>/ssh-args and fails as ssh to a host that is down
-        does: nothing leaves loopback here (tests/remote has real sshd login nodes). `localflock`:
+        """txctl on this host. Its ssh (to another host serving the state dir) is fake_ssh():
+        nothing leaves loopback here (tests/remote has real sshd login nodes). `localflock`:
         the daemon it starts (and txctl) has flock a no-op, as _LOCALFLOCK."""
         d = self.daemon
         if localflock:
@@ -88,13 +99,7 @@ class Host:
             )
             path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH", "")]))
             env = {**(env or {}), "PYTHONPATH": path}
-        fake_ssh = d.root.parent / "fake-ssh"
-        if not fake_ssh.exists():
-            fake_ssh.write_text(
-                f'#!/bin/sh\necho "$@" >> {d.root.parent}/ssh-args\n'
-                f'echo "{REFUSED}" >&2\nexit 255\n'
-            )
-            fake_ssh.chmod(0o755)
+        fake_ssh = self.fake_ssh()
         (d.root / "xdg-run").mkdir(mode=0o700, exist_ok=True)  # the tunnel's runtime folder
         env = d.txctl_env(
             TXD_STATE_DIR=str(d.state_dir), TXD_SSH_COMMAND=str(fake_ssh), **(env or {})
