@@ -23,6 +23,7 @@ from cluster_testing import (
     PERIOD,
     REFUSED,
     Host,
+    beat,
     on_host,
     record,
     stale,
@@ -263,13 +264,14 @@ def test_kill_9_then_another_host_takes_over_and_knows_every_job(
     )["replicas"][0]["pid"]
     login1.daemon.kill()
 
-    # Its heartbeat is fresh a moment longer: login2 is refused, naming login1.
-    if not stale(state):  # so txctl there goes to login1 by ssh (refused here: host down)
-        refused = login2.txctl("list", autostart=True)
-        assert refused.returncode == 3, refused
-        assert "serves this state dir on host login1 (last heartbeat" in refused.stderr
-        assert "but it does not answer over ssh (ssh://login1)" in refused.stderr
-    until(lambda: stale(state))
+    # While its heartbeat is fresh (as if just written: the clock decides nothing here), login2
+    # is refused, naming login1: txctl there goes to login1 by ssh (refused here: host down).
+    beat(state, time.time() + 60)
+    refused = login2.txctl("list", autostart=True)
+    assert refused.returncode == 3, refused
+    assert "serves this state dir on host login1 (last heartbeat" in refused.stderr
+    assert "but it does not answer over ssh (ssh://login1)" in refused.stderr
+    beat(state, time.time() - 60)  # and now long stopped
     listed = login2.txctl("list", "--json", autostart=True)
     assert listed.returncode == 0, listed
     assert "stopped beating" in listed.stderr and "taking the state dir" in listed.stderr
