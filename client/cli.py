@@ -560,16 +560,16 @@ async def _dispatch(args: argparse.Namespace) -> int:
     endpoint = None
     if host.startswith("tcp://") and args.command not in ("remote-socket", "dial-stdio"):
         client, label = _tcp_client(host, args), host
+    elif args.command in ("remote-socket", "dial-stdio"):
+        from txd.client._relay import dial_stdio, end_with_session, print_socket
+
+        end_with_session()  # from now on: finding or starting the daemon may take a while
+        socket_path, _, _ = await _locate(args)
+        if args.command == "remote-socket":
+            return print_socket(socket_path)
+        return dial_stdio(socket_path)
     else:
         socket_path, label, endpoint = await _locate(args)
-        if args.command in ("remote-socket", "dial-stdio"):
-            from txd.client._relay import dial_stdio, print_socket
-
-            return (
-                print_socket(socket_path)
-                if args.command == "remote-socket"
-                else dial_stdio(socket_path)
-            )
         try:
             client = AsyncClient(socket_path, timeout=args.timeout)
         except ValueError as e:  # a bad TXD_RECONNECT_TIMEOUT
