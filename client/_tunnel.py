@@ -18,6 +18,15 @@ will not). The tunnel, `python -m txd.client._tunnel`, lives in a folder of its 
    when no connection has been open for the endpoint's idle time, when its ssh master exits
    (connections then close: the client says the connection was lost), or on SIGTERM.
 
+Every ssh it runs after the master goes through the master (never a login of its own, which
+would prompt, or outlive the master), and none is started once it stops. Stopping is bounded:
+each child is killed by pid, the master KILL_AFTER s after its SIGTERM, and a thread ends the
+process STOP_DEADLINE s after the stop began, whatever its event loop is doing (a task
+cancelled inside asyncio's subprocess code can wait forever: CPython issue 125502). The
+folder's lock file records the holder's pid and until when it may hold the lock without
+serving (its start, its stop); a client that finds it held past that ends it (SIGKILL) and
+starts a new tunnel rather than waiting for one that will not serve.
+
 Whatever a login script prints before the marker is an error naming the host and the line,
 within a timeout; never a hang. Errors name the hop that failed: ssh, remote (the remote
 command), daemon, local (this machine's tunnel folder).
@@ -36,10 +45,12 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any, NoReturn
 
 from txd import defaults
 from txd.client._daemon import _read_line, connect_error, is_listening
@@ -54,6 +65,9 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x
 CHUNK = 256 * 1024
 _GROUP_SIGNALS = (signal.SIGINT, signal.SIGHUP)  # what a terminal sends its foreground group
 KILL_AFTER = 5.0  # seconds an ssh master has to exit on SIGTERM
+STOP_DEADLINE = KILL_AFTER + 2.0  # seconds a stopping tunnel has to exit, then it is ended
+START_DEADLINE = START_TIMEOUT + QUERY_TIMEOUT + 3 * PROBE_TIMEOUT  # every step of start()
+HOLDER_SLACK = 2.0  # seconds past its own deadline before a client ends a tunnel process
 START_ATTEMPTS = 3  # tunnel processes one client starts while others hold the folder's lock
 
 
@@ -122,7 +136,7 @@ def ensure(ep: Endpoint, *, autostart: bool = True, notes: list[str] | None = No
         # and exits, or one exiting. Once it has exited, this client starts one itself (and
         # so gets its own answer, the reason included, rather than waiting for a socket that
         # will never come).
-        if _served_or_gone(sock, d / "tunnel.lock", START_TIMEOUT + QUERY_TIMEOUT):
+        if _served_or_gone(sock, d / "tunnel.lock", START_TIMEOUT + QUERY_TIMEOUT, notes):
             return sock
     else:
         raise TunnelError("local", f"another tunnel to {ep.url} started but does not serve")
@@ -174,10 +188,12 @@ def _start(ep: Endpoint, d: Path, autostart: bool) -> str:
             os.close(write_end)
 
 
-def _served_or_gone(sock: Path, lock: Path, timeout: float) -> bool:
+def _served_or_gone(sock: Path, lock: Path, timeout: float, notes: list[str] | None = None) -> bool:
     """True once `sock` listens; False once no process holds the tunnel folder's `lock` (the
-    tunnel that held it exited without serving). Raises TunnelError after `timeout` s."""
+    tunnel that held it exited without serving, or was ended here: one still holding it past
+    the deadline it recorded is wedged, and is killed). Raises TunnelError after `timeout` s."""
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    ended: set[int] = set()
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -190,13 +206,44 @@ def _served_or_gone(sock: Path, lock: Path, timeout: float) -> bool:
             else:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 return False
+            pid, until = _holder(fd)
+            late = time.time() - until if until is not None else 0.0
+            if pid and pid not in ended and late > HOLDER_SLACK:
+                ended.add(pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                if notes is not None:
+                    notes.append(
+                        f"ended tunnel process {pid}, which held {lock} {late:.0f} s past its "
+                        f"deadline without serving (see {lock.with_name('tunnel.log')})"
+                    )
             if time.monotonic() > deadline:
                 raise TunnelError(
-                    "local", f"the tunnel process holding {lock} has not served in {timeout:g} s"
+                    "local",
+                    f"the tunnel process {pid or '(unknown pid)'} holding {lock} has not served "
+                    f"in {timeout:g} s (see {lock.with_name('tunnel.log')})",
                 )
             time.sleep(0.05)
     finally:
         os.close(fd)
+
+
+def _holder(fd: int) -> tuple[int, float | None]:
+    """(pid, until) of the process holding a tunnel folder's lock, as it recorded them in the
+    lock file (until: None while it serves); (0, None) when it has recorded nothing yet."""
+    try:
+        record = json.loads(os.pread(fd, 256, 0))
+        until = record["until"]
+        return int(record["pid"]), None if until is None else float(until)
+    except (OSError, ValueError, TypeError, KeyError):
+        return 0, None
+
+
+def _record_holder(fd: int, until: float | None) -> None:
+    """This process holds the lock (open on `fd`): its pid and deadline, for _holder."""
+    data = json.dumps({"pid": os.getpid(), "until": until}).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
 
 
 def describe(err: TunnelError, ep: Endpoint) -> str:
@@ -214,14 +261,19 @@ def describe(err: TunnelError, ep: Endpoint) -> str:
 
 
 class Tunnel:
-    def __init__(self, ep: Endpoint, folder: Path, autostart: bool) -> None:
+    def __init__(self, ep: Endpoint, folder: Path, autostart: bool, lock_fd: int) -> None:
         self.ep = ep
         self.dir = folder
         self.autostart = autostart
+        self.lock_fd = lock_fd  # the folder's lock, held: where the deadline is recorded
         self.ctl = folder / "ctl"
         self.fwd = folder / "fwd.sock"
         self.sock = folder / "txd.sock"
         self.master: asyncio.subprocess.Process | None = None
+        self.children: set[asyncio.subprocess.Process] = set()  # every ssh running, master too
+        self.stopping = ""  # why, once stop() has begun
+        self.stopped = asyncio.Event()
+        self.watchdog: threading.Timer | None = None
         self.relay = False
         self.remote_socket = ""
         self.started = ""  # the remote txctl's "started txd (pid N) on PATH", if it did
@@ -235,9 +287,71 @@ class Tunnel:
     def _ssh(self, *args: str) -> list[str]:
         return [*self.ep.ssh, "-S", _no_tokens(str(self.ctl)), *args]
 
+    def _through_master(self, *args: str) -> list[str]:
+        """An ssh session over the master. With the master gone, ssh would log in by itself
+        (a prompt, and a session nothing ends); the proxy command that fails at once makes
+        that login fail instead."""
+        return self._ssh(
+            "-o", "ControlMaster=no", "-o", "ProxyCommand=false", *self.ep.ssh_target(), *args
+        )
+
     def _spec(self, remote: str) -> str:
         """-L's LOCAL:REMOTE, fwd.sock to the remote daemon's socket."""
         return f"{_no_tokens(str(self.fwd))}:{_no_tokens(remote)}"
+
+    def hold_until(self, seconds: float | None, what: str) -> None:
+        """Records in the lock file until when this process may hold it without serving (None:
+        it serves), for the clients waiting on it (_served_or_gone), and keeps to it: a thread
+        ends the process then, whatever its event loop is doing."""
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+        _record_holder(self.lock_fd, None if seconds is None else time.time() + seconds)
+        if seconds is not None:
+            self.watchdog = threading.Timer(seconds, self._give_up, (what, seconds))
+            self.watchdog.daemon = True
+            self.watchdog.start()
+
+    def _give_up(self, what: str, seconds: float) -> None:
+        """The watchdog thread's: nothing of the event loop is awaited here."""
+        _log(f"{what} not done in {seconds:g} s: killing what this tunnel started and exiting")
+        for proc in list(self.children):
+            _kill(proc)
+        _exit(self.dir, self.lock_fd, 1)
+
+    async def _spawn(self, *args: str, **kwargs: Any) -> asyncio.subprocess.Process:
+        """A child process, which stop() kills; refused once the tunnel stops."""
+        if self.stopping:
+            raise self._stopped()
+        proc = await asyncio.create_subprocess_exec(*args, **kwargs)
+        self.children.add(proc)
+        if self.stopping:  # stop() came while it started: its sweep missed this one
+            self._release(proc)
+            raise self._stopped()
+        return proc
+
+    def _stopped(self) -> TunnelError:
+        return TunnelError("ssh", f"the tunnel to {self.ep.url} stopped: {self.stopping}")
+
+    def _release(self, proc: asyncio.subprocess.Process) -> None:
+        """Done with a child: killed if it still runs (never awaited: the child watcher reaps
+        it)."""
+        _kill(proc)
+        self.children.discard(proc)
+
+    async def _run(self, args: list[str], timeout: float) -> tuple[int | None, bytes, bytes]:
+        """Runs a short ssh command to its end: (exit code, stdout, stderr). Raises
+        TimeoutError after `timeout` s, the command killed."""
+        proc = await self._spawn(
+            *args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        finally:
+            self._release(proc)
+        if self.stopping:  # killed by stop(): what it said is of no use
+            raise self._stopped()
+        return proc.returncode, out, err
 
     async def start(self) -> None:
         """Steps 1 to 3 of the module's docstring; raises TunnelError."""
@@ -252,7 +366,7 @@ class Tunnel:
         # handler terminates it.
         handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _GROUP_SIGNALS}
         try:
-            self.master = await asyncio.create_subprocess_exec(
+            self.master = await self._spawn(
                 *self._ssh(
                     "-M",
                     "-N",
@@ -282,17 +396,21 @@ class Tunnel:
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             os.close(err)
-        assert self.master.stdout is not None
+        master = self.master
+        master_exited = asyncio.ensure_future(master.wait())
+        master_exited.add_done_callback(
+            lambda _: self.stop(f"ssh master exited ({master.returncode})")
+        )
+        assert master.stdout is not None
         try:
-            line = await asyncio.wait_for(self.master.stdout.readline(), START_TIMEOUT)
+            line = await asyncio.wait_for(master.stdout.readline(), START_TIMEOUT)
         except TimeoutError:
-            self.master.kill()
             raise TunnelError("ssh", f"no login within {START_TIMEOUT:g} s") from None
         if line.strip() != MARKER.encode():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.master.wait(), 10)
+                await asyncio.wait_for(asyncio.shield(master_exited), 10)
             raise TunnelError("ssh", _last_line(ssh_err.read_bytes()) or "ssh exited")
-        (self.dir / "ssh.pid").write_text(f"{self.master.pid}\n")
+        (self.dir / "ssh.pid").write_text(f"{master.pid}\n")
         self.remote_socket = await self._query()
         await self._forward()
 
@@ -307,33 +425,16 @@ class Tunnel:
         if not is_socket or connect_error(self.ctl) is not None:
             return
         _log("ending the ssh master a killed tunnel left running")
-        proc = await asyncio.create_subprocess_exec(
-            *self._ssh("-O", "exit", *self.ep.ssh_target()),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        with contextlib.suppress(TimeoutError):
+            await self._run(self._ssh("-O", "exit", *self.ep.ssh_target()), PROBE_TIMEOUT)
 
     async def _query(self) -> str:
         """The remote daemon's socket, from `remote-socket` (which starts the daemon)."""
         sub = "remote-socket" if self.autostart else "--no-autostart remote-socket"
         cmd = self.ep.remote(sub)
-        proc = await asyncio.create_subprocess_exec(
-            *self._ssh("-o", "ControlMaster=no", *self.ep.ssh_target(), cmd),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
         try:
-            out, err = await asyncio.wait_for(proc.communicate(), QUERY_TIMEOUT)
+            code, out, err = await self._run(self._through_master(cmd), QUERY_TIMEOUT)
         except TimeoutError:
-            proc.kill()
-            await proc.wait()
             raise TunnelError(
                 "remote",
                 f"`{cmd}` did not answer within {QUERY_TIMEOUT:g} s (a login script waiting "
@@ -342,7 +443,6 @@ class Tunnel:
         before, marker, after = out.partition(MARKER.encode() + b"\n")
         if before:
             raise TunnelError("remote", _noise(self.ep, before))
-        code = proc.returncode
         if code == 255 and not marker:
             raise TunnelError("ssh", _last_line(err) or "ssh exited with 255")
         if code == 127 or (not marker and b"not found" in err):
@@ -363,16 +463,11 @@ class Tunnel:
     async def _forward(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.fwd)
-        proc = await asyncio.create_subprocess_exec(
-            *self._ssh(
-                "-O", "forward", "-L", self._spec(self.remote_socket), *self.ep.ssh_target()
-            ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+        code, _, err = await self._run(
+            self._ssh("-O", "forward", "-L", self._spec(self.remote_socket), *self.ep.ssh_target()),
+            PROBE_TIMEOUT,
         )
-        _, err = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
-        if proc.returncode == 0 and await self._probe():
+        if code == 0 and await self._probe():
             return
         self.relay = True
         _log(f"stream-local forwarding refused ({_last_line(err)}): relaying through dial-stdio")
@@ -394,6 +489,8 @@ class Tunnel:
             writer.close()
 
     async def serve(self, ready_fd: int) -> None:
+        if self.stopping:  # a signal as it started
+            raise self._stopped()
         if _check_own_socket(self.sock):
             os.unlink(self.sock)  # a dead tunnel's: this one holds the folder's lock
         old = os.umask(0o177)
@@ -403,6 +500,7 @@ class Tunnel:
             )
         finally:
             os.umask(old)
+        self.hold_until(None, "serving")
         _ready(ready_fd, f"ready {self.started}".strip())
         # Serving: a Ctrl-C or hangup of the command that started this tunnel (still in its
         # process group, `logs -f` say) is that command's, not this shared tunnel's; the
@@ -413,28 +511,42 @@ class Tunnel:
         mode = "relay (dial-stdio)" if self.relay else "forwarding"
         _log(f"serving {self.sock} -> {self.ep.url}:{self.remote_socket} by {mode}")
         self._arm_idle()
-        assert self.master is not None
-        code = await self.master.wait()
-        _log(f"ssh master exited ({code}); closing")
-        self._close_listener()
-        for w in list(self.writers):
-            w.close()
+        await self.stopped.wait()
 
     def stop(self, why: str) -> None:
-        """Stops accepting first, then ends the ssh master (and so the tunnel): a command that
-        comes meanwhile finds no socket and starts a new tunnel, which waits for this one's
-        lock, instead of being accepted here and dropped. A master that SIGTERM does not end
-        within KILL_AFTER seconds is killed: until it is gone this tunnel holds the folder."""
+        """Stops accepting first: a command that comes meanwhile finds no socket and starts a
+        new tunnel, which waits for this one's lock, instead of being accepted here and
+        dropped. Then every child but the master is killed and every connection closed; the
+        master is asked to exit (SIGTERM; finish() kills it after KILL_AFTER s). From here the
+        process has STOP_DEADLINE s to exit."""
+        if self.stopping:
+            return
+        self.stopping = why
         _log(f"stopping: {why}")
+        self.hold_until(STOP_DEADLINE, "stopping")
         self._close_listener()
-        if self.master is not None and self.master.returncode is None:
-            self.master.terminate()
-            asyncio.get_running_loop().call_later(KILL_AFTER, self._kill_master)
+        if self.idle_timer is not None:
+            self.idle_timer.cancel()
+        for proc in list(self.children):
+            if proc is not self.master:
+                self._release(proc)
+        for w in list(self.writers):
+            w.close()
+        if self.master is not None:
+            _kill(self.master, signal.SIGTERM)
+        self.stopped.set()
 
-    def _kill_master(self) -> None:
-        if self.master is not None and self.master.returncode is None:
+    async def finish(self) -> None:
+        """After stop(): waits for the master, killed if SIGTERM has not ended it in
+        KILL_AFTER s."""
+        master = self.master
+        if master is None or master.returncode is not None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(master.wait(), KILL_AFTER)
+        if master.returncode is None:
             _log(f"ssh master still running {KILL_AFTER:g} s after SIGTERM: killing it")
-            self.master.kill()
+            _kill(master)
 
     def _close_listener(self) -> None:
         if self.server is not None:
@@ -445,6 +557,8 @@ class Tunnel:
     def _arm_idle(self) -> None:
         if self.idle_timer is not None:
             self.idle_timer.cancel()
+        if self.stopping:
+            return
         self.idle_timer = asyncio.get_running_loop().call_later(
             self.ep.idle, self.stop, f"idle for {self.ep.idle:g} s"
         )
@@ -471,9 +585,8 @@ class Tunnel:
         finally:
             writer.close()
             self.writers.discard(writer)
-            if relay is not None and relay.returncode is None:
-                relay.kill()
-                await relay.wait()
+            if relay is not None:
+                self._release(relay)
             self.active -= 1
             if self.active == 0:
                 self._arm_idle()
@@ -511,21 +624,19 @@ class Tunnel:
                 await self._forward()
             self.generation += 1
 
-    async def _ssh_control(self, action: str, remote: str) -> int:
-        proc = await asyncio.create_subprocess_exec(
-            *self._ssh("-O", action, "-L", self._spec(remote), *self.ep.ssh_target()),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+    async def _ssh_control(self, action: str, remote: str) -> int | None:
+        code, _, _ = await self._run(
+            self._ssh("-O", action, "-L", self._spec(remote), *self.ep.ssh_target()),
+            PROBE_TIMEOUT,
         )
-        return await asyncio.wait_for(proc.wait(), PROBE_TIMEOUT)
+        return code
 
     async def _open_relay(
         self,
     ) -> tuple[asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter]:
         cmd = self.ep.remote("dial-stdio")
-        proc = await asyncio.create_subprocess_exec(
-            *self._ssh("-o", "ControlMaster=no", "-T", *self.ep.ssh_target(), cmd),
+        proc = await self._spawn(
+            *self._through_master("-T", cmd),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -535,12 +646,12 @@ class Tunnel:
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), RELAY_TIMEOUT)
         except TimeoutError:
-            proc.kill()
+            self._release(proc)
             raise TunnelError(
                 "remote", f"`{cmd}` printed no marker within {RELAY_TIMEOUT:g} s"
             ) from None
         if line != MARKER.encode() + b"\n":
-            proc.kill()
+            self._release(proc)
             raise TunnelError("remote", _noise(self.ep, line) if line else f"`{cmd}` exited")
         # The process's stdin as a StreamWriter: what _pump writes to.
         return proc, proc.stdout, proc.stdin
@@ -589,25 +700,27 @@ def _ready(fd: int, line: str) -> None:
         os.close(fd)
 
 
-async def _amain(ep: Endpoint, folder: Path, autostart: bool, ready_fd: int) -> int:
-    tunnel = Tunnel(ep, folder, autostart)
+async def _amain(ep: Endpoint, folder: Path, autostart: bool, ready_fd: int, lock: int) -> int:
+    tunnel = Tunnel(ep, folder, autostart, lock)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, tunnel.stop, signal.Signals(sig).name)
+    tunnel.hold_until(START_DEADLINE, "starting")
     try:
         await tunnel.start()
+        await tunnel.serve(ready_fd)
+        return 0
     except TunnelError as e:
         _log(f"error {e.hop}: {e}")
         _ready(ready_fd, f"error {e.hop}: {e}")
-        tunnel.stop("could not start")
         return 1
     except Exception as e:  # unforeseen: said on the pipe, and the ssh master not left behind
         _log("".join(traceback.format_exception(e)).rstrip())
         _ready(ready_fd, f"error local: {type(e).__name__}: {e} (see {folder / 'tunnel.log'})")
-        tunnel.stop("could not start")
         return 1
-    await tunnel.serve(ready_fd)
-    return 0
+    finally:
+        tunnel.stop("could not start" if tunnel.server is None else "done")
+        await tunnel.finish()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -629,13 +742,36 @@ def main(argv: list[str] | None = None) -> int:
         _log("another tunnel of this folder holds its lock: leaving it to that one")
         _ready(args.ready_fd, "busy")
         return 0
-    pidfile = folder / "tunnel.pid"
-    pidfile.write_text(f"{os.getpid()}\n")
+    _record_holder(lock, time.time() + START_DEADLINE)  # at once: the last holder's is stale
+    (folder / "tunnel.pid").write_text(f"{os.getpid()}\n")
+    code = 1
     try:
-        return asyncio.run(_amain(ep, folder, autostart, args.ready_fd))
+        # Not asyncio.run: its cancelling and awaiting of the tasks left (a connection's, in
+        # asyncio's subprocess code) can hang (CPython issue 125502). Everything this tunnel
+        # started has been killed when _amain returns.
+        code = asyncio.new_event_loop().run_until_complete(
+            _amain(ep, folder, autostart, args.ready_fd, lock)
+        )
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            pidfile.unlink()
+        _exit(folder, lock, code)
+
+
+def _kill(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
+    """Signals a child by pid, unless it has been reaped."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+
+
+def _exit(folder: Path, lock: int, code: int) -> NoReturn:
+    """Ends the tunnel process, from its main thread or its watchdog's: its pid file and
+    lock record removed, nothing awaited."""
+    with contextlib.suppress(FileNotFoundError):
+        (folder / "tunnel.pid").unlink()
+    with contextlib.suppress(OSError):
+        os.ftruncate(lock, 0)
+    sys.stdout.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ API (small on purpose; h19-cluster builds on it):
   `cluster.laptop_env(**extra)`: the environment of a laptop txctl (TXD_SSH_COMMAND with the
   config, its own runtime and config folders, TXD_REMOTE_COMMAND = REMOTE_TXCTL),
   `cluster.laptop_txctl(*args, env=None, timeout=...)`.
+- `node.session_pids(pid)`: the sshd session serving the laptop's ssh process `pid`;
+  `node.commands(text)`, `laptop_commands(text)`: processes by command line, on either side.
+- `master_dies_while_frozen(cluster, node, handle)`: issue 33's frozen node, scripted.
 - `cluster.close()`: kills every process of the nodes' namespaces and the laptop's tunnels.
 Needs root (users, namespaces); `skip_reason()` says why it cannot run otherwise.
 """
@@ -35,6 +38,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +163,17 @@ class LoginNode:
                 out.append(pid)
         return out
 
+    def session_pids(self, client_pid: int) -> list[int]:
+        """The node's processes holding the server end of a TCP connection of the laptop's
+        process `client_pid` (an ssh client): the sshd session serving it."""
+        ends = {_tcp_ends().get(inode) for inode in _socket_inodes(client_pid)} - {None}
+        peers = {inode for inode, (a, b) in _tcp_ends().items() if (b, a) in ends}
+        return [pid for pid in self.pids() if _socket_inodes(pid) & peers]
+
+    def commands(self, text: str) -> list[int]:
+        """The node's processes whose command line contains `text`."""
+        return [pid for pid in self.pids() if text in command_line(pid)]
+
     def pids(self) -> list[int]:
         """Every process in this node's mount namespace (sshd, sessions, daemons)."""
         if self.proc is None:
@@ -239,6 +254,94 @@ class LoginNode:
                 if b"Server listening on" in line:
                     self.listening.set()
         self.listening.set()  # exited: start() sees it is not running
+
+
+def command_line(pid: int) -> str:
+    """The process's arguments joined by spaces ("" once it has exited)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def laptop_commands(text: str) -> list[int]:
+    """The processes of this host (not of a login node's namespaces) whose command line
+    contains `text`, this one excepted."""
+    own = os.readlink("/proc/self/ns/mnt")
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{entry}/ns/mnt") == own and text in command_line(int(entry)):
+                    out.append(int(entry))
+    return out
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    out.add(link[len("socket:[") : -1])
+    return out
+
+
+def _tcp_ends() -> dict[str, tuple[str, str]]:
+    """Every TCP socket of this network namespace: inode -> (local, remote) address."""
+    out = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                out[fields[9]] = (fields[1], fields[2])
+    return out
+
+
+def unix_connections(path: Path) -> int:
+    """How many connected sockets are bound to `path` (a listener's accepted connections)."""
+    with open("/proc/net/unix") as f:
+        next(f)
+        rows = [line.split(maxsplit=7) for line in f]
+    return sum(1 for r in rows if len(r) == 8 and r[5] == "03" and r[7].strip() == str(path))
+
+
+def master_dies_while_frozen(cluster: SshCluster, node: LoginNode, handle: str) -> list[int]:
+    """Issue 33's wedge, scripted: the node's sshd session serving the laptop's tunnel master
+    is stopped (SIGSTOP), `txctl status HANDLE` sent through the tunnel, the master killed
+    (SIGKILL) once that call waits in it, the session continued (SIGCONT). Returns the
+    session's pids, once that status has ended."""
+    (folder,) = (cluster.laptop / "run" / "txd" / "tunnels").iterdir()
+    master = int((folder / "ssh.pid").read_text())
+    session = node.session_pids(master)
+    assert session, "no sshd session serves the tunnel's master"
+    for pid in session:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        frozen = subprocess.Popen(
+            [REMOTE_TXCTL, "--host", node.url(), "status", handle],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=cluster.laptop_env(),
+        )
+        try:
+            # The call waits in the master, for a channel the node does not open.
+            deadline = time.monotonic() + CALL_TIMEOUT
+            while unix_connections(folder / "fwd.sock") == 0:
+                assert time.monotonic() < deadline, "the status call never reached the master"
+                time.sleep(0.02)
+            os.kill(master, signal.SIGKILL)
+            frozen.wait(timeout=CALL_TIMEOUT)  # it ends, one way or another
+        finally:
+            frozen.kill()
+            frozen.wait()
+    finally:
+        for pid in session:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    return session
 
 
 class SshCluster:
