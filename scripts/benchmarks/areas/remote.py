@@ -1,9 +1,10 @@
 """remote: txctl through an ssh tunnel (tests/remote's login1, a real sshd on loopback in
 namespaces of its own) next to txctl on a local daemon, turn by turn: `txctl status` warm
 (goal: at most 1.25x local), the first command on a cold connection (a new tunnel and ssh
-login; once with the remote daemon to start, once with it running), and `txctl logs` of a
-finished job's 64 MiB of output, MB/s (goal: at least 0.7x local). Needs root (the login
-nodes); skipped with its reason otherwise."""
+login; once with the remote daemon to start, once with it running), `txctl logs` of a
+finished job's 64 MiB of output, MB/s (goal: at least 0.7x local), and the first command once
+a frozen login1 answers again, its ssh master killed under a waiting call meanwhile (issue 33;
+goal: within 5 s). Needs root (the login nodes); skipped with its reason otherwise."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from ssh_testing import REMOTE_TXCTL, SshCluster, skip_reason
+from ssh_testing import REMOTE_TXCTL, SshCluster, master_dies_while_frozen, skip_reason
 from txd_testing import PidWatch
 
 from benchmarks.common import fmt_ms, log, median, timed_run
@@ -101,6 +102,15 @@ def _measure(ctx: Context, cluster: SshCluster, local_socket: Path) -> None:
         note=f"{LOG_BYTES >> 20} MiB, median of {len(rates['local'])} each, interleaved",
     )
     log(f"remote: status {status}, logs MB/s {rates}")
+    master_dies_while_frozen(cluster, cluster.node("login1"), handles["remote"])
+    back, _ = txctl(remote_env, "status", handles["remote"])
+    ctx.res.add(
+        "remote: first command after a frozen node lost its ssh",
+        fmt_ms(back * 1000),
+        "<= 5 s",
+        back <= 5.0,
+        note="a new tunnel and ssh login",
+    )
 
 
 def _timed_logs(env: dict[str, str], cwd: Path, cmd: list[str]) -> tuple[float, int]:
