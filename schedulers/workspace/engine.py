@@ -20,7 +20,7 @@ import os
 import struct
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiodocker
 import aiohttp
@@ -236,15 +236,16 @@ class Engine:
         follow: bool,
         since_ns: int = 0,
         tail: int | None = None,
-        long_lines: dict[int, bool] | None = None,
-    ) -> AsyncIterator[tuple[bytes, int]]:
-        """A container's log messages as (bytes, nanoseconds since the epoch it was read at),
-        each as written (a line with its newline, or a piece of a long line); (b"", 0) each
-        time what arrived so far was passed on (not "caught up with the log": the engine does
-        not say when a follow has sent what was there). `since_ns`: messages read at or after
-        it; `tail`: only the last `tail` messages (of both streams, whichever are asked for).
-        `long_lines` carries the PARTIAL_SIZE state from one call to the next, for a caller
-        that resumes a read. Needs the `local` or `json-file` log driver."""
+        in_long_line: Mapping[int, bool] | None = None,
+    ) -> AsyncIterator[LogMessage]:
+        """A container's log messages, each as written (a line with its newline, or a piece of
+        a long line), in the engine's order; NO_MESSAGE each time what arrived so far was passed
+        on (not "caught up with the log": the engine does not say when a follow has sent what
+        was there). `since_ns`: messages stamped at or after it; `tail`: only the last `tail`
+        messages (of both streams, whichever are asked for). `in_long_line`: by stream, whether
+        the message before the first one read was a whole piece of a long line (see
+        PARTIAL_SIZE), for a caller that resumes a read. Needs the `local` or `json-file` log
+        driver."""
         params = {
             "stdout": "1" if stdout else "0",
             "stderr": "1" if stderr else "0",
@@ -263,8 +264,7 @@ class Engine:
                 resp = await cm.__aenter__()
         try:
             buf = bytearray()
-            # By stream: the last piece was a full partial.
-            in_long_line: dict[int, bool] = {} if long_lines is None else long_lines
+            long_line = dict(in_long_line or {})
             while True:
                 async with self._call("containers.logs.read", bounded=False):
                     data = await resp.content.readany()
@@ -279,16 +279,29 @@ class Engine:
                         break
                     message, stamp = _stamped(bytes(buf[pos + _FRAME.size : end]))
                     partial = len(message) == PARTIAL_SIZE and not message.endswith(b"\n")
-                    if in_long_line.get(stream) and not partial and not message.endswith(b"\n"):
+                    if long_line.get(stream) and not partial and not message.endswith(b"\n"):
                         message += b"\n"  # see PARTIAL_SIZE
-                    in_long_line[stream] = partial
-                    yield message, stamp
+                    long_line[stream] = partial
+                    yield LogMessage(message, stamp, stream, partial)
                     pos = end
                 del buf[:pos]
-                yield b"", 0
+                yield NO_MESSAGE
         finally:
             resp.close()  # aiodocker's _query leaves its response open
             await cm.__aexit__(None, None, None)
+
+
+class LogMessage(NamedTuple):
+    """One message of a container's log (Engine.logs)."""
+
+    data: bytes
+    stamp: int  # when the engine read it, in ns since the epoch; every piece of a long line
+    # carries the time of its first piece
+    stream: int  # 1: stdout, 2: stderr
+    partial: bool  # a whole piece of a long line: the next message of its stream goes on with it
+
+
+NO_MESSAGE = LogMessage(b"", 0, 0, False)
 
 
 def _cause(e: BaseException) -> str:

@@ -1,11 +1,15 @@
 """local_docker's logs through a real txd on the real test engine: `--tail` exact on a log of
 many engine reads, a replica whose container was removed outside txd, and a follow that rides
-out an engine restart, losing and repeating no byte the engine kept."""
+out an engine restart, losing and repeating no byte the engine kept. A proxy in front of the
+engine (LogProxy) cuts or holds a log read at a chosen message: a follow resumes exactly there,
+inside a long line too (whose pieces share one stamp), across an engine restart too."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+import re
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,11 @@ from txd_testing import TXCTL, Daemon, own_daemon, short_tmpdir
 
 NONE = {"network": "none"}
 LINES = 20_000  # about 110 kB per replica: many reads of the engine's stream
+# A txd that re-subscribes quickly after an engine outage.
+FAST_RESUBSCRIBE = [
+    *("--set", "local_docker.poll_interval=0.5"),
+    *("--set", "local_docker.engine_timeout=2"),
+]
 
 
 def gated(script: str, gate: Path, replicas: int = 1) -> AppDef:
@@ -38,10 +47,7 @@ def container(handle: str, k: int = 0) -> str:
 @pytest.fixture
 def logs_daemon(docker_engine: Engine, request: pytest.FixtureRequest) -> Iterator[Daemon]:
     """A txd of the test's own that re-subscribes quickly after an engine outage."""
-    d = make_docker_daemon(
-        docker_engine,
-        ["--set", "local_docker.poll_interval=0.5", "--set", "local_docker.engine_timeout=2"],
-    )
+    d = make_docker_daemon(docker_engine, FAST_RESUBSCRIBE)
     with own_daemon(d, request) as started:
         yield started
 
@@ -86,8 +92,7 @@ async def test_a_replica_removed_outside_txd_is_named_and_the_rest_printed(
             assert (await anext(follow)).data == b"up\n"
         await follow.aclose()  # type: ignore[attr-defined]
     # A follow under way when its container goes: it ends, naming the replica.
-    proc = await _txctl(docker_daemon, "logs", "-f", handle)
-    try:
+    async with _txctl_running(docker_daemon, "logs", "-f", handle) as proc:
         assert proc.stdout is not None
         async with asyncio.timeout(30):
             for _ in range(3):  # every replica's "up" is printed
@@ -96,10 +101,6 @@ async def test_a_replica_removed_outside_txd_is_named_and_the_rest_printed(
         (tmp_path / "go").touch()
         async with asyncio.timeout(60):
             out, err = await proc.communicate()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
     gone = (
         f"the log of main/1 is gone: its container {container(handle, 1)} was removed outside txd"
     )
@@ -130,8 +131,7 @@ async def test_a_follow_rides_out_an_engine_restart_without_losing_or_repeating_
     script = "i=0; until [ -e /gate/go ]; do i=$((i+1)); echo line $i; sleep 0.005; done; echo end"
     async with logs_daemon.client() as c:
         handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
-        proc = await _txctl(logs_daemon, "logs", "-f", handle)
-        try:
+        async with _txctl_running(logs_daemon, "logs", "-f", handle) as proc:
             assert proc.stdout is not None
             async with asyncio.timeout(30):
                 head = await proc.stdout.readline()
@@ -148,10 +148,6 @@ async def test_a_follow_rides_out_an_engine_restart_without_losing_or_repeating_
             (tmp_path / "go").touch()
             async with asyncio.timeout(60):
                 rest, err = await proc.communicate()
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
         out = head + rest
         final = await c.wait(handle, timeout=60)
     assert proc.returncode == 0, (proc.returncode, err)
@@ -168,45 +164,154 @@ async def test_a_follow_the_engine_leaves_open_ends_with_the_job(
     (docker/docker-py#3084). Here a proxy in front of the engine holds back the end of every
     followed log, as such an engine would: the follow still ends with the job, every byte the
     engine kept printed once."""
-    proxy = HoldFollowEnds(docker_engine.host.removeprefix("unix://"), short_tmpdir() / "d.sock")
+    proxy = LogProxy(
+        docker_engine.host.removeprefix("unix://"), short_tmpdir() / "d.sock", hold_follow_ends=True
+    )
     async with proxy:
         d = make_docker_daemon(docker_engine, ["--set", f"local_docker.docker_host={proxy.url}"])
         with own_daemon(d, request):
             async with d.client() as c:
                 script = "i=0; until [ -e /gate/go ]; do i=$((i+1)); echo line $i; sleep 0.01; done"
                 handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
-                proc = await _txctl(d, "logs", "-f", handle)
-                try:
+                async with _txctl_running(d, "logs", "-f", handle) as proc:
                     assert proc.stdout is not None
                     async with asyncio.timeout(30):
                         head = await proc.stdout.readline()
                     (tmp_path / "go").touch()
                     async with asyncio.timeout(30):
                         rest, err = await proc.communicate()
-                finally:
-                    if proc.returncode is None:
-                        proc.kill()
-                        await proc.wait()
     assert proxy.held, "the proxy held back no followed log's end"
     assert proc.returncode == 0, (proc.returncode, err)
     kept = docker_engine.docker("logs", container(handle)).stdout.encode()
     assert head + rest == kept and kept.startswith(b"line 1\n"), (len(head + rest), len(kept))
 
 
-class HoldFollowEnds:
-    """A Unix socket in front of the engine's that passes everything on, except the end of a
-    followed log (the last chunk of a `GET .../logs?...follow=1` answer): that connection is
-    then left open, sending nothing more, until the client closes it."""
+async def test_a_follow_whose_read_is_cut_inside_a_long_line_gets_the_rest_of_it(
+    docker_engine: Engine, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The engine stamps every 16 KiB piece of a long line with the time of its first piece.
+    A follow whose read of the engine is cut after the first piece (here by a proxy; found as
+    a flake of test_log_iterators_are_independent, whose read the engine ended when the
+    container did) resumes with the rest of the line, once: resumed after that stamp, it lost
+    the rest."""
+    line = b"a" * 100_000 + b"\n"
+    script = "head -c 100000 /dev/zero | tr '\\0' a; echo; echo end"
+    async with _proxied_daemon(docker_engine, request, cut_after=1) as (d, proxy, c):
+        handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
+        await c.wait(handle, timeout=60)  # the whole log is there: the follow's first read
+        out, err = await _txctl_out(d, "logs", "-f", handle)
+    assert proxy.cut.is_set(), "the proxy cut no read"
+    assert out == line + b"end\n", f"{len(out)} bytes printed: {err!r}"
 
-    def __init__(self, engine: str, path: Path) -> None:
+
+async def test_a_long_line_on_one_stream_is_resumed_past_later_lines_of_the_other(
+    docker_engine: Engine, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A progress bar on stderr, a line that takes a while to write, and lines on stdout
+    meanwhile: the engine writes the line's later pieces after a stdout line stamped after
+    them (they carry the time of its first piece). A follow whose read is cut after that
+    stdout line still gets the rest of the bar: resumed after the stdout line's stamp, it
+    lost it."""
+    half = "head -c 20000 /dev/zero | tr '\\0' p >&2"  # a 16 KiB piece, the rest in the engine
+    gate = "until [ -e /gate/{0} ]; do sleep 0.05; done"
+    script = f"{half}; {gate.format(1)}; echo x; {gate.format(2)}; {half}; echo >&2"
+    async with _proxied_daemon(docker_engine, request, cut_after=2) as (d, proxy, c):
+        handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
+        # Each step written to the log before the next: the engine's order is fixed.
+        await _logged(docker_engine, container(handle), stderr=16384)
+        (tmp_path / "1").touch()
+        await _logged(docker_engine, container(handle), stdout=2)
+        (tmp_path / "2").touch()
+        await c.wait(handle, timeout=60)
+        out, err = await _txctl_out(d, "logs", "-f", handle)
+    assert proxy.cut.is_set(), "the proxy cut no read"
+    bar = b"p" * 40_000 + b"\n"
+    assert out == bar[:16384] + b"x\n" + bar[16384:], (len(out), out[16380:16390], err)
+
+
+async def test_a_follow_cut_inside_a_long_line_by_an_engine_restart_gets_the_rest_of_it(
+    docker_engine: Engine, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The engine stops while a follow has read the first piece of a long line and not the
+    others it kept (a proxy holds them back), and while the container is still writing the
+    line: once it is back, the follow gets the pieces the engine kept, then what it read
+    since (the engine restarted stamps it anew), and prints exactly what the engine kept."""
+    script = "head -c 100000 /dev/zero | tr '\\0' a; until [ -e /gate/go ]; do sleep 0.05; done"
+    script += "; echo b; echo end"
+    opts = {"cut_after": 1, "until_engine_stops": True}
+    async with _proxied_daemon(docker_engine, request, **opts) as (d, proxy, c):
+        handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
+        await _logged(docker_engine, container(handle), stdout=6 * 16384)
+        async with _txctl_running(d, "logs", "-f", handle) as proc:
+            async with asyncio.timeout(30):
+                await proxy.cut.wait()  # the first piece passed on, the others held
+            docker_engine.stop(keep_containers=True)
+            docker_engine.start()
+            (tmp_path / "go").touch()
+            async with asyncio.timeout(60):
+                out, err = await proc.communicate()
+    assert proc.returncode == 0, (proc.returncode, err)
+    kept = docker_engine.docker("logs", container(handle)).stdout.encode()
+    assert kept.startswith(b"a" * 6 * 16384) and kept.endswith(b"b\nend\n"), len(kept)
+    assert out == kept, f"{len(out)} bytes printed, {len(kept)} kept by the engine"
+
+
+@contextlib.asynccontextmanager
+async def _proxied_daemon(
+    docker_engine: Engine, request: pytest.FixtureRequest, **proxy_opts: Any
+) -> AsyncIterator[tuple[Daemon, LogProxy, Any]]:
+    """A txd of the test's own that reaches the engine through a LogProxy(**proxy_opts), and
+    re-subscribes quickly after an engine outage; with its client."""
+    engine = docker_engine.host.removeprefix("unix://")
+    async with LogProxy(engine, short_tmpdir() / "d.sock", **proxy_opts) as proxy:
+        args = ["--set", f"local_docker.docker_host={proxy.url}", *FAST_RESUBSCRIBE]
+        with own_daemon(make_docker_daemon(docker_engine, args), request) as d:
+            async with d.client() as c:
+                yield d, proxy, c
+
+
+async def _logged(engine: Engine, name: str, *, stdout: int = 0, stderr: int = 0) -> None:
+    """Returns once the engine's log of container `name` holds at least these many bytes of
+    each stream (bounded)."""
+    for _ in range(600):
+        logs = await asyncio.to_thread(engine.docker, "logs", name)
+        if len(logs.stdout) >= stdout and len(logs.stderr) >= stderr:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the log of {name} has not {stdout} + {stderr} bytes: {logs}")
+
+
+class LogProxy:
+    """A Unix socket in front of the engine's that passes everything on, except that the
+    answers to log reads (`GET .../logs?...`) are passed on frame by frame (the engine's
+    multiplexed stream), and:
+
+    - `hold_follow_ends`: the end of every followed log is held back: that connection is
+      then left open, sending nothing more, until the client closes it;
+    - `cut_after` k: the first answer of more than k frames ends after its k-th, its
+      connection closed then (or, `until_engine_stops`, once the engine closes its side)."""
+
+    def __init__(
+        self,
+        engine: str,
+        path: Path,
+        *,
+        hold_follow_ends: bool = False,
+        cut_after: int | None = None,
+        until_engine_stops: bool = False,
+    ) -> None:
         self.engine = engine
         self.path = path
         self.url = f"unix://{path}"
-        self.held = 0
+        self.hold_follow_ends = hold_follow_ends
+        self.cut_after = cut_after
+        self.until_engine_stops = until_engine_stops
+        self.held = 0  # followed logs whose end was held back
+        self.cut = asyncio.Event()  # set once an answer was cut
         self._server: asyncio.Server | None = None
         self._clients: set[Any] = set()
 
-    async def __aenter__(self) -> HoldFollowEnds:
+    async def __aenter__(self) -> LogProxy:
         self._server = await asyncio.start_unix_server(self._connection, str(self.path))
         return self
 
@@ -220,36 +325,97 @@ class HoldFollowEnds:
     async def _connection(self, client_r: asyncio.StreamReader, client_w: Any) -> None:
         self._clients.add(client_w)
         engine_r, engine_w = await asyncio.open_unix_connection(self.engine)
-        following = False
+        asked: asyncio.Queue[bytes] = asyncio.Queue()  # each request's first line, in order
+        gone = asyncio.Event()  # the client closed the connection
 
         async def requests() -> None:
-            nonlocal following
-            while data := await client_r.read(65536):
-                if data.startswith(b"GET "):  # a new request on this connection
-                    line = data.split(b"\r\n", 1)[0]
-                    following = b"/logs?" in line and b"follow=1" in line
-                engine_w.write(data)
-                await engine_w.drain()
+            try:
+                while data := await client_r.read(65536):
+                    if re.match(rb"[A-Z]+ /", data):  # a new request on this connection
+                        asked.put_nowait(data.split(b"\r\n", 1)[0])
+                    engine_w.write(data)
+                    await engine_w.drain()
+            finally:
+                asked.put_nowait(b"")  # no more
+                gone.set()
 
         async def answers() -> None:
-            while data := await engine_r.read(65536):
-                if following and data.endswith(b"0\r\n\r\n"):
-                    client_w.write(data[:-5])  # the answer never ends
-                    self.held += 1
-                    await client_r.read()  # until the client closes
-                    return
-                client_w.write(data)
-                await client_w.drain()
+            try:
+                while line := await asked.get():
+                    head = await engine_r.readuntil(b"\r\n\r\n")
+                    client_w.write(head)
+                    if b"transfer-encoding: chunked" not in head.lower():
+                        length = re.search(rb"(?i)content-length: *(\d+)", head)
+                        client_w.write(await engine_r.readexactly(int(length[1]) if length else 0))
+                    elif not await self._body(engine_r, client_w, line, gone):
+                        return
+            finally:  # the connection ends with its answers
+                for w in (client_w, engine_w):
+                    w.close()
 
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(requests())
                 group.create_task(answers())
-        except* (ConnectionError, OSError):
+        except* (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
             for w in (client_w, engine_w):
                 w.close()
+
+    async def _body(
+        self, engine_r: asyncio.StreamReader, client_w: Any, line: bytes, gone: asyncio.Event
+    ) -> bool:
+        """Passes a chunked body on (a log read's frame by frame); whether the connection
+        goes on."""
+        logs = b"/logs?" in line
+        frames = bytearray()
+        count = 0
+        while size := int((await engine_r.readuntil(b"\r\n")).split(b";")[0], 16):
+            chunk = await engine_r.readexactly(size + 2)
+            if not logs:
+                client_w.write(b"%x\r\n%s" % (size, chunk))
+                await client_w.drain()
+                continue
+            frames += chunk[:-2]
+            while len(frames) >= 8 and len(frames) >= (end := 8 + int.from_bytes(frames[4:8])):
+                if count == self.cut_after and not self.cut.is_set():
+                    self.cut.set()
+                    if self.until_engine_stops:
+                        await engine_r.read()  # until the engine closes its side
+                    return False
+                client_w.write(b"%x\r\n%s\r\n" % (end, bytes(frames[:end])))
+                del frames[:end]
+                count += 1
+            await client_w.drain()
+        await engine_r.readexactly(2)  # the blank line that ends the body
+        if logs and self.hold_follow_ends and b"follow=1" in line:
+            self.held += 1
+            await gone.wait()
+            return False
+        client_w.write(b"0\r\n\r\n")
+        return True
+
+
+async def _txctl_out(d: Daemon, *args: str) -> tuple[bytes, bytes]:
+    """What `txctl args` printed, on stdout and stderr; it must succeed."""
+    proc = await _txctl(d, *args)
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, (proc.returncode, err)
+    return out, err
+
+
+@contextlib.asynccontextmanager
+async def _txctl_running(d: Daemon, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`txctl args` under way, killed if it still runs at the end."""
+    proc = await _txctl(d, *args)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
 
 
 async def _txctl(d: Daemon, *args: str) -> asyncio.subprocess.Process:
