@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from docker_testing import BUSYBOX, Engine, make_docker_daemon
+from txd.schedulers.workspace.engine import Engine as TxdEngine
 from txd.v1 import AppDef, AppState, BindMount, Mount, Role
 from txd_testing import TXCTL, Daemon, own_daemon, short_tmpdir
 
@@ -256,6 +257,30 @@ async def test_a_follow_cut_inside_a_long_line_by_an_engine_restart_gets_the_res
     assert out == kept, f"{len(out)} bytes printed, {len(kept)} kept by the engine"
 
 
+async def test_a_follow_cut_between_lines_of_two_streams_written_out_of_stamp_order_gets_both(
+    docker_engine: Engine, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Each stream has its own copier in the engine, which stamps a line, then writes it: of
+    lines written to both streams at once, one is now and then written after a line of the
+    other stamped later. A follow whose read is cut between two such lines gets the second
+    too: resumed at the stamp of the first, it lost it."""
+    script = "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); echo o$i; echo e$i >&2; done"
+    async with _proxied_daemon(docker_engine, request, cut_after=None) as (d, proxy, c):
+        for _ in range(3):  # the engine reorders a few lines in a thousand: a bounded search
+            handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
+            await c.wait(handle, timeout=120)
+            kept = await _messages(docker_engine, container(handle))
+            stamps = [stamp for _, stamp in kept]
+            late = next((i for i in range(1, len(stamps)) if stamps[i] < stamps[i - 1]), None)
+            if late is not None:
+                break
+        assert late is not None, "the engine wrote no line after a later-stamped one"
+        proxy.cut_after = late  # the first read passes the line before it on, and ends
+        out, err = await _txctl_out(d, "logs", "-f", handle)
+    assert proxy.cut.is_set(), "the proxy cut no read"
+    assert out == b"".join(data for data, _ in kept), (len(out), kept[late], err)
+
+
 @contextlib.asynccontextmanager
 async def _proxied_daemon(
     docker_engine: Engine, request: pytest.FixtureRequest, **proxy_opts: Any
@@ -268,6 +293,16 @@ async def _proxied_daemon(
         with own_daemon(make_docker_daemon(docker_engine, args), request) as d:
             async with d.client() as c:
                 yield d, proxy, c
+
+
+async def _messages(engine: Engine, name: str) -> list[tuple[bytes, int]]:
+    """The engine's log of container `name`, as (message, stamp in ns), in the engine's order."""
+    reader = TxdEngine(engine.host)
+    try:
+        read = reader.logs(name, stdout=True, stderr=True, follow=False)
+        return [(m.data, m.stamp) async for m in read if m.stamp]
+    finally:
+        await reader.aclose()
 
 
 async def _logged(engine: Engine, name: str, *, stdout: int = 0, stderr: int = 0) -> None:
