@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +240,7 @@ async def test_a_follow_cut_inside_a_long_line_by_an_engine_restart_gets_the_res
     script = "head -c 100000 /dev/zero | tr '\\0' a; until [ -e /gate/go ]; do sleep 0.05; done"
     script += "; echo b; echo end"
     opts = {"cut_after": 1, "until_engine_stops": True}
-    async with _proxied_daemon(docker_engine, request, **opts) as (d, proxy, c):
+    async with _proxied_daemon(docker_engine, request, FAST_RESUBSCRIBE, **opts) as (d, proxy, c):
         handle = await c.run(gated(script, tmp_path), scheduler="local_docker", cfg=NONE)
         await _logged(docker_engine, container(handle), stdout=6 * 16384)
         async with _txctl_running(d, "logs", "-f", handle) as proc:
@@ -283,13 +283,16 @@ async def test_a_follow_cut_between_lines_of_two_streams_written_out_of_stamp_or
 
 @contextlib.asynccontextmanager
 async def _proxied_daemon(
-    docker_engine: Engine, request: pytest.FixtureRequest, **proxy_opts: Any
+    docker_engine: Engine,
+    request: pytest.FixtureRequest,
+    args: Sequence[str] = (),
+    **proxy_opts: Any,
 ) -> AsyncIterator[tuple[Daemon, LogProxy, Any]]:
-    """A txd of the test's own that reaches the engine through a LogProxy(**proxy_opts), and
-    re-subscribes quickly after an engine outage; with its client."""
+    """A txd of the test's own (with these arguments) that reaches the engine through a
+    LogProxy(**proxy_opts); with its client."""
     engine = docker_engine.host.removeprefix("unix://")
     async with LogProxy(engine, short_tmpdir() / "d.sock", **proxy_opts) as proxy:
-        args = ["--set", f"local_docker.docker_host={proxy.url}", *FAST_RESUBSCRIBE]
+        args = ["--set", f"local_docker.docker_host={proxy.url}", *args]
         with own_daemon(make_docker_daemon(docker_engine, args), request) as d:
             async with d.client() as c:
                 yield d, proxy, c
