@@ -347,7 +347,7 @@ class LogProxy:
         self.held = 0  # followed logs whose end was held back
         self.cut = asyncio.Event()  # set once an answer was cut
         self._server: asyncio.Server | None = None
-        self._clients: set[Any] = set()
+        self._connections: dict[asyncio.Task[None], tuple[Any, ...]] = {}  # their writers
 
     async def __aenter__(self) -> LogProxy:
         self._server = await asyncio.start_unix_server(self._connection, str(self.path))
@@ -356,13 +356,18 @@ class LogProxy:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
-        for w in self._clients:  # a held connection ends with the proxy
-            w.close()
+        for writers in self._connections.values():  # a held connection ends with the proxy
+            for w in writers:
+                w.close()
+        if self._connections:  # each ends once closed (asyncio logs one cancelled as an error)
+            await asyncio.wait(list(self._connections), timeout=10)
         await self._server.wait_closed()
 
     async def _connection(self, client_r: asyncio.StreamReader, client_w: Any) -> None:
-        self._clients.add(client_w)
         engine_r, engine_w = await asyncio.open_unix_connection(self.engine)
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = (client_w, engine_w)
         asked: asyncio.Queue[bytes] = asyncio.Queue()  # each request's first line, in order
         gone = asyncio.Event()  # the client closed the connection
 
@@ -400,6 +405,7 @@ class LogProxy:
         finally:
             for w in (client_w, engine_w):
                 w.close()
+            del self._connections[task]
 
     async def _body(
         self, engine_r: asyncio.StreamReader, client_w: Any, line: bytes, gone: asyncio.Event
