@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -33,6 +34,8 @@ _REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10, sock_read=60)
 _INCLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # How much of a non-JSON error body a message quotes.
 _BODY_QUOTE = 200
+# The longest aclose waits for its cut connections to be gone (one or two loop turns).
+_CLOSE_TIMEOUT = 10.0
 
 
 class KubeError(Exception):
@@ -98,6 +101,8 @@ class Kube:
         self.server: str = api.configuration.host or ""
         self.calls: Counter[str] = Counter()
         self._closed = False
+        # Every connection a request went out on, while it is open (see aclose).
+        self._transports: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
 
     @classmethod
     async def connect(cls, kubeconfig: str = "", context: str = "") -> Kube:
@@ -164,12 +169,29 @@ class Kube:
         return cls(ApiClient(configuration=cfg), namespace or "default", where, origin)
 
     async def aclose(self) -> None:
-        """Closes the connection pool; later calls raise KubeError. Idempotent."""
+        """Closes every connection and returns once each is gone; later calls raise KubeError.
+        Idempotent.
+
+        The pool only waits for the connections it holds. One closed before, a stream left
+        midway or a request cut short, is no longer its own, and its TLS close waits for the
+        server's close_notify; a busy or hung server answers late, the event loop may end
+        first, and the socket is left open (found unclosed at GC). So every connection still
+        open is cut here (no close_notify: we are done with the server), and awaited."""
         if self._closed:
             return
         self._closed = True
+        lost = []
+        for transport in list(self._transports):
+            closed = getattr(transport.get_protocol(), "closed", None)  # aiohttp's: at loss
+            if isinstance(closed, asyncio.Future) and not closed.done():
+                lost.append(closed)
+                transport.abort()
         with contextlib.suppress(Exception):
             await self._api.close()
+        if lost:  # gather retrieves the error a connection was lost with
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_CLOSE_TIMEOUT):
+                    await asyncio.gather(*lost, return_exceptions=True)
 
     async def request(
         self,
@@ -273,6 +295,8 @@ class Kube:
             )  # fmt: skip
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise self._unreachable(what, e) from e
+        if resp.connection is not None and resp.connection.transport is not None:
+            self._transports.add(resp.connection.transport)
         try:
             if not 200 <= resp.status <= 299:
                 raise await _status_error(resp, what)

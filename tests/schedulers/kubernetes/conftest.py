@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,25 +25,6 @@ from txd_testing import Daemon, call_failed, log_alarms, own_daemon, remove_tree
 
 # What preparing the cluster raised (see pytest_collection_finish), for k8s_cluster to report.
 _PREPARE_ERROR = pytest.StashKey[Exception]()
-
-
-# Under load an apiserver connection is now and then found unclosed when the garbage collector
-# gets to it: a ResourceWarning raised as unraisable in whichever test runs then. It was first
-# seen with the contract suite's played controller (Volcano, MCAD); since the tiers run in two
-# lanes on two busy cores it shows in the plain passes too (2 of 4 full runs, in a different test
-# each time; never when the tier runs alone, nor under tracemalloc). Not traced yet. Only that
-# warning is let through, in this folder's tests: any other unraisable exception still fails.
-UNCLOSED_CONNECTION = pytest.mark.filterwarnings(
-    r"ignore:(?s).*ResourceWarning. unclosed (<socket|transport)"
-    ":pytest.PytestUnraisableExceptionWarning"
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if item.path.is_relative_to(here):
-            item.add_marker(UNCLOSED_CONNECTION)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -106,7 +106,7 @@ class KubeHarness(Harness):
     async def close(self) -> None:
         if self.kube is not None:
             await self.kube.aclose()
-        gc.collect()  # an unclosed connection's warning (conftest), within this test
+        gc.collect()  # a connection left unclosed fails this test, not a later one
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -483,3 +485,45 @@ async def test_stream_follows_a_log_as_it_is_written(kube: Kube, label: str) -> 
         assert kube.calls["get log"] == 1
     finally:
         await kube.request("DELETE", f"{pods}/{label}", body={"gracePeriodSeconds": 0})
+
+
+def test_aclose_leaves_no_connection_open_however_late_the_server_answers(
+    k8s_cluster: Cluster,
+) -> None:
+    """A stream left midway closes its TLS connection, which then waits for the server's
+    close_notify. The apiserver, stopped right after the stream's headers, answers nothing:
+    still, once aclose returns no connection to it is left open, for the end of the loop to
+    leave behind (a socket found unclosed at GC)."""
+    apiserver = int((k8s_cluster.run_dir / "kube-apiserver.pid").read_text())
+    port = int(k8s_cluster.server.rsplit(":", 1)[1])
+    left: list[str] = []
+
+    async def stream_then_close() -> None:
+        kube = await Kube.connect(str(k8s_cluster.kubeconfig))
+        try:
+            async with kube.stream(cms("default"), {"watch": "true"}):
+                os.kill(apiserver, signal.SIGSTOP)  # the headers came; nothing more will
+        finally:
+            await kube.aclose()
+        left.extend(connections_to(port))
+
+    try:
+        asyncio.run(stream_then_close())  # a loop of its own
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+    assert left == []
+
+
+def connections_to(port: int) -> list[str]:
+    """This process's open TCP connections to 127.0.0.1:`port` (local address:port each)."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own fd is gone by now
+            sockets.add(os.readlink(f"/proc/self/fd/{fd}"))
+    found = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, inode = fields[1], fields[2], fields[9]
+        if remote == f"0100007F:{port:04X}" and f"socket:[{inode}]" in sockets:
+            found.append(f"127.0.0.1:{int(local.split(':')[1], 16)}")
+    return found
