@@ -177,6 +177,29 @@ async def test_delete_leaves_no_object(
     assert getattr(e.value, "code", "") == "NOT_FOUND", e.value
 
 
+async def test_an_app_deleted_outside_txd_keeps_its_last_state_marked_stale(
+    k8s_client: Any, k8s_cluster: Cluster, k8s_namespace: str
+) -> None:
+    """Through the daemon, as a client sees it. Run right after a test that left the daemon no
+    job to follow, its submit also checks that the new job's status keeps up with its pod: its
+    feed starts anew, and a describe of it races the new feed's first pushes."""
+    app = AppDef(name="behind", roles=[sleeper("main")])
+    handle = await k8s_client.run(app, scheduler=SCHED, cfg=K8S_CFG)
+    name = app_name(handle)
+    await wait_running(k8s_client, handle)
+    # The root goes behind txd's back; the garbage collector takes the rest.
+    k8s_cluster.kubectl("delete", "service", "-n", k8s_namespace, name, "--wait=false")
+    wait_until_gone(k8s_cluster, k8s_namespace, name, "services,jobs,pods")
+    seen = []
+    async with asyncio.timeout(60):
+        async for status in k8s_client.watch(handle):  # pushed by the watch, no resync
+            seen.append(status)
+            if status.stale_msg:
+                break
+    assert seen and "deleted outside txd" in seen[-1].stale_msg, seen
+    assert seen[-1].state == AppState.RUNNING, seen[-1]  # the last state known, kept
+
+
 async def test_the_change_stream_pushes_no_answer_for_an_app_deleted_outside_txd(
     k8s_cluster: Cluster, k8s_namespace: str
 ) -> None:
