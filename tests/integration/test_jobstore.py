@@ -381,7 +381,6 @@ def test_daemon_refuses_a_state_dir_with_both_names(unstarted_daemon: Any) -> No
     after = _files(d.state_dir)
     assert after.pop("txd.lock")  # the state dir's lock, taken first; nothing else changes
     assert after.pop("txd.serving")  # the serving record, written before the job store opens
-    assert after.pop(".private") == _digest(Path("/dev/null"))  # statedir: made private, once
     assert after == before
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from txd import install
 from txd_testing import first_line, no_traceback, run_python
 
 specs = pytest.importorskip("torchx.specs")
@@ -251,11 +252,10 @@ def test_torchx_component_without_torchx_says_how_to_install(
         assert proc.returncode == 2, proc.stderr
         no_traceback(proc)
         path = spec.split(":")[0]
-        assert re.fullmatch(
-            rf"txctl: error: {path} is a TorchX component: install torchx into the Python that "
-            r"runs txctl with txd's torchx extra \(/\S+ -m pip install 'txd\[torchx\]'\)\n",
-            proc.stderr,
-        ), proc.stderr
+        assert proc.stderr == (
+            f"txctl: error: {path} is a TorchX component: install torchx into the Python that "
+            f"runs txctl with txd's torchx extra ({install.command('torchx')})\n"
+        )
     # txd's own components need no torchx
     ok = run_python(
         code,
