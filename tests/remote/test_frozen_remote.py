@@ -57,30 +57,40 @@ def test_a_tunnel_wedged_past_its_deadline_is_ended_and_named(ssh_cluster: SshCl
     """A tunnel that holds its folder's lock past the deadline it recorded there (frozen here
     by SIGSTOP while it stops) is ended by the next command, which says so and goes on
     through a new tunnel. Commands used to wait 180 s for it, then fail naming no pid."""
-    assert ssh_cluster.laptop_txctl(*HOST, "list").returncode == 0
-    (folder,) = (ssh_cluster.laptop / "run" / "txd" / "tunnels").iterdir()
-    tunnel, master = (int((folder / name).read_text()) for name in ("tunnel.pid", "ssh.pid"))
-    with PidWatch([tunnel]) as watch, PidWatch([master]) as master_watch:
-        os.kill(master, signal.SIGSTOP)  # holds the stop open: SIGTERM cannot end it yet
-        os.kill(tunnel, signal.SIGTERM)
-        deadline = time.monotonic() + TIMEOUT
-        while not _pending(master, signal.SIGTERM):  # the tunnel has begun to stop
-            assert time.monotonic() < deadline, "the tunnel did not stop"
-            time.sleep(0.02)
-        os.kill(tunnel, signal.SIGSTOP)  # wedged, its own deadline out of its reach
-        os.kill(master, signal.SIGCONT)  # ends on the SIGTERM it was sent
-        assert master_watch.wait(TIMEOUT) == []
-        listed = ssh_cluster.laptop_txctl(*HOST, "list", timeout=TIMEOUT)
-        assert listed.returncode == 0, listed
-        assert f"txctl: ended tunnel process {tunnel}, which held {folder / 'tunnel.lock'}" in (
-            listed.stderr
-        ), listed.stderr
-        assert watch.wait(TIMEOUT) == []
+    for _ in range(3):  # the freeze below must come before the tunnel's own SIGKILL (5 s)
+        assert ssh_cluster.laptop_txctl(*HOST, "list").returncode == 0
+        (folder,) = (ssh_cluster.laptop / "run" / "txd" / "tunnels").iterdir()
+        tunnel, master = (int((folder / name).read_text()) for name in ("tunnel.pid", "ssh.pid"))
+        with PidWatch([tunnel]) as watch, PidWatch([master]) as master_watch:
+            os.kill(master, signal.SIGSTOP)  # holds the stop open: SIGTERM cannot end it yet
+            os.kill(tunnel, signal.SIGTERM)
+            deadline = time.monotonic() + TIMEOUT
+            while (pending := _pending(master, signal.SIGTERM)) is False:  # it began to stop
+                assert time.monotonic() < deadline, "the tunnel did not stop"
+                time.sleep(0.02)
+            if pending is None:  # this test was not scheduled before the tunnel killed its
+                assert watch.wait(TIMEOUT) == []  # master: no wedge made; again
+                continue
+            os.kill(tunnel, signal.SIGSTOP)  # wedged, its own deadline out of its reach
+            os.kill(master, signal.SIGCONT)  # ends on the SIGTERM it was sent
+            assert master_watch.wait(TIMEOUT) == []
+            listed = ssh_cluster.laptop_txctl(*HOST, "list", timeout=TIMEOUT)
+            assert listed.returncode == 0, listed
+            assert f"txctl: ended tunnel process {tunnel}, which held {folder / 'tunnel.lock'}" in (
+                listed.stderr
+            ), listed.stderr
+            assert watch.wait(TIMEOUT) == []
+        break
+    else:
+        raise AssertionError("the tunnel killed its stopped master before it could be frozen")
     assert ssh_cluster.tunnel_pids() != [tunnel]
 
 
-def _pending(pid: int, sig: signal.Signals) -> bool:
-    """Whether `sig` waits to be delivered to the (stopped) process."""
-    status = Path(f"/proc/{pid}/status").read_text()
+def _pending(pid: int, sig: signal.Signals) -> bool | None:
+    """Whether `sig` waits to be delivered to the (stopped) process; None when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return None
     pending = re.search(r"^ShdPnd:\s*([0-9a-f]+)$", status, re.M)
     return bool(pending and int(pending.group(1), 16) & (1 << (sig - 1)))
