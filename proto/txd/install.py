@@ -10,22 +10,27 @@ package index name at all.
 
 from __future__ import annotations
 
-import json
 import sys
-from importlib import metadata
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 DISTRIBUTION = "txd-launcher"
 
 
+# importlib.metadata is imported where it is used: it costs a txctl command that imports this
+# module (a component's resolution does) 20 ms.
 def version() -> str:
+    from importlib import metadata
+
     return metadata.version(DISTRIBUTION)
 
 
 def checkout() -> Path | None:
     """The source folder txd was installed from, when it was installed from one that still
     has scripts/setup (PEP 610's direct_url.json); None for an install from a wheel or index."""
+    import json
+    from importlib import metadata
+    from urllib.parse import unquote, urlparse
+
     # Every copy of the metadata found: a build leaves an egg-info in the checkout, which
     # shadows the installed dist-info when the checkout is on sys.path.
     found = (d.read_text("direct_url.json") for d in metadata.distributions(name=DISTRIBUTION))

@@ -27,3 +27,19 @@ def test_help_and_usage_errors_load_neither_asyncio_nor_grpc() -> None:
         """
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_resolving_a_component_loads_no_package_metadata() -> None:
+    """`txctl run` resolves its component first; importlib.metadata (20 ms, for the hint of a
+    missing extra) waits until a hint is needed."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from txd.client.components import _finder
+        from txd import install
+        assert "importlib.metadata" not in sys.modules
+        install.checkout()  # loaded when asked
+        assert "importlib.metadata" in sys.modules
+        """
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
