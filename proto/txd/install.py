@@ -19,9 +19,14 @@ DISTRIBUTION = "txd-launcher"
 # importlib.metadata is imported where it is used: it costs a txctl command that imports this
 # module (a component's resolution does) 20 ms.
 def version() -> str:
+    """txd's version; "unknown" where its metadata cannot be read (another user's process
+    reaching txd's source, but not its venv's dist-info, must still start and say why it stops)."""
     from importlib import metadata
 
-    return metadata.version(DISTRIBUTION)
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def checkout() -> Path | None:
